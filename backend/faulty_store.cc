@@ -1,0 +1,49 @@
+#include "backend/faulty_store.h"
+
+#include <string>
+#include <utility>
+
+namespace dsfs {
+namespace {
+
+struct CopyPin : PinnedValue::Pin {
+  std::string bytes;
+  PinnedValue inner;
+};
+
+class FaultyReader final : public KvReader {
+ public:
+  FaultyReader(std::unique_ptr<KvReader> base, FaultPolicy policy)
+      : base_(std::move(base)), policy_(std::move(policy)) {}
+
+  Status Get(std::string_view key, PinnedValue* value) override {
+    Fault fault = policy_(key);
+    if (fault == Fault::kError) return Status::IOError("injected read error");
+    DSFS_RETURN_IF_ERROR(base_->Get(key, value));
+    if (fault == Fault::kNone) return Status::OK();
+    auto pin = std::make_unique<CopyPin>();
+    pin->bytes.assign(value->data());
+    if (fault == Fault::kFlipBit && !pin->bytes.empty()) {
+      pin->bytes[pin->bytes.size() / 2] ^= 0x10;
+    } else if (fault == Fault::kTruncate) {
+      pin->bytes.resize(pin->bytes.size() / 2);
+    }
+    pin->inner = std::move(*value);
+    std::string_view view = pin->bytes;
+    value->Set(view, std::move(pin));
+    return Status::OK();
+  }
+  std::string_view Name() const override { return base_->Name(); }
+
+ private:
+  std::unique_ptr<KvReader> base_;
+  FaultPolicy policy_;
+};
+
+}  // namespace
+
+std::unique_ptr<KvReader> NewFaultyReader(std::unique_ptr<KvReader> base, FaultPolicy policy) {
+  return std::make_unique<FaultyReader>(std::move(base), std::move(policy));
+}
+
+}  // namespace dsfs

@@ -1,0 +1,91 @@
+// Key-value store interface under the dsfs store format. Nothing above backend/ knows which
+// implementation it talks to.
+//
+// Keys and values are byte strings. A store is written once by a KvWriter (into a temporary
+// path that Commit() renames into place, so a failed or interrupted write leaves nothing at the
+// destination) and then served read-only by a KvReader.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace dsfs {
+
+// A value returned by KvReader::Get. data() stays valid as long as this object AND the reader
+// that filled it live; backends that serve from a memory map (LMDB) pin nothing, others keep a
+// pin here (e.g. a RocksDB PinnableSlice).
+class PinnedValue {
+ public:
+  struct Pin {
+    virtual ~Pin() = default;
+  };
+  PinnedValue() = default;
+  PinnedValue(PinnedValue&&) = default;
+  PinnedValue& operator=(PinnedValue&&) = default;
+
+  std::string_view data() const { return data_; }
+  size_t size() const { return data_.size(); }
+  // True when no pin is held: data() then stays valid as long as the reader, even after this
+  // object is gone (memory-mapped backends).
+  bool stable() const { return pin_ == nullptr; }
+  void Reset() {
+    data_ = {};
+    pin_.reset();
+  }
+  // For implementations: points at `data`, keeping `pin` (may be null) alive with it.
+  void Set(std::string_view data, std::unique_ptr<Pin> pin) {
+    data_ = data;
+    pin_ = std::move(pin);
+  }
+
+ private:
+  std::string_view data_;
+  std::unique_ptr<Pin> pin_;
+};
+
+// Read side. Get() is safe to call from any number of threads at once.
+class KvReader {
+ public:
+  virtual ~KvReader() = default;
+  // On success fills *value (zero copy where the backend allows). A missing key is NotFound;
+  // any other failure is IOError or Corruption.
+  virtual Status Get(std::string_view key, PinnedValue* value) = 0;
+  // Short name of the backend ("lmdb", "memory", ...), for `dsfs info`.
+  virtual std::string_view Name() const = 0;
+};
+
+// Write side. Not thread-safe: one thread writes.
+class KvWriter {
+ public:
+  virtual ~KvWriter() = default;
+  // Stores key -> value. Keys given in ascending byte order are the fast path.
+  virtual Status Put(std::string_view key, std::string_view value) = 0;
+  // Makes everything durable and moves the store to its final path atomically. After a failed
+  // Commit, or if the writer is destroyed without one, the temporary data is removed.
+  virtual Status Commit() = 0;
+};
+
+struct KvWriterOptions {
+  bool overwrite = false;         // replace an existing store at the destination
+  uint64_t expected_bytes = 0;    // a hint for sizing the store (LMDB map size)
+};
+
+// Creates a writer for an LMDB store at `path` (one file). Fails with Exists if `path` exists
+// and !options.overwrite.
+Status NewLmdbWriter(const std::string& path, const KvWriterOptions& options,
+                     std::unique_ptr<KvWriter>* writer);
+
+struct KvReaderOptions {
+  bool random_access = true;  // disable OS readahead on the data file (MDB_NORDAHEAD)
+};
+
+// Opens the store at `path` read-only, detecting its backend from what is on disk.
+// NotFound if nothing is there; InvalidArgument ("not a dsfs store") if it is not a known backend.
+Status OpenKvReader(const std::string& path, const KvReaderOptions& options,
+                    std::unique_ptr<KvReader>* reader);
+
+}  // namespace dsfs

@@ -1,0 +1,263 @@
+#include "backend/lmdb_store.h"
+
+#include <fcntl.h>
+#include <lmdb.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace dsfs {
+namespace {
+
+// LMDB's meta page starts with a 16-byte page header followed by the magic 0xBEEFC0DE.
+constexpr uint32_t kLmdbMagic = 0xBEEFC0DE;
+constexpr size_t kLmdbMagicOffset = 16;
+// Intermediate commits bound the dirty pages LMDB holds in RAM while packing (its limit is
+// 128 Ki pages per transaction). The store is a temporary file until Commit(), so partial
+// commits are never visible.
+constexpr uint64_t kCommitEveryBytes = 128ull << 20;
+
+Status LmdbError(int rc, std::string_view what, const std::string& path) {
+  if (rc == ENOSPC || rc == EDQUOT) {
+    return Status::NoSpace(path + ": no space left on device while " + std::string(what));
+  }
+  if (rc == MDB_MAP_FULL) return Status::NoSpace(path + ": store map full while " + std::string(what));
+  if (rc == MDB_INVALID || rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND ||
+      rc == MDB_VERSION_MISMATCH || rc == MDB_BAD_TXN) {
+    return Status::Corruption(path + ": corrupt store (" + mdb_strerror(rc) + ") while " +
+                              std::string(what));
+  }
+  if (rc > 0) return Status::FromErrno(rc, path + ": " + std::string(what));
+  return Status::IOError(path + ": " + std::string(what) + ": " + mdb_strerror(rc));
+}
+
+std::atomic<uint64_t> g_next_reader_id{1};
+
+class LmdbReader final : public KvReader {
+ public:
+  LmdbReader(MDB_env* env, MDB_dbi dbi, std::string path)
+      : env_(env), dbi_(dbi), path_(std::move(path)), id_(g_next_reader_id.fetch_add(1)) {}
+  ~LmdbReader() override {
+    for (MDB_txn* t : txns_) mdb_txn_abort(t);
+    mdb_env_close(env_);
+  }
+
+  Status Get(std::string_view key, PinnedValue* value) override {
+    MDB_txn* txn = nullptr;
+    DSFS_RETURN_IF_ERROR(ThreadTxn(&txn));
+    MDB_val k{key.size(), const_cast<char*>(key.data())};
+    MDB_val v;
+    int rc = mdb_get(txn, dbi_, &k, &v);
+    if (rc == MDB_NOTFOUND) return Status::NotFound("key not found");
+    if (rc != 0) return LmdbError(rc, "reading", path_);
+    // The map is read-only and nothing writes the file while it is served, so the pointer
+    // stays valid until the environment closes: no pin needed.
+    value->Set(std::string_view(static_cast<const char*>(v.mv_data), v.mv_size), nullptr);
+    return Status::OK();
+  }
+
+  std::string_view Name() const override { return "lmdb"; }
+
+ private:
+  // One read transaction per thread, opened on first use and kept for the reader's life (the
+  // store is immutable while served). LMDB transactions must not be shared between threads.
+  Status ThreadTxn(MDB_txn** out) {
+    thread_local std::vector<std::pair<uint64_t, MDB_txn*>> cache;
+    for (const auto& [id, txn] : cache) {
+      if (id == id_) {
+        *out = txn;
+        return Status::OK();
+      }
+    }
+    MDB_txn* txn = nullptr;
+    int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn);
+    if (rc != 0) return LmdbError(rc, "starting a read transaction", path_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      txns_.push_back(txn);
+    }
+    // Entries of readers that are gone are never matched again (ids are unique); keep the
+    // per-thread list short for threads that outlive many readers (tests).
+    if (cache.size() >= 64) cache.erase(cache.begin());
+    cache.emplace_back(id_, txn);
+    *out = txn;
+    return Status::OK();
+  }
+
+  MDB_env* env_;
+  MDB_dbi dbi_;
+  std::string path_;
+  uint64_t id_;
+  std::mutex mu_;                // guards txns_
+  std::vector<MDB_txn*> txns_;  // every transaction handed to a thread, aborted at close
+};
+
+class LmdbWriter final : public KvWriter {
+ public:
+  LmdbWriter(std::string path, std::string tmp_path) : path_(std::move(path)), tmp_(std::move(tmp_path)) {}
+  ~LmdbWriter() override {
+    if (txn_) mdb_txn_abort(txn_);
+    if (env_) mdb_env_close(env_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
+
+  Status Open(uint64_t map_size) {
+    int rc = mdb_env_create(&env_);
+    if (rc != 0) return LmdbError(rc, "creating environment", tmp_);
+    rc = mdb_env_set_mapsize(env_, map_size);
+    if (rc != 0) return LmdbError(rc, "setting map size", tmp_);
+    rc = mdb_env_open(env_, tmp_.c_str(), MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOSYNC, 0644);
+    if (rc != 0) return LmdbError(rc, "creating the store", tmp_);
+    return Begin();
+  }
+
+  Status Put(std::string_view key, std::string_view value) override {
+    if (!txn_) return Status::IOError(tmp_ + ": writer already failed");
+    MDB_val k{key.size(), const_cast<char*>(key.data())};
+    MDB_val v{value.size(), const_cast<char*>(value.data())};
+    bool ascending = last_key_.empty() || key > std::string_view(last_key_);
+    int rc = mdb_put(txn_, dbi_, &k, &v, ascending ? MDB_APPEND : 0);
+    if (rc != 0) {
+      mdb_txn_abort(txn_);
+      txn_ = nullptr;
+      return LmdbError(rc, "writing", tmp_);
+    }
+    if (ascending) last_key_.assign(key);
+    pending_bytes_ += key.size() + value.size();
+    if (pending_bytes_ >= kCommitEveryBytes) {
+      DSFS_RETURN_IF_ERROR(CommitTxn());
+      DSFS_RETURN_IF_ERROR(Begin());
+    }
+    return Status::OK();
+  }
+
+  Status Commit() override {
+    if (!txn_) return Status::IOError(tmp_ + ": writer already failed");
+    DSFS_RETURN_IF_ERROR(CommitTxn());
+    int rc = mdb_env_sync(env_, 1);
+    if (rc != 0) return LmdbError(rc, "syncing", tmp_);
+    mdb_env_close(env_);
+    env_ = nullptr;
+    if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+      return Status::FromErrno(errno, "renaming " + tmp_ + " to " + path_);
+    }
+    committed_ = true;
+    // Make the rename itself durable.
+    std::string dir = std::filesystem::path(path_).parent_path().string();
+    int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+    return Status::OK();
+  }
+
+ private:
+  Status Begin() {
+    int rc = mdb_txn_begin(env_, nullptr, 0, &txn_);
+    if (rc != 0) {
+      txn_ = nullptr;
+      return LmdbError(rc, "starting a write transaction", tmp_);
+    }
+    rc = mdb_dbi_open(txn_, nullptr, 0, &dbi_);
+    if (rc != 0) return LmdbError(rc, "opening the database", tmp_);
+    pending_bytes_ = 0;
+    return Status::OK();
+  }
+  Status CommitTxn() {
+    int rc = mdb_txn_commit(txn_);
+    txn_ = nullptr;
+    if (rc != 0) return LmdbError(rc, "committing", tmp_);
+    return Status::OK();
+  }
+
+  std::string path_;
+  std::string tmp_;
+  MDB_env* env_ = nullptr;
+  MDB_txn* txn_ = nullptr;
+  MDB_dbi dbi_ = 0;
+  std::string last_key_;
+  uint64_t pending_bytes_ = 0;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+bool LooksLikeLmdb(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  uint32_t magic = 0;
+  ssize_t n = ::pread(fd, &magic, sizeof(magic), kLmdbMagicOffset);
+  ::close(fd);
+  return n == sizeof(magic) && magic == kLmdbMagic;
+}
+
+Status OpenLmdbReader(const std::string& path, const KvReaderOptions& options,
+                      std::unique_ptr<KvReader>* reader) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return Status::FromErrno(errno, path);
+  if (!LooksLikeLmdb(path)) return Status::InvalidArgument(path + ": not a dsfs store");
+  MDB_env* env = nullptr;
+  int rc = mdb_env_create(&env);
+  if (rc != 0) return LmdbError(rc, "creating environment", path);
+  unsigned flags = MDB_RDONLY | MDB_NOLOCK | MDB_NOSUBDIR | MDB_NOTLS;
+  if (options.random_access) flags |= MDB_NORDAHEAD;
+  rc = mdb_env_open(env, path.c_str(), flags, 0);
+  if (rc != 0) {
+    mdb_env_close(env);
+    return LmdbError(rc, "opening", path);
+  }
+  MDB_envinfo info;
+  MDB_stat stat;
+  mdb_env_info(env, &info);
+  mdb_env_stat(env, &stat);
+  uint64_t needed = (static_cast<uint64_t>(info.me_last_pgno) + 1) * stat.ms_psize;
+  if (static_cast<uint64_t>(st.st_size) < needed) {
+    mdb_env_close(env);
+    return Status::Corruption(path + ": store is truncated (" + std::to_string(st.st_size) +
+                              " bytes, expected at least " + std::to_string(needed) + ")");
+  }
+  MDB_txn* txn = nullptr;
+  rc = mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn);
+  if (rc != 0) {
+    mdb_env_close(env);
+    return LmdbError(rc, "starting a read transaction", path);
+  }
+  MDB_dbi dbi;
+  rc = mdb_dbi_open(txn, nullptr, 0, &dbi);
+  mdb_txn_abort(txn);
+  if (rc != 0) {
+    mdb_env_close(env);
+    return LmdbError(rc, "opening the database", path);
+  }
+  *reader = std::make_unique<LmdbReader>(env, dbi, path);
+  return Status::OK();
+}
+
+Status NewLmdbWriter(const std::string& path, const KvWriterOptions& options,
+                     std::unique_ptr<KvWriter>* writer) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!options.overwrite) {
+      return Status::Exists(path + ": already exists (use --force to overwrite)");
+    }
+    if (S_ISDIR(st.st_mode)) return Status::InvalidArgument(path + ": is a directory");
+  }
+  std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  ::unlink(tmp.c_str());
+  // Address space is cheap on 64-bit and LMDB grows the file only as pages are written.
+  uint64_t map_size = options.expected_bytes * 2 + (8ull << 30);
+  auto w = std::make_unique<LmdbWriter>(path, tmp);
+  DSFS_RETURN_IF_ERROR(w->Open(map_size));
+  *writer = std::move(w);
+  return Status::OK();
+}
+
+}  // namespace dsfs

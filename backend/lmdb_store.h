@@ -1,0 +1,20 @@
+// LMDB backend: one file (MDB_NOSUBDIR), served read-only with MDB_RDONLY | MDB_NOLOCK so a store
+// on read-only media needs no lock file. Values are returned straight from the memory map.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/kv_store.h"
+
+namespace dsfs {
+
+// Opens an LMDB store read-only. Checks that the file is not shorter than LMDB's own metadata
+// says (a truncated store is refused here rather than faulting on first access).
+Status OpenLmdbReader(const std::string& path, const KvReaderOptions& options,
+                      std::unique_ptr<KvReader>* reader);
+
+// True if the file at `path` starts like an LMDB data file.
+bool LooksLikeLmdb(const std::string& path);
+
+}  // namespace dsfs

@@ -1,0 +1,71 @@
+#!/usr/bin/python3
+"""Reads an ImageFolder tree the way an unmodified torchvision training script does.
+
+  /usr/bin/python3 bench/imagefolder_read.py ROOT [--epochs 2] [--workers 2] [--batch 256]
+                                              [--samples N] [--seed S] [--label TEXT]
+
+ImageFolder(ROOT, transform=ToTensor()) and DataLoader(shuffle=True, num_workers, batch_size),
+nothing else: the default PIL loader, no persistent workers, no pinning. Prints JSON lines: one
+for the directory scan (the ImageFolder constructor) and one per epoch with images/s, where an
+epoch's time runs from creating the DataLoader iterator (worker start included, as in training)
+to the last batch. --samples N draws only N random images per epoch (RandomSampler with
+num_samples), to bound a run on a slow file system; shuffle=True is the same sampler with N = all.
+"""
+import argparse
+import json
+import sys
+import time
+
+import torch
+from torch.utils.data import DataLoader, RandomSampler
+from torchvision.datasets import ImageFolder
+from torchvision.transforms import ToTensor
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("root")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--samples", type=int, default=0, help="images per epoch (default: all)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--label", default="")
+    a = ap.parse_args()
+
+    torch.manual_seed(a.seed)
+    extra = {"label": a.label} if a.label else {}
+
+    t0 = time.perf_counter()
+    ds = ImageFolder(a.root, transform=ToTensor())
+    scan = time.perf_counter() - t0
+    print(json.dumps({"event": "scan", "root": a.root, **extra, "images": len(ds),
+                      "classes": len(ds.classes), "scan_s": round(scan, 4)}), flush=True)
+
+    if a.samples and a.samples < len(ds):
+        sampler = RandomSampler(ds, num_samples=a.samples)
+        loader = DataLoader(ds, batch_size=a.batch, sampler=sampler, num_workers=a.workers)
+    else:
+        loader = DataLoader(ds, batch_size=a.batch, shuffle=True, num_workers=a.workers)
+
+    for epoch in range(1, a.epochs + 1):
+        n = 0
+        checksum = 0.0
+        t0 = time.perf_counter()
+        first = None
+        for images, labels in loader:
+            if first is None:
+                first = time.perf_counter() - t0
+            n += images.shape[0]
+            checksum += float(labels.sum())
+        el = time.perf_counter() - t0
+        print(json.dumps({"event": "epoch", "root": a.root, **extra, "epoch": epoch,
+                          "images": n, "elapsed_s": round(el, 3),
+                          "images_per_s": round(n / el, 1) if el > 0 else None,
+                          "first_batch_s": round(first or 0.0, 3),
+                          "workers": a.workers, "batch": a.batch}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+// Filesystem: the FUSE-free core of the mounted tree. Callbacks in fs/fuse_ops.cc unpack their
+// arguments, call one method here and reply once; everything here is unit-tested without
+// /dev/fuse.
+//
+// Inode numbers are the store's (root = 1). The tree is immutable, so nothing here takes a lock:
+// every method is safe to call from any number of threads.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "store/store.h"
+
+namespace dsfs {
+
+struct FsOptions {
+  uid_t uid = ::getuid();  // owner shown for every file: the mounting user by default
+  gid_t gid = ::getgid();
+};
+
+class Filesystem {
+ public:
+  Filesystem(std::unique_ptr<Store> store, const FsOptions& options);
+
+  const Store& store() const { return *store_; }
+
+  Status Lookup(uint64_t parent, std::string_view name, struct stat* st) const;
+  Status GetAttr(uint64_t ino, struct stat* st) const;
+  // Lists directory `ino` from position `offset` (0 = ".", 1 = "..", 2 + i = entry i). `fill`
+  // gets each name, its attributes and the offset of the entry after it, and returns false to
+  // stop (reply buffer full).
+  using DirFiller =
+      std::function<bool(std::string_view name, const struct stat& st, uint64_t next_offset)>;
+  Status ReadDir(uint64_t ino, uint64_t offset, const DirFiller& fill) const;
+  // ReadOnly for any write access, InvalidArgument ("is a directory") for directories.
+  Status Open(uint64_t ino, int flags) const;
+  // Reads up to `size` bytes at `offset`; see Store::Read for where *out points.
+  Status Read(uint64_t ino, uint64_t offset, uint64_t size, std::string* buf,
+              std::string_view* out) const;
+  Status ReadLink(uint64_t ino, std::string_view* target) const;
+  Status StatFs(struct statvfs* st) const;
+
+ private:
+  void FillStat(uint64_t ino, const InodeRecord& rec, struct stat* st) const;
+
+  std::unique_ptr<Store> store_;
+  FsOptions options_;
+};
+
+}  // namespace dsfs

@@ -1,0 +1,310 @@
+#include "fs/fuse_ops.h"
+
+#include <fuse_lowlevel.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "common/log.h"
+
+namespace dsfs {
+namespace {
+
+struct Context {
+  Filesystem* fs;
+  FuseOptions options;
+};
+
+Context* Ctx(fuse_req_t req) { return static_cast<Context*>(fuse_req_userdata(req)); }
+
+// Every callback body runs inside Guard: an exception becomes EIO, never a dead daemon.
+template <typename F>
+void Guard(fuse_req_t req, const char* op, F&& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    Log()->error("{}: unexpected exception: {}", op, e.what());
+    fuse_reply_err(req, EIO);
+  } catch (...) {
+    Log()->error("{}: unexpected exception", op);
+    fuse_reply_err(req, EIO);
+  }
+}
+
+int ErrnoOf(const Status& s, const char* op, fuse_ino_t ino) {
+  if (s.IsCorruption()) Log()->error("{} on inode {}: {}", op, ino, s.message());
+  return s.ToErrno();
+}
+
+void OpInit(void* userdata, struct fuse_conn_info* conn) {
+  // Force readdirplus: in "auto" mode the kernel mixes in plain readdirs and then looks every
+  // entry up anyway (see DESIGN.md section 4).
+  if (conn->capable & FUSE_CAP_READDIRPLUS) {
+    conn->want |= FUSE_CAP_READDIRPLUS;
+    conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+  }
+}
+
+void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Guard(req, "lookup", [&] {
+    Context* c = Ctx(req);
+    fuse_entry_param e;
+    std::memset(&e, 0, sizeof(e));
+    e.attr_timeout = c->options.timeout_s;
+    e.entry_timeout = c->options.timeout_s;
+    Status s = c->fs->Lookup(parent, name, &e.attr);
+    if (s.IsNotFound()) {
+      // Negative entry, cached as long as positive ones: the tree never changes.
+      e.ino = 0;
+      fuse_reply_entry(req, &e);
+      return;
+    }
+    if (!s.ok()) {
+      fuse_reply_err(req, ErrnoOf(s, "lookup", parent));
+      return;
+    }
+    e.ino = e.attr.st_ino;
+    e.generation = 1;
+    fuse_reply_entry(req, &e);
+  });
+}
+
+void OpForget(fuse_req_t req, fuse_ino_t, uint64_t) { fuse_reply_none(req); }
+void OpForgetMulti(fuse_req_t req, size_t, struct fuse_forget_data*) { fuse_reply_none(req); }
+
+void OpGetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
+  Guard(req, "getattr", [&] {
+    struct stat st;
+    Status s = Ctx(req)->fs->GetAttr(ino, &st);
+    if (!s.ok()) {
+      fuse_reply_err(req, ErrnoOf(s, "getattr", ino));
+      return;
+    }
+    fuse_reply_attr(req, &st, Ctx(req)->options.timeout_s);
+  });
+}
+
+void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
+  Guard(req, plus ? "readdirplus" : "readdir", [&] {
+    Context* c = Ctx(req);
+    std::vector<char> buf(size);
+    size_t used = 0;
+    Status s = c->fs->ReadDir(ino, static_cast<uint64_t>(off),
+                              [&](std::string_view name, const struct stat& st, uint64_t next) {
+                                std::string n(name);
+                                size_t need;
+                                if (plus) {
+                                  fuse_entry_param e;
+                                  std::memset(&e, 0, sizeof(e));
+                                  e.ino = st.st_ino;
+                                  e.generation = 1;
+                                  e.attr = st;
+                                  e.attr_timeout = c->options.timeout_s;
+                                  e.entry_timeout = c->options.timeout_s;
+                                  need = fuse_add_direntry_plus(req, buf.data() + used, size - used,
+                                                                n.c_str(), &e, static_cast<off_t>(next));
+                                } else {
+                                  need = fuse_add_direntry(req, buf.data() + used, size - used,
+                                                           n.c_str(), &st, static_cast<off_t>(next));
+                                }
+                                if (need > size - used) return false;
+                                used += need;
+                                return true;
+                              });
+    if (!s.ok() && used == 0) {
+      fuse_reply_err(req, ErrnoOf(s, "readdir", ino));
+      return;
+    }
+    fuse_reply_buf(req, buf.data(), used);
+  });
+}
+
+void OpReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
+  ReadDirCommon(req, ino, size, off, false);
+}
+void OpReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                   struct fuse_file_info*) {
+  ReadDirCommon(req, ino, size, off, true);
+}
+
+void OpOpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  Guard(req, "opendir", [&] {
+    if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+      fuse_reply_err(req, EROFS);
+      return;
+    }
+    fi->keep_cache = 1;
+    fi->cache_readdir = 1;
+    fuse_reply_open(req, fi);
+  });
+}
+
+void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  Guard(req, "open", [&] {
+    Status s = Ctx(req)->fs->Open(ino, fi->flags);
+    if (!s.ok()) {
+      fuse_reply_err(req, s.code() == Status::Code::kInvalidArgument ? EISDIR
+                                                                      : ErrnoOf(s, "open", ino));
+      return;
+    }
+    // Contents never change: keep the page cache across opens.
+    fi->keep_cache = 1;
+    fuse_reply_open(req, fi);
+  });
+}
+
+void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
+  Guard(req, "read", [&] {
+    thread_local std::string buf;
+    std::string_view out;
+    Status s = Ctx(req)->fs->Read(ino, static_cast<uint64_t>(off), size, &buf, &out);
+    if (!s.ok()) {
+      fuse_reply_err(req, ErrnoOf(s, "read", ino));
+      return;
+    }
+    fuse_reply_buf(req, out.data(), out.size());
+  });
+}
+
+void OpRelease(fuse_req_t req, fuse_ino_t, struct fuse_file_info*) { fuse_reply_err(req, 0); }
+
+void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
+  Guard(req, "readlink", [&] {
+    std::string_view target;
+    Status s = Ctx(req)->fs->ReadLink(ino, &target);
+    if (!s.ok()) {
+      fuse_reply_err(req, s.code() == Status::Code::kInvalidArgument ? EINVAL
+                                                                      : ErrnoOf(s, "readlink", ino));
+      return;
+    }
+    fuse_reply_readlink(req, std::string(target).c_str());
+  });
+}
+
+void OpStatFs(fuse_req_t req, fuse_ino_t) {
+  Guard(req, "statfs", [&] {
+    struct statvfs st;
+    Status s = Ctx(req)->fs->StatFs(&st);
+    if (!s.ok()) {
+      fuse_reply_err(req, s.ToErrno());
+      return;
+    }
+    fuse_reply_statfs(req, &st);
+  });
+}
+
+void OpGetXattr(fuse_req_t req, fuse_ino_t, const char*, size_t) {
+  // ENOSYS makes the kernel stop asking (no xattrs are stored).
+  fuse_reply_err(req, ENOSYS);
+}
+void OpListXattr(fuse_req_t req, fuse_ino_t, size_t) { fuse_reply_err(req, ENOSYS); }
+
+// Everything that would modify the tree.
+void RoSetAttr(fuse_req_t req, fuse_ino_t, struct stat*, int, struct fuse_file_info*) {
+  fuse_reply_err(req, EROFS);
+}
+void RoMknod(fuse_req_t req, fuse_ino_t, const char*, mode_t, dev_t) { fuse_reply_err(req, EROFS); }
+void RoMkdir(fuse_req_t req, fuse_ino_t, const char*, mode_t) { fuse_reply_err(req, EROFS); }
+void RoUnlink(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+void RoSymlink(fuse_req_t req, const char*, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+void RoRename(fuse_req_t req, fuse_ino_t, const char*, fuse_ino_t, const char*, unsigned int) {
+  fuse_reply_err(req, EROFS);
+}
+void RoLink(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+void RoWrite(fuse_req_t req, fuse_ino_t, const char*, size_t, off_t, struct fuse_file_info*) {
+  fuse_reply_err(req, EROFS);
+}
+void RoCreate(fuse_req_t req, fuse_ino_t, const char*, mode_t, struct fuse_file_info*) {
+  fuse_reply_err(req, EROFS);
+}
+void RoSetXattr(fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, int) {
+  fuse_reply_err(req, EROFS);
+}
+void RoRemoveXattr(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+void RoFallocate(fuse_req_t req, fuse_ino_t, int, off_t, off_t, struct fuse_file_info*) {
+  fuse_reply_err(req, EROFS);
+}
+
+fuse_lowlevel_ops MakeOps() {
+  fuse_lowlevel_ops ops;
+  std::memset(&ops, 0, sizeof(ops));
+  ops.init = OpInit;
+  ops.lookup = OpLookup;
+  ops.forget = OpForget;
+  ops.forget_multi = OpForgetMulti;
+  ops.getattr = OpGetAttr;
+  ops.readdir = OpReadDir;
+  ops.readdirplus = OpReadDirPlus;
+  ops.opendir = OpOpenDir;
+  ops.open = OpOpen;
+  ops.read = OpRead;
+  ops.release = OpRelease;
+  ops.readlink = OpReadLink;
+  ops.statfs = OpStatFs;
+  ops.getxattr = OpGetXattr;
+  ops.listxattr = OpListXattr;
+  ops.setattr = RoSetAttr;
+  ops.mknod = RoMknod;
+  ops.mkdir = RoMkdir;
+  ops.unlink = RoUnlink;
+  ops.rmdir = RoUnlink;
+  ops.symlink = RoSymlink;
+  ops.rename = RoRename;
+  ops.link = RoLink;
+  ops.write = RoWrite;
+  ops.create = RoCreate;
+  ops.setxattr = RoSetXattr;
+  ops.removexattr = RoRemoveXattr;
+  ops.fallocate = RoFallocate;
+  return ops;
+}
+
+}  // namespace
+
+Status ServeFuse(Filesystem* fs, const std::string& mountpoint, const FuseOptions& options,
+                 const std::function<void()>& on_mounted) {
+  Context ctx{fs, options};
+  std::vector<std::string> argv = {"dsfs"};
+  std::string fsname = options.fsname.empty() ? std::string("dsfs") : options.fsname;
+  // A comma would end the option; libfuse has no escaping for it.
+  std::replace(fsname.begin(), fsname.end(), ',', '_');
+  std::string opts = "ro,default_permissions,subtype=dsfs,fsname=" + fsname;
+  if (options.allow_other) opts += ",allow_other";
+  argv.push_back("-o");
+  argv.push_back(opts);
+  if (options.debug) argv.push_back("-d");
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  struct fuse_args args = FUSE_ARGS_INIT(static_cast<int>(cargv.size()), cargv.data());
+
+  fuse_lowlevel_ops ops = MakeOps();
+  struct fuse_session* se = fuse_session_new(&args, &ops, sizeof(ops), &ctx);
+  if (!se) return Status::InvalidArgument("cannot create FUSE session (bad options?)");
+  if (fuse_set_signal_handlers(se) != 0) {
+    fuse_session_destroy(se);
+    return Status::IOError("cannot install signal handlers");
+  }
+  if (fuse_session_mount(se, mountpoint.c_str()) != 0) {
+    fuse_remove_signal_handlers(se);
+    fuse_session_destroy(se);
+    return Status::IOError(mountpoint + ": mount failed (is /dev/fuse available?)");
+  }
+  if (on_mounted) on_mounted();
+  struct fuse_loop_config* cfg = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_clone_fd(cfg, 0);
+  fuse_loop_cfg_set_max_threads(cfg, static_cast<unsigned>(std::max(1, options.threads)));
+  fuse_loop_cfg_set_idle_threads(cfg, static_cast<unsigned>(std::max(1, options.threads)));
+  int rc = fuse_session_loop_mt(se, cfg);
+  fuse_loop_cfg_destroy(cfg);
+  fuse_session_unmount(se);
+  fuse_remove_signal_handlers(se);
+  fuse_session_destroy(se);
+  if (rc != 0) Log()->info("FUSE session loop returned {}", rc);
+  return Status::OK();
+}
+
+}  // namespace dsfs

@@ -1,0 +1,26 @@
+// The libfuse3 low-level binding: thin callbacks over fs::Filesystem, and the session loop.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "common/status.h"
+#include "fs/filesystem.h"
+
+namespace dsfs {
+
+struct FuseOptions {
+  int threads = 2;             // session loop threads (on 2 cores 1-2 beat libfuse's 10)
+  double timeout_s = 1e6;      // entry/attr cache timeouts: the tree never changes
+  bool allow_other = false;    // let other users in (kernel checks the stored modes)
+  bool debug = false;          // libfuse request tracing to stderr
+  std::string fsname;          // shown in /proc/mounts (the store path)
+};
+
+// Mounts `fs` at `mountpoint`, calls `on_mounted` once the kernel mount exists, then serves
+// requests until the filesystem is unmounted or SIGINT/SIGTERM/SIGHUP arrives; unmounts on the
+// way out. Errors are returned before `on_mounted` is called.
+Status ServeFuse(Filesystem* fs, const std::string& mountpoint, const FuseOptions& options,
+                 const std::function<void()>& on_mounted);
+
+}  // namespace dsfs

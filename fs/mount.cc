@@ -1,0 +1,216 @@
+#include "fs/mount.h"
+
+#include <fcntl.h>
+#include <spdlog/sinks/syslog_sink.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/log.h"
+
+namespace dsfs {
+namespace {
+
+// mountinfo escapes space, tab, newline and backslash as \ooo.
+std::string Unescape(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size()) {
+      int v = 0;
+      bool ok = true;
+      for (int k = 1; k <= 3; ++k) {
+        char c = s[i + k];
+        if (c < '0' || c > '7') ok = false;
+        v = v * 8 + (c - '0');
+      }
+      if (ok) {
+        out += static_cast<char>(v);
+        i += 3;
+        continue;
+      }
+    }
+    out += s[i];
+  }
+  return out;
+}
+
+// Absolute path without resolving the last component (which may be a dead FUSE mount).
+std::string AbsolutePath(const std::string& path) {
+  std::filesystem::path p = std::filesystem::absolute(path).lexically_normal();
+  std::string parent = p.parent_path().string();
+  char buf[PATH_MAX];
+  if (::realpath(parent.c_str(), buf) != nullptr) {
+    std::string r = buf;
+    if (r != "/") r += "/";
+    std::string name = p.filename().string();
+    return name.empty() ? std::string(buf) : r + name;
+  }
+  return p.string();
+}
+
+bool WriteAll(int fd, const std::string& s) {
+  size_t done = 0;
+  while (done < s.size()) {
+    ssize_t n = ::write(fd, s.data() + done, s.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+Status Serve(const MountConfig& config, const std::function<void()>& on_mounted) {
+  std::unique_ptr<Store> store;
+  DSFS_RETURN_IF_ERROR(Store::Open(config.store_path, config.store, &store));
+  Filesystem fs(std::move(store), config.fs);
+  FuseOptions fo = config.fuse;
+  if (fo.fsname.empty()) fo.fsname = config.store_path;
+  return ServeFuse(&fs, config.mountpoint, fo, on_mounted);
+}
+
+}  // namespace
+
+bool IsMountpoint(const std::string& path) {
+  std::string abs = AbsolutePath(path);
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string id, parent, dev, root, mp;
+    if (ls >> id >> parent >> dev >> root >> mp && Unescape(mp) == abs) return true;
+  }
+  return false;
+}
+
+Status CheckMountpoint(const std::string& mountpoint) {
+  struct stat st;
+  if (::stat(mountpoint.c_str(), &st) != 0) {
+    int err = errno;
+    if (err == ENOTCONN) {
+      return Status::Busy("mountpoint " + mountpoint +
+                          " is a dead mount (its daemon is gone); clear it with: dsfs umount " +
+                          mountpoint);
+    }
+    if (err == ENOENT) return Status::NotFound("mountpoint " + mountpoint + " does not exist");
+    return Status::FromErrno(err, "mountpoint " + mountpoint);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument("mountpoint " + mountpoint + " is not a directory");
+  }
+  if (IsMountpoint(mountpoint)) {
+    return Status::Busy("mountpoint " + mountpoint + " is already mounted");
+  }
+  return Status::OK();
+}
+
+Status MountStore(const MountConfig& config_in) {
+  MountConfig config = config_in;
+  DSFS_RETURN_IF_ERROR(CheckMountpoint(config.mountpoint));
+  struct stat st;
+  if (::stat(config.store_path.c_str(), &st) != 0) {
+    return Status::FromErrno(errno, config.store_path);
+  }
+  // The daemon changes to "/": make both paths absolute first.
+  config.store_path = AbsolutePath(config.store_path);
+  config.mountpoint = AbsolutePath(config.mountpoint);
+  if (config.foreground) return Serve(config, nullptr);
+
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::FromErrno(errno, "pipe");
+  pid_t pid = ::fork();
+  if (pid < 0) return Status::FromErrno(errno, "fork");
+  if (pid == 0) {
+    ::close(fds[0]);
+    ::setsid();
+    if (::chdir("/") != 0) _exit(1);
+    bool reported = false;
+    Status s = Serve(config, [&] {
+      // The kernel mount exists; the parent's first request is answered once the loop runs.
+      WriteAll(fds[1], "OK\n");
+      ::close(fds[1]);
+      reported = true;
+      int null = ::open("/dev/null", O_RDWR);
+      if (null >= 0) {
+        ::dup2(null, 0);
+        ::dup2(null, 1);
+        ::dup2(null, 2);
+        if (null > 2) ::close(null);
+      }
+      // A daemon's stderr goes nowhere: log to syslog (the journal) instead.
+      auto logger = Log();
+      logger->sinks().clear();
+      logger->sinks().push_back(std::make_shared<spdlog::sinks::syslog_sink_mt>(
+          "dsfs", LOG_PID, LOG_DAEMON, true));
+    });
+    if (!reported) {
+      WriteAll(fds[1], "ERR " + s.message() + "\n");
+      _exit(1);
+    }
+    _exit(s.ok() ? 0 : 1);
+  }
+  ::close(fds[1]);
+  std::string reply;
+  char buf[512];
+  for (;;) {
+    ssize_t n = ::read(fds[0], buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    reply.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  if (reply.rfind("OK", 0) != 0) {
+    int wstatus = 0;
+    ::waitpid(pid, &wstatus, 0);
+    if (reply.rfind("ERR ", 0) == 0) {
+      std::string msg = reply.substr(4);
+      while (!msg.empty() && msg.back() == '\n') msg.pop_back();
+      return Status::IOError(msg);
+    }
+    return Status::IOError("the mount daemon exited before mounting");
+  }
+  // Returns once the daemon answers: this stat is a request to it.
+  if (::stat(config.mountpoint.c_str(), &st) != 0) {
+    return Status::FromErrno(errno, "mounted, but " + config.mountpoint + " does not answer");
+  }
+  return Status::OK();
+}
+
+Status Unmount(const std::string& mountpoint, bool lazy) {
+  std::string abs = AbsolutePath(mountpoint);
+  if (!IsMountpoint(abs)) return Status::InvalidArgument(mountpoint + " is not mounted");
+  if (::umount2(abs.c_str(), lazy ? MNT_DETACH : 0) == 0) return Status::OK();
+  int err = errno;
+  if (err == EPERM) {
+    // Not root: the setuid helper may unmount FUSE mounts of this user.
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      if (lazy) {
+        ::execlp("fusermount3", "fusermount3", "-u", "-z", abs.c_str(), nullptr);
+      } else {
+        ::execlp("fusermount3", "fusermount3", "-u", abs.c_str(), nullptr);
+      }
+      _exit(127);
+    }
+    int wstatus = 0;
+    if (pid > 0 && ::waitpid(pid, &wstatus, 0) == pid && WIFEXITED(wstatus) &&
+        WEXITSTATUS(wstatus) == 0) {
+      return Status::OK();
+    }
+    return Status::FromErrno(EPERM, "cannot unmount " + mountpoint);
+  }
+  if (err == EBUSY) {
+    return Status::Busy(mountpoint + " is busy (files open on it); use dsfs umount --lazy");
+  }
+  return Status::FromErrno(err, "cannot unmount " + mountpoint);
+}
+
+}  // namespace dsfs

@@ -1,0 +1,37 @@
+// Mounting and unmounting: mountpoint checks, the background daemon, `dsfs umount`.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+#include "fs/filesystem.h"
+#include "fs/fuse_ops.h"
+#include "store/store.h"
+
+namespace dsfs {
+
+struct MountConfig {
+  std::string store_path;
+  std::string mountpoint;
+  bool foreground = false;  // serve in this process; otherwise fork a daemon
+  FuseOptions fuse;
+  FsOptions fs;
+  StoreOptions store;
+};
+
+// OK if `mountpoint` is an existing directory that nothing is mounted on. Otherwise NotFound,
+// InvalidArgument (not a directory) or Busy (already mounted, or a dead FUSE mount left behind
+// by a killed daemon), each with a one-line message that says what to do.
+Status CheckMountpoint(const std::string& mountpoint);
+
+// Opens the store and mounts it. In the foreground, serves until unmounted or signalled. In the
+// background, returns OK only once the daemon's mount answers requests, or the daemon's error.
+Status MountStore(const MountConfig& config);
+
+// Unmounts a dsfs mount (also one whose daemon was killed). `lazy` detaches a busy mount.
+Status Unmount(const std::string& mountpoint, bool lazy);
+
+// True if `path` is a mountpoint listed in /proc/self/mountinfo.
+bool IsMountpoint(const std::string& path);
+
+}  // namespace dsfs

@@ -1,0 +1,146 @@
+#include "store/codec.h"
+
+#include <xxhash.h>
+#include <zdict.h>
+
+#include <cstring>
+
+namespace dsfs {
+
+Status TrainDictionary(const std::vector<std::string>& samples, size_t dict_bytes,
+                       std::string* dict) {
+  dict->clear();
+  // zstd needs a handful of samples and several times the dictionary size to learn anything.
+  size_t total = 0;
+  for (const auto& s : samples) total += s.size();
+  if (samples.size() < 8 || dict_bytes < 1024 || total < 4 * dict_bytes) return Status::OK();
+  std::string flat;
+  flat.reserve(total);
+  std::vector<size_t> sizes;
+  sizes.reserve(samples.size());
+  for (const auto& s : samples) {
+    flat += s;
+    sizes.push_back(s.size());
+  }
+  dict->resize(dict_bytes);
+  size_t n = ZDICT_trainFromBuffer(dict->data(), dict_bytes, flat.data(), sizes.data(),
+                                   static_cast<unsigned>(sizes.size()));
+  if (ZDICT_isError(n)) {
+    // Training fails on data without repeated structure; that is not an error, just no gain.
+    dict->clear();
+    return Status::OK();
+  }
+  dict->resize(n);
+  return Status::OK();
+}
+
+Status Dictionary::Create(std::string_view bytes, int level, std::shared_ptr<Dictionary>* out) {
+  std::shared_ptr<Dictionary> d(new Dictionary());
+  if (!bytes.empty()) {
+    d->cdict_ = ZSTD_createCDict(bytes.data(), bytes.size(), level);
+    d->ddict_ = ZSTD_createDDict(bytes.data(), bytes.size());
+    if (!d->cdict_ || !d->ddict_) return Status::Corruption("invalid zstd dictionary");
+  }
+  *out = std::move(d);
+  return Status::OK();
+}
+
+Dictionary::~Dictionary() {
+  ZSTD_freeCDict(cdict_);
+  ZSTD_freeDDict(ddict_);
+}
+
+PayloadEncoder::PayloadEncoder(int level, std::shared_ptr<const Dictionary> dict)
+    : level_(level), dict_(std::move(dict)), cctx_(ZSTD_createCCtx()) {}
+
+PayloadEncoder::~PayloadEncoder() { ZSTD_freeCCtx(cctx_); }
+
+Status PayloadEncoder::Encode(std::string_view raw, bool use_dict, std::string* out) {
+  if (raw.size() > UINT32_MAX) return Status::InvalidArgument("payload too large");
+  size_t start = out->size();
+  size_t bound = ZSTD_compressBound(raw.size());
+  out->resize(start + sizeof(PayloadHeader) + bound);
+  char* dst = out->data() + start + sizeof(PayloadHeader);
+  PayloadHeader h{};
+  h.raw_bytes = static_cast<uint32_t>(raw.size());
+  size_t n;
+  if (use_dict && dict_ && dict_->cdict()) {
+    n = ZSTD_compress_usingCDict(cctx_, dst, bound, raw.data(), raw.size(), dict_->cdict());
+    h.codec = static_cast<uint8_t>(Codec::kZstdDict);
+  } else {
+    n = ZSTD_compressCCtx(cctx_, dst, bound, raw.data(), raw.size(), level_);
+    h.codec = static_cast<uint8_t>(Codec::kZstd);
+  }
+  if (ZSTD_isError(n)) return Status::IOError(std::string("zstd: ") + ZSTD_getErrorName(n));
+  if (n >= raw.size()) {
+    // Incompressible: store as is (reads then skip decompression altogether).
+    std::memcpy(dst, raw.data(), raw.size());
+    n = raw.size();
+    h.codec = static_cast<uint8_t>(Codec::kRaw);
+  }
+  out->resize(start + sizeof(PayloadHeader) + n);
+  char* rec = out->data() + start;
+  std::memcpy(rec, &h, sizeof(h));
+  h.checksum = XXH3_64bits(rec + 8, sizeof(PayloadHeader) - 8 + n);
+  std::memcpy(rec, &h.checksum, sizeof(h.checksum));
+  return Status::OK();
+}
+
+std::string RawPayloadRecord(std::string_view raw) {
+  PayloadHeader h{};
+  h.codec = static_cast<uint8_t>(Codec::kRaw);
+  h.raw_bytes = static_cast<uint32_t>(raw.size());
+  std::string rec(reinterpret_cast<const char*>(&h), sizeof(h));
+  rec += raw;
+  h.checksum = XXH3_64bits(rec.data() + 8, rec.size() - 8);
+  std::memcpy(rec.data(), &h.checksum, sizeof(h.checksum));
+  return rec;
+}
+
+Status ParsePayload(std::string_view record, PayloadView* out) {
+  if (record.size() < sizeof(PayloadHeader)) return Status::Corruption("payload record too short");
+  PayloadHeader h;
+  std::memcpy(&h, record.data(), sizeof(h));
+  if (XXH3_64bits(record.data() + 8, record.size() - 8) != h.checksum) {
+    return Status::Corruption("payload checksum mismatch");
+  }
+  if (h.codec > static_cast<uint8_t>(Codec::kZstdDict)) {
+    return Status::Corruption("payload has an unknown codec");
+  }
+  out->codec = static_cast<Codec>(h.codec);
+  out->raw_bytes = h.raw_bytes;
+  out->stored = record.substr(sizeof(PayloadHeader));
+  if (out->codec == Codec::kRaw && out->stored.size() != h.raw_bytes) {
+    return Status::Corruption("raw payload has the wrong size");
+  }
+  return Status::OK();
+}
+
+PayloadDecoder::PayloadDecoder() : dctx_(ZSTD_createDCtx()) {}
+PayloadDecoder::~PayloadDecoder() { ZSTD_freeDCtx(dctx_); }
+
+Status PayloadDecoder::Decode(const PayloadView& p, const Dictionary* dict, char* dst) {
+  size_t n;
+  switch (p.codec) {
+    case Codec::kRaw:
+      std::memcpy(dst, p.stored.data(), p.raw_bytes);
+      return Status::OK();
+    case Codec::kZstd:
+      n = ZSTD_decompressDCtx(dctx_, dst, p.raw_bytes, p.stored.data(), p.stored.size());
+      break;
+    case Codec::kZstdDict:
+      if (!dict || !dict->ddict()) return Status::Corruption("payload needs a missing dictionary");
+      n = ZSTD_decompress_usingDDict(dctx_, dst, p.raw_bytes, p.stored.data(), p.stored.size(),
+                                     dict->ddict());
+      break;
+    default:
+      return Status::Corruption("payload has an unknown codec");
+  }
+  if (ZSTD_isError(n)) {
+    return Status::Corruption(std::string("payload does not decompress: ") + ZSTD_getErrorName(n));
+  }
+  if (n != p.raw_bytes) return Status::Corruption("payload decompressed to the wrong size");
+  return Status::OK();
+}
+
+}  // namespace dsfs

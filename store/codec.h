@@ -1,0 +1,85 @@
+// Payload records: zstd compression (optionally with the store's trained dictionary) and the
+// xxh3 checksum that guards every record. See store/format.h for the record layout.
+#pragma once
+
+#include <zstd.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "store/format.h"
+
+namespace dsfs {
+
+// Trains a zstd dictionary of at most `dict_bytes` on `samples`. Returns OK with an empty
+// *dict when the samples are too few or too uniform for a useful dictionary.
+Status TrainDictionary(const std::vector<std::string>& samples, size_t dict_bytes,
+                       std::string* dict);
+
+// Shared, immutable compression/decompression dictionaries (digested once).
+// Safe to use from many threads at once.
+class Dictionary {
+ public:
+  // `bytes` may be empty (no dictionary).
+  static Status Create(std::string_view bytes, int level, std::shared_ptr<Dictionary>* out);
+  ~Dictionary();
+  bool empty() const { return cdict_ == nullptr && ddict_ == nullptr; }
+  const ZSTD_CDict* cdict() const { return cdict_; }
+  const ZSTD_DDict* ddict() const { return ddict_; }
+
+ private:
+  Dictionary() = default;
+  ZSTD_CDict* cdict_ = nullptr;
+  ZSTD_DDict* ddict_ = nullptr;
+};
+
+// Builds payload records. One per thread (holds a zstd context).
+class PayloadEncoder {
+ public:
+  PayloadEncoder(int level, std::shared_ptr<const Dictionary> dict);
+  ~PayloadEncoder();
+  PayloadEncoder(const PayloadEncoder&) = delete;
+  PayloadEncoder& operator=(const PayloadEncoder&) = delete;
+  // Appends the record for `raw` to *out: zstd with the dictionary when there is one (and
+  // `use_dict`), stored raw when compression does not make it smaller.
+  Status Encode(std::string_view raw, bool use_dict, std::string* out);
+
+ private:
+  int level_;
+  std::shared_ptr<const Dictionary> dict_;
+  ZSTD_CCtx* cctx_;
+};
+
+// The record holding `raw` uncompressed (checksummed).
+std::string RawPayloadRecord(std::string_view raw);
+
+// A payload record whose checksum has been verified.
+struct PayloadView {
+  Codec codec;
+  uint32_t raw_bytes;
+  std::string_view stored;  // the bytes after the header
+};
+
+// Verifies the checksum and structure of a record. Corruption on any mismatch.
+Status ParsePayload(std::string_view record, PayloadView* out);
+
+// Decompresses payload records. One per thread (holds a zstd context).
+class PayloadDecoder {
+ public:
+  PayloadDecoder();
+  ~PayloadDecoder();
+  PayloadDecoder(const PayloadDecoder&) = delete;
+  PayloadDecoder& operator=(const PayloadDecoder&) = delete;
+  // Writes exactly p.raw_bytes bytes to `dst` (capacity >= p.raw_bytes). Corruption if the
+  // data does not decompress to exactly that size.
+  Status Decode(const PayloadView& p, const Dictionary* dict, char* dst);
+
+ private:
+  ZSTD_DCtx* dctx_;
+};
+
+}  // namespace dsfs

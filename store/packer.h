@@ -1,0 +1,46 @@
+// Packing a directory tree into a store.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "backend/kv_store.h"
+#include "common/status.h"
+
+namespace dsfs {
+
+struct PackOptions {
+  int zstd_level = 9;
+  uint32_t dict_bytes = 112640;      // zstd's customary 110 KiB; 0 disables the dictionary
+  uint32_t chunk_bytes = 256 << 10;  // large files are split into independently read chunks
+  uint32_t segment_bytes = 64 << 10; // metadata checksum granularity
+  int threads = 0;                   // compression threads; 0 = one per core
+};
+
+struct PackProgress {
+  uint64_t files_done = 0;
+  uint64_t files_total = 0;
+  uint64_t bytes_done = 0;
+  uint64_t bytes_total = 0;
+  uint64_t bytes_stored = 0;
+  const char* phase = "";  // "scanning", "training", "compressing", "finishing"
+};
+
+struct PackStats {
+  uint64_t files = 0, dirs = 0, symlinks = 0, skipped = 0;
+  uint64_t bytes_in = 0;      // sum of regular file sizes
+  uint64_t payload_bytes = 0; // stored payload records
+  uint32_t dict_bytes = 0;
+  double seconds = 0;
+};
+
+// Walks `src` (never following symlinks; storing them as symlinks), compresses file contents on
+// `options.threads` threads and writes a complete store to `writer`, then commits it. Special
+// files (devices, fifos, sockets) are skipped with a warning. Errors name the path involved; on
+// error nothing is committed. `progress` (may be empty) is called from the calling thread a few
+// times a second.
+Status PackDirectory(const std::string& src, const PackOptions& options, KvWriter* writer,
+                     const std::function<void(const PackProgress&)>& progress, PackStats* stats);
+
+}  // namespace dsfs

@@ -1,0 +1,259 @@
+#include "store/store.h"
+
+#include <cstring>
+
+#include "common/log.h"
+
+namespace dsfs {
+namespace {
+
+// Decompression contexts are per thread: FUSE serves from several threads at once.
+PayloadDecoder& ThreadDecoder() {
+  thread_local PayloadDecoder decoder;
+  return decoder;
+}
+
+}  // namespace
+
+Status Store::Open(const std::string& path, const StoreOptions& options,
+                   std::unique_ptr<Store>* store) {
+  KvReaderOptions kv_options;
+  kv_options.random_access = options.random_access;
+  std::unique_ptr<KvReader> kv;
+  DSFS_RETURN_IF_ERROR(OpenKvReader(path, kv_options, &kv));
+  Status s = Open(std::move(kv), store);
+  if (!s.ok()) {
+    // Messages from below already start with the path when they came from the OS.
+    if (s.message().rfind(path, 0) == 0) return s;
+    return s.WithContext(path);
+  }
+  return s;
+}
+
+Status Store::Open(std::unique_ptr<KvReader> kv, std::unique_ptr<Store>* store) {
+  std::unique_ptr<Store> st(new Store());
+  st->kv_ = std::move(kv);
+  DSFS_RETURN_IF_ERROR(st->Init());
+  *store = std::move(st);
+  return Status::OK();
+}
+
+Status Store::Init() {
+  PinnedValue hv;
+  Status s = kv_->Get(kHeaderKey, &hv);
+  if (s.IsNotFound()) return Status::InvalidArgument("not a dsfs store (no header)");
+  DSFS_RETURN_IF_ERROR(s);
+  DSFS_RETURN_IF_ERROR(ParseHeader(hv.data(), &header_));
+  const StoreHeader& h = header_;
+  if (h.inode_count == 0 || h.inode_count > UINT32_MAX - 1 || h.chunk_bytes == 0 ||
+      h.segment_bytes == 0) {
+    return Status::Corruption("store header has impossible values");
+  }
+  auto get = [&](std::string_view key, PinnedValue* v) -> Status {
+    Status gs = kv_->Get(key, v);
+    if (gs.IsNotFound()) {
+      return Status::Corruption("store is missing its '" + std::string(key) + "' record");
+    }
+    return gs;
+  };
+  DSFS_RETURN_IF_ERROR(get(kInodeKey, &inode_value_));
+  DSFS_RETURN_IF_ERROR(get(kInodeSumKey, &inode_sums_));
+  DSFS_RETURN_IF_ERROR(get(kNameKey, &name_value_));
+  DSFS_RETURN_IF_ERROR(get(kNameSumKey, &name_sums_));
+  if (inode_value_.size() != h.inode_count * sizeof(InodeRecord)) {
+    return Status::Corruption("inode table size does not match the header");
+  }
+  if (name_value_.size() != h.names_bytes) {
+    return Status::Corruption("name table size does not match the header");
+  }
+  DSFS_RETURN_IF_ERROR(
+      inodes_.Init("inode", inode_value_.data(), inode_sums_.data(), h.segment_bytes));
+  DSFS_RETURN_IF_ERROR(names_.Init("name", name_value_.data(), name_sums_.data(), h.segment_bytes));
+  std::string_view dict_bytes;
+  if (h.dict_bytes > 0) {
+    DSFS_RETURN_IF_ERROR(get(kDictKey, &dict_value_));
+    PayloadView p;
+    DSFS_RETURN_IF_ERROR(ParsePayload(dict_value_.data(), &p).WithContext("dictionary"));
+    if (p.codec != Codec::kRaw || p.raw_bytes != h.dict_bytes) {
+      return Status::Corruption("dictionary record does not match the header");
+    }
+    dict_bytes = p.stored;
+  }
+  DSFS_RETURN_IF_ERROR(Dictionary::Create(dict_bytes, h.zstd_level, &dict_));
+  // The root must be a directory: checks the first segment of each table on the way.
+  InodeRecord root;
+  DSFS_RETURN_IF_ERROR(GetInode(kRootIno, &root));
+  if (!IsDir(root)) return Status::Corruption("store root is not a directory");
+  return Status::OK();
+}
+
+Status Store::GetInode(uint32_t ino, InodeRecord* rec) const {
+  if (ino == 0 || ino > header_.inode_count) return Status::NotFound("no such inode");
+  uint64_t off = static_cast<uint64_t>(ino - 1) * sizeof(InodeRecord);
+  DSFS_RETURN_IF_ERROR(inodes_.Check(off, sizeof(InodeRecord)));
+  std::memcpy(rec, inodes_.data() + off, sizeof(InodeRecord));
+  return Status::OK();
+}
+
+Status Store::GetName(const InodeRecord& rec, std::string_view* name) const {
+  DSFS_RETURN_IF_ERROR(names_.Check(rec.name_off, rec.name_len));
+  *name = std::string_view(names_.data() + rec.name_off, rec.name_len);
+  return Status::OK();
+}
+
+Status Store::ReadLink(const InodeRecord& rec, std::string_view* target) const {
+  if (!IsLink(rec)) return Status::InvalidArgument("not a symbolic link");
+  DSFS_RETURN_IF_ERROR(names_.Check(rec.data, rec.size));
+  *target = std::string_view(names_.data() + rec.data, rec.size);
+  return Status::OK();
+}
+
+Status Store::DirEntries(uint32_t dir, const InodeRecord& rec, uint32_t* first,
+                         uint32_t* count) const {
+  if (!IsDir(rec)) return Status::InvalidArgument("not a directory");
+  if (rec.size == 0) {
+    *first = 0;
+    *count = 0;
+    return Status::OK();
+  }
+  // Breadth-first numbering puts every entry after its directory and inside the table.
+  if (rec.data <= dir || rec.data > header_.inode_count ||
+      rec.size > header_.inode_count - rec.data + 1) {
+    return Status::Corruption("directory entry range out of bounds");
+  }
+  *first = static_cast<uint32_t>(rec.data);
+  *count = static_cast<uint32_t>(rec.size);
+  return Status::OK();
+}
+
+Status Store::Lookup(uint32_t dir, std::string_view name, uint32_t* ino, InodeRecord* rec) const {
+  InodeRecord d;
+  DSFS_RETURN_IF_ERROR(GetInode(dir, &d));
+  uint32_t first, count;
+  DSFS_RETURN_IF_ERROR(DirEntries(dir, d, &first, &count));
+  // Entries are sorted bytewise by name.
+  uint32_t lo = 0, hi = count;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    InodeRecord r;
+    DSFS_RETURN_IF_ERROR(GetInode(first + mid, &r));
+    std::string_view n;
+    DSFS_RETURN_IF_ERROR(GetName(r, &n));
+    int c = n.compare(name);
+    if (c == 0) {
+      if (r.parent != dir) return Status::Corruption("directory entry has the wrong parent");
+      *ino = first + mid;
+      *rec = r;
+      return Status::OK();
+    }
+    if (c < 0) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return Status::NotFound("no such file or directory");
+}
+
+Status Store::LookupPath(std::string_view path, uint32_t* ino, InodeRecord* rec) const {
+  uint32_t cur = kRootIno;
+  InodeRecord r;
+  DSFS_RETURN_IF_ERROR(GetInode(cur, &r));
+  size_t pos = 0;
+  while (pos <= path.size()) {
+    size_t slash = path.find('/', pos);
+    if (slash == std::string_view::npos) slash = path.size();
+    std::string_view part = path.substr(pos, slash - pos);
+    pos = slash + 1;
+    if (part.empty() || part == ".") continue;
+    if (part == "..") {
+      cur = r.parent;
+      DSFS_RETURN_IF_ERROR(GetInode(cur, &r));
+      continue;
+    }
+    if (!IsDir(r)) return Status::InvalidArgument("not a directory");
+    DSFS_RETURN_IF_ERROR(Lookup(cur, part, &cur, &r));
+  }
+  *ino = cur;
+  *rec = r;
+  return Status::OK();
+}
+
+Status Store::ReadChunk(const InodeRecord& rec, uint64_t index, std::string* buf,
+                        std::string_view* out) const {
+  uint64_t chunk = header_.chunk_bytes;
+  uint64_t expected = std::min<uint64_t>(chunk, rec.size - index * chunk);
+  PinnedValue v;
+  Status s = kv_->Get(PayloadKey(rec.data + index), &v);
+  if (s.IsNotFound()) s = Status::Corruption("payload record missing");
+  PayloadView p;
+  if (s.ok()) s = ParsePayload(v.data(), &p);
+  if (s.ok() && p.raw_bytes != expected) s = Status::Corruption("payload has the wrong size");
+  if (s.ok() && p.codec == Codec::kRaw && v.stable()) {
+    // Zero copy: the value lives as long as the store.
+    *out = p.stored;
+    return Status::OK();
+  }
+  if (s.ok()) {
+    buf->resize(p.raw_bytes);
+    s = ThreadDecoder().Decode(p, dict_.get(), buf->data());
+  }
+  if (!s.ok()) {
+    Log()->error("payload {} (chunk {} of a {}-byte file): {}", rec.data + index, index, rec.size,
+                 s.message());
+    return s;
+  }
+  *out = *buf;
+  return Status::OK();
+}
+
+Status Store::Read(const InodeRecord& rec, uint64_t offset, uint64_t size, std::string* buf,
+                   std::string_view* out) const {
+  if (!IsReg(rec)) return Status::InvalidArgument("not a regular file");
+  if (offset >= rec.size || size == 0) {
+    *out = {};
+    return Status::OK();
+  }
+  size = std::min(size, rec.size - offset);
+  uint64_t chunk = header_.chunk_bytes;
+  uint64_t first = offset / chunk;
+  uint64_t last = (offset + size - 1) / chunk;
+  if (first == last) {
+    std::string_view data;
+    DSFS_RETURN_IF_ERROR(ReadChunk(rec, first, buf, &data));
+    *out = data.substr(offset - first * chunk, size);
+    return Status::OK();
+  }
+  // Spans chunks: assemble into *buf.
+  std::string result;
+  result.reserve(size);
+  std::string tmp;
+  for (uint64_t i = first; i <= last; ++i) {
+    std::string_view data;
+    DSFS_RETURN_IF_ERROR(ReadChunk(rec, i, &tmp, &data));
+    uint64_t begin = (i == first) ? offset - first * chunk : 0;
+    uint64_t end = (i == last) ? offset + size - last * chunk : data.size();
+    result.append(data.substr(begin, end - begin));
+  }
+  *buf = std::move(result);
+  *out = *buf;
+  return Status::OK();
+}
+
+Status Store::VerifyMetadata() const {
+  DSFS_RETURN_IF_ERROR(inodes_.CheckAll());
+  return names_.CheckAll();
+}
+
+Status Store::VerifyFile(const InodeRecord& rec) const {
+  if (!IsReg(rec) || rec.size == 0) return Status::OK();
+  uint64_t chunks = (rec.size + header_.chunk_bytes - 1) / header_.chunk_bytes;
+  std::string buf;
+  for (uint64_t i = 0; i < chunks; ++i) {
+    std::string_view data;
+    DSFS_RETURN_IF_ERROR(ReadChunk(rec, i, &buf, &data));
+  }
+  return Status::OK();
+}
+
+}  // namespace dsfs

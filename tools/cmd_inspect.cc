@@ -1,0 +1,220 @@
+// dsfs ls, cat, info, verify: reading a store without mounting it.
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <ctime>
+#include <functional>
+
+#include "common/units.h"
+#include "store/store.h"
+#include "tools/commands.h"
+
+namespace dsfs {
+namespace {
+
+Status OpenStore(const std::string& path, std::unique_ptr<Store>* store) {
+  return Store::Open(path, StoreOptions{}, store);
+}
+
+std::string ModeString(uint32_t mode) {
+  std::string s = S_ISDIR(mode) ? "d" : S_ISLNK(mode) ? "l" : "-";
+  const char* rwx = "rwxrwxrwx";
+  for (int i = 0; i < 9; ++i) s += (mode & (0400 >> i)) ? rwx[i] : '-';
+  return s;
+}
+
+std::string TimeString(int64_t t) {
+  time_t tt = static_cast<time_t>(t);
+  struct tm tm;
+  gmtime_r(&tt, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M", &tm);
+  return buf;
+}
+
+std::string JsonString(std::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+// Visits every inode below `dir` depth-first in listing order with its path.
+Status Walk(const Store& store, uint32_t dir, const std::string& prefix,
+            const std::function<Status(uint32_t, const InodeRecord&, const std::string&)>& visit) {
+  InodeRecord d;
+  DSFS_RETURN_IF_ERROR(store.GetInode(dir, &d));
+  uint32_t first, count;
+  DSFS_RETURN_IF_ERROR(store.DirEntries(dir, d, &first, &count));
+  for (uint32_t i = 0; i < count; ++i) {
+    InodeRecord r;
+    std::string_view name;
+    DSFS_RETURN_IF_ERROR(store.GetInode(first + i, &r));
+    DSFS_RETURN_IF_ERROR(store.GetName(r, &name));
+    std::string path = prefix + "/" + std::string(name);
+    DSFS_RETURN_IF_ERROR(visit(first + i, r, path));
+    if (IsDir(r)) DSFS_RETURN_IF_ERROR(Walk(store, first + i, path, visit));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status RunLs(const std::string& store_path, const std::string& path, bool long_format,
+             bool recursive, std::ostream& out) {
+  std::unique_ptr<Store> store;
+  DSFS_RETURN_IF_ERROR(OpenStore(store_path, &store));
+  uint32_t ino;
+  InodeRecord rec;
+  Status s = store->LookupPath(path, &ino, &rec);
+  if (!s.ok()) return s.WithContext(path);
+  auto print = [&](const InodeRecord& r, const std::string& name) -> Status {
+    if (long_format) {
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%s %12llu %s ", ModeString(r.mode).c_str(),
+                    static_cast<unsigned long long>(IsDir(r) ? 0 : r.size),
+                    TimeString(r.mtime_s).c_str());
+      out << buf;
+    }
+    out << name;
+    if (long_format && IsLink(r)) {
+      std::string_view target;
+      DSFS_RETURN_IF_ERROR(store->ReadLink(r, &target));
+      out << " -> " << target;
+    }
+    out << "\n";
+    return Status::OK();
+  };
+  if (!IsDir(rec)) return print(rec, path);
+  if (recursive) {
+    std::string prefix = path == "/" ? "" : path;
+    return Walk(*store, ino, prefix, [&](uint32_t, const InodeRecord& r, const std::string& p) {
+      return print(r, p);
+    });
+  }
+  uint32_t first, count;
+  DSFS_RETURN_IF_ERROR(store->DirEntries(ino, rec, &first, &count));
+  for (uint32_t i = 0; i < count; ++i) {
+    InodeRecord r;
+    std::string_view name;
+    DSFS_RETURN_IF_ERROR(store->GetInode(first + i, &r));
+    DSFS_RETURN_IF_ERROR(store->GetName(r, &name));
+    DSFS_RETURN_IF_ERROR(print(r, std::string(name)));
+  }
+  return Status::OK();
+}
+
+Status RunCat(const std::string& store_path, const std::string& path, std::ostream& out) {
+  std::unique_ptr<Store> store;
+  DSFS_RETURN_IF_ERROR(OpenStore(store_path, &store));
+  uint32_t ino;
+  InodeRecord rec;
+  Status s = store->LookupPath(path, &ino, &rec);
+  if (!s.ok()) return s.WithContext(path);
+  if (!IsReg(rec)) return Status::InvalidArgument(path + ": not a regular file");
+  std::string buf;
+  const uint64_t step = store->header().chunk_bytes;
+  for (uint64_t off = 0; off < rec.size; off += step) {
+    std::string_view data;
+    s = store->Read(rec, off, step, &buf, &data);
+    if (!s.ok()) return s.WithContext(path);
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  }
+  return Status::OK();
+}
+
+Status RunInfo(const std::string& store_path, bool json, std::ostream& out) {
+  std::unique_ptr<Store> store;
+  DSFS_RETURN_IF_ERROR(OpenStore(store_path, &store));
+  const StoreHeader& h = store->header();
+  struct stat st;
+  uint64_t store_bytes = ::stat(store_path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  double ratio = h.file_bytes ? static_cast<double>(store_bytes) / static_cast<double>(h.file_bytes) : 0;
+  char buf[2048];
+  if (json) {
+    std::snprintf(
+        buf, sizeof(buf),
+        "{\"store\": %s, \"backend\": %s, \"format_version\": %u, \"created_unix_s\": %llu, "
+        "\"entries\": %llu, \"files\": %llu, \"directories\": %llu, \"symlinks\": %llu, "
+        "\"file_bytes\": %llu, \"payload_records\": %llu, \"payload_bytes\": %llu, "
+        "\"store_bytes\": %llu, \"ratio\": %.4f, \"zstd_level\": %d, \"dictionary_bytes\": %u, "
+        "\"chunk_bytes\": %u}\n",
+        JsonString(store_path).c_str(), JsonString(store->backend_name()).c_str(), h.version,
+        static_cast<unsigned long long>(h.created_unix_s),
+        static_cast<unsigned long long>(h.inode_count),
+        static_cast<unsigned long long>(h.file_count),
+        static_cast<unsigned long long>(h.dir_count),
+        static_cast<unsigned long long>(h.symlink_count),
+        static_cast<unsigned long long>(h.file_bytes),
+        static_cast<unsigned long long>(h.payload_count),
+        static_cast<unsigned long long>(h.payload_bytes),
+        static_cast<unsigned long long>(store_bytes), ratio, h.zstd_level, h.dict_bytes,
+        h.chunk_bytes);
+  } else {
+    std::snprintf(buf, sizeof(buf),
+                  "store:        %s (%s)\n"
+                  "format:       dsfs v%u, created %s UTC\n"
+                  "entries:      %llu (%llu files, %llu directories, %llu symlinks)\n"
+                  "file bytes:   %s\n"
+                  "store bytes:  %s (ratio %.3f; payloads %s in %llu records)\n"
+                  "compression:  zstd level %d, dictionary %s, chunks of %s\n",
+                  store_path.c_str(), std::string(store->backend_name()).c_str(), h.version,
+                  TimeString(static_cast<int64_t>(h.created_unix_s)).c_str(),
+                  static_cast<unsigned long long>(h.inode_count),
+                  static_cast<unsigned long long>(h.file_count),
+                  static_cast<unsigned long long>(h.dir_count),
+                  static_cast<unsigned long long>(h.symlink_count),
+                  FormatBytes(h.file_bytes).c_str(), FormatBytes(store_bytes).c_str(), ratio,
+                  FormatBytes(h.payload_bytes).c_str(),
+                  static_cast<unsigned long long>(h.payload_count), h.zstd_level,
+                  h.dict_bytes ? FormatBytes(h.dict_bytes).c_str() : "none",
+                  FormatBytes(h.chunk_bytes).c_str());
+  }
+  out << buf;
+  return Status::OK();
+}
+
+Status RunVerify(const std::string& store_path, std::ostream& out) {
+  std::unique_ptr<Store> store;
+  DSFS_RETURN_IF_ERROR(OpenStore(store_path, &store));
+  Status meta = store->VerifyMetadata();
+  if (!meta.ok()) {
+    out << "BAD metadata: " << meta.message() << "\n";
+    return Status::Corruption(store_path + ": metadata is damaged");
+  }
+  uint64_t files = 0, bytes = 0, bad = 0;
+  Status s = Walk(*store, Store::kRootIno, "",
+                  [&](uint32_t, const InodeRecord& r, const std::string& path) -> Status {
+                    if (!IsReg(r)) return Status::OK();
+                    ++files;
+                    bytes += r.size;
+                    Status fs = store->VerifyFile(r);
+                    if (!fs.ok()) {
+                      ++bad;
+                      out << "BAD " << path << ": " << fs.message() << "\n";
+                    }
+                    return Status::OK();
+                  });
+  if (!s.ok()) {
+    out << "BAD metadata: " << s.message() << "\n";
+    return Status::Corruption(store_path + ": metadata is damaged");
+  }
+  if (bad) {
+    return Status::Corruption(store_path + ": " + std::to_string(bad) + " of " +
+                              std::to_string(files) + " files are damaged");
+  }
+  out << "verified " << files << " files (" << FormatBytes(bytes) << "): all OK\n";
+  return Status::OK();
+}
+
+}  // namespace dsfs

@@ -1,0 +1,60 @@
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "backend/kv_store.h"
+#include "common/units.h"
+#include "tools/commands.h"
+
+namespace dsfs {
+
+Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err) {
+  struct stat st;
+  if (::stat(cmd.src.c_str(), &st) != 0) return Status::FromErrno(errno, cmd.src);
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(cmd.src + ": not a directory");
+  KvWriterOptions wo;
+  wo.overwrite = cmd.force;
+  // Sizing hint for the store: the source's apparent size is an upper bound of what it needs.
+  wo.expected_bytes = 0;
+  std::unique_ptr<KvWriter> writer;
+  DSFS_RETURN_IF_ERROR(NewLmdbWriter(cmd.dst, wo, &writer));
+
+  bool bar = !cmd.quiet && ::isatty(STDERR_FILENO);
+  auto progress = [&](const PackProgress& p) {
+    if (!bar) return;
+    char line[160];
+    double pct = p.bytes_total ? 100.0 * static_cast<double>(p.bytes_done) /
+                                     static_cast<double>(p.bytes_total)
+                               : 0.0;
+    std::snprintf(line, sizeof(line), "\r%-11s %llu/%llu files  %s/%s  %5.1f%%  ", p.phase,
+                  static_cast<unsigned long long>(p.files_done),
+                  static_cast<unsigned long long>(p.files_total), FormatBytes(p.bytes_done).c_str(),
+                  FormatBytes(p.bytes_total).c_str(), pct);
+    err << line << std::flush;
+  };
+  PackStats stats;
+  Status s = PackDirectory(cmd.src, cmd.options, writer.get(), progress, &stats);
+  if (bar) err << "\r\033[K" << std::flush;
+  DSFS_RETURN_IF_ERROR(s);
+  writer.reset();
+  uint64_t store_bytes = 0;
+  if (::stat(cmd.dst.c_str(), &st) == 0) store_bytes = static_cast<uint64_t>(st.st_size);
+  char line[400];
+  double ratio = stats.bytes_in ? static_cast<double>(store_bytes) / static_cast<double>(stats.bytes_in) : 0.0;
+  double rate = stats.seconds > 0 ? static_cast<double>(stats.files) / stats.seconds : 0.0;
+  std::snprintf(line, sizeof(line),
+                "packed %llu files, %llu directories, %llu symlinks: %s -> %s (ratio %.3f) in "
+                "%.1f s, %.0f files/s",
+                static_cast<unsigned long long>(stats.files),
+                static_cast<unsigned long long>(stats.dirs),
+                static_cast<unsigned long long>(stats.symlinks),
+                FormatBytes(stats.bytes_in).c_str(), FormatBytes(store_bytes).c_str(), ratio,
+                stats.seconds, rate);
+  out << line;
+  if (stats.skipped) out << " (" << stats.skipped << " special files skipped)";
+  out << "\n";
+  return Status::OK();
+}
+
+}  // namespace dsfs

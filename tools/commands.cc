@@ -1,0 +1,147 @@
+#include "tools/commands.h"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "common/units.h"
+
+namespace dsfs {
+namespace {
+
+// CLI11 validator for sizes like 110K, 256KiB, 1M.
+struct SizeValidator : public CLI::Validator {
+  SizeValidator() {
+    name_ = "SIZE";
+    func_ = [](std::string& s) -> std::string {
+      uint64_t v;
+      Status st = ParseSize(s, &v);
+      if (!st.ok()) return st.message();
+      s = std::to_string(v);
+      return std::string();
+    };
+  }
+};
+
+}  // namespace
+
+int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  CLI::App app{"dsfs: pack image datasets into one compressed store and mount them read-only",
+               "dsfs"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("dsfs ") + DSFS_VERSION);
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->capture_default_str();
+  SizeValidator size_validator;
+
+  PackCommand pack;
+  uint64_t dict_size = pack.options.dict_bytes, chunk_size = pack.options.chunk_bytes;
+  auto* pack_cmd = app.add_subcommand("pack", "pack directory SRC into a new store DST");
+  pack_cmd->add_option("SRC", pack.src, "source directory")->required();
+  pack_cmd->add_option("DST", pack.dst, "store file to create")->required();
+  pack_cmd->add_flag("-f,--force", pack.force, "overwrite DST if it exists");
+  pack_cmd->add_option("-l,--level", pack.options.zstd_level, "zstd compression level (1-22)")
+      ->capture_default_str();
+  pack_cmd->add_option("--dict-size", dict_size, "zstd dictionary size, 0 = none (e.g. 110K)")
+      ->transform(size_validator)
+      ->capture_default_str();
+  pack_cmd->add_option("--chunk-size", chunk_size, "large files are stored in chunks of this size")
+      ->transform(size_validator)
+      ->capture_default_str();
+  pack_cmd->add_option("-j,--threads", pack.options.threads, "compression threads (0 = all cores)")
+      ->capture_default_str();
+  pack_cmd->add_flag("-q,--quiet", pack.quiet, "no progress bar");
+
+  MountConfig mount;
+  std::vector<std::string> mount_opts;
+  auto* mount_cmd = app.add_subcommand("mount", "mount STORE read-only at MOUNTPOINT");
+  mount_cmd->add_option("STORE", mount.store_path, "store file")->required();
+  mount_cmd->add_option("MOUNTPOINT", mount.mountpoint, "existing directory")->required();
+  mount_cmd->add_flag("-f,--foreground", mount.foreground, "stay in the foreground");
+  mount_cmd->add_option("-o", mount_opts,
+                        "options: threads=N, allow_other, uid=N, gid=N, debug, ro")
+      ->delimiter(',');
+
+  std::string umount_point;
+  bool lazy = false;
+  auto* umount_cmd = app.add_subcommand("umount", "unmount a dsfs mount (also a dead one)");
+  umount_cmd->add_option("MOUNTPOINT", umount_point)->required();
+  umount_cmd->add_flag("-z,--lazy", lazy, "detach now even if busy");
+
+  std::string store_path, path = "/";
+  bool long_format = false, recursive = false, json = false;
+  auto* ls_cmd = app.add_subcommand("ls", "list PATH inside STORE");
+  ls_cmd->add_option("STORE", store_path)->required();
+  ls_cmd->add_option("PATH", path)->capture_default_str();
+  ls_cmd->add_flag("-l", long_format, "long format (mode, size, mtime)");
+  ls_cmd->add_flag("-R", recursive, "recurse into directories");
+  auto* cat_cmd = app.add_subcommand("cat", "write the file at PATH inside STORE to stdout");
+  cat_cmd->add_option("STORE", store_path)->required();
+  cat_cmd->add_option("PATH", path)->required();
+  auto* info_cmd = app.add_subcommand("info", "show what STORE holds");
+  info_cmd->add_option("STORE", store_path)->required();
+  info_cmd->add_flag("--json", json, "machine-readable output");
+  auto* verify_cmd = app.add_subcommand("verify", "check every payload of STORE");
+  verify_cmd->add_option("STORE", store_path)->required();
+
+  std::vector<std::string> rev(args.rbegin(), args.rend());
+  try {
+    app.parse(rev);
+  } catch (const CLI::CallForHelp& e) {
+    out << app.help();
+    return 0;
+  } catch (const CLI::CallForAllHelp& e) {
+    out << app.help("", CLI::AppFormatMode::All);
+    return 0;
+  } catch (const CLI::CallForVersion& e) {
+    out << e.what() << "\n";
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    err << "dsfs: error: " << e.what() << " (see dsfs --help)\n";
+    return 2;
+  }
+  if (!SetLogLevel(log_level)) {
+    err << "dsfs: error: unknown log level '" << log_level << "'\n";
+    return 2;
+  }
+
+  Status s;
+  if (*pack_cmd) {
+    pack.options.dict_bytes = static_cast<uint32_t>(std::min<uint64_t>(dict_size, UINT32_MAX));
+    if (chunk_size > (64u << 20)) {
+      err << "dsfs: error: --chunk-size must be at most 64M\n";
+      return 2;
+    }
+    pack.options.chunk_bytes = static_cast<uint32_t>(chunk_size);
+    s = RunPack(pack, out, err);
+  } else if (*mount_cmd) {
+    std::string joined;
+    for (const auto& o : mount_opts) joined += (joined.empty() ? "" : ",") + o;
+    s = ParseMountOptions(joined, &mount);
+    if (!s.ok()) {
+      err << "dsfs: error: " << s.message() << "\n";
+      return 2;
+    }
+    s = RunMount(mount);
+  } else if (*umount_cmd) {
+    s = RunUmount(umount_point, lazy);
+  } else if (*ls_cmd) {
+    s = RunLs(store_path, path, long_format, recursive, out);
+  } else if (*cat_cmd) {
+    s = RunCat(store_path, path, out);
+  } else if (*info_cmd) {
+    s = RunInfo(store_path, json, out);
+  } else if (*verify_cmd) {
+    s = RunVerify(store_path, out);
+  }
+  out.flush();
+  if (!s.ok()) {
+    err << "dsfs: error: " << s.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace dsfs

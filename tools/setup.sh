@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs everything dsfs needs to build, test and benchmark, from Debian 12 packages only.
+# Idempotent: packages already present are skipped by apt.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+PKGS=(
+  build-essential cmake pkg-config ninja-build
+  libfuse3-dev fuse3
+  liblmdb-dev lmdb-utils
+  librocksdb-dev
+  libzstd-dev
+  libspdlog-dev libfmt-dev
+  libgtest-dev libgmock-dev
+  libxxhash-dev
+  libcli11-dev
+  libturbojpeg0-dev libpng-dev
+  libarchive-dev
+  libsystemd-dev
+  squashfs-tools squashfuse
+  dataset-fashion-mnist
+  python3-torch python3-torchvision python3-numpy python3-pil
+  psmisc procps util-linux
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -20,6 +20,19 @@ class FaultyReader final : public KvReader {
     Fault fault = policy_(key);
     if (fault == Fault::kError) return Status::IOError("injected read error");
     DSFS_RETURN_IF_ERROR(base_->Get(key, value));
+    return Inject(fault, value);
+  }
+  Status Seek(std::string_view key, std::string* found_key, PinnedValue* value) override {
+    DSFS_RETURN_IF_ERROR(base_->Seek(key, found_key, value));
+    // The fault is decided by the key actually found (e.g. a payload group).
+    Fault fault = policy_(*found_key);
+    if (fault == Fault::kError) return Status::IOError("injected read error");
+    return Inject(fault, value);
+  }
+  std::string_view Name() const override { return base_->Name(); }
+
+ private:
+  Status Inject(Fault fault, PinnedValue* value) {
     if (fault == Fault::kNone) return Status::OK();
     auto pin = std::make_unique<CopyPin>();
     pin->bytes.assign(value->data());
@@ -33,9 +46,7 @@ class FaultyReader final : public KvReader {
     value->Set(view, std::move(pin));
     return Status::OK();
   }
-  std::string_view Name() const override { return base_->Name(); }
 
- private:
   std::unique_ptr<KvReader> base_;
   FaultPolicy policy_;
 };

@@ -54,6 +54,9 @@ class KvReader {
   // On success fills *value (zero copy where the backend allows). A missing key is NotFound;
   // any other failure is IOError or Corruption.
   virtual Status Get(std::string_view key, PinnedValue* value) = 0;
+  // Finds the first key >= `key`: fills *found_key (valid as long as *value) and *value.
+  // NotFound if there is none.
+  virtual Status Seek(std::string_view key, std::string* found_key, PinnedValue* value) = 0;
   // Short name of the backend ("lmdb", "memory", ...), for `dsfs info`.
   virtual std::string_view Name() const = 0;
 };

@@ -45,16 +45,19 @@ class LmdbReader final : public KvReader {
   LmdbReader(MDB_env* env, MDB_dbi dbi, std::string path)
       : env_(env), dbi_(dbi), path_(std::move(path)), id_(g_next_reader_id.fetch_add(1)) {}
   ~LmdbReader() override {
-    for (MDB_txn* t : txns_) mdb_txn_abort(t);
+    for (auto& t : threads_) {
+      mdb_cursor_close(t->cursor);
+      mdb_txn_abort(t->txn);
+    }
     mdb_env_close(env_);
   }
 
   Status Get(std::string_view key, PinnedValue* value) override {
-    MDB_txn* txn = nullptr;
-    DSFS_RETURN_IF_ERROR(ThreadTxn(&txn));
+    Thread* t = nullptr;
+    DSFS_RETURN_IF_ERROR(ThreadState(&t));
     MDB_val k{key.size(), const_cast<char*>(key.data())};
     MDB_val v;
-    int rc = mdb_get(txn, dbi_, &k, &v);
+    int rc = mdb_get(t->txn, dbi_, &k, &v);
     if (rc == MDB_NOTFOUND) return Status::NotFound("key not found");
     if (rc != 0) return LmdbError(rc, "reading", path_);
     // The map is read-only and nothing writes the file while it is served, so the pointer
@@ -63,31 +66,55 @@ class LmdbReader final : public KvReader {
     return Status::OK();
   }
 
+  Status Seek(std::string_view key, std::string* found_key, PinnedValue* value) override {
+    Thread* t = nullptr;
+    DSFS_RETURN_IF_ERROR(ThreadState(&t));
+    MDB_val k{key.size(), const_cast<char*>(key.data())};
+    MDB_val v;
+    int rc = mdb_cursor_get(t->cursor, &k, &v, MDB_SET_RANGE);
+    if (rc == MDB_NOTFOUND) return Status::NotFound("no key at or after");
+    if (rc != 0) return LmdbError(rc, "reading", path_);
+    found_key->assign(static_cast<const char*>(k.mv_data), k.mv_size);
+    value->Set(std::string_view(static_cast<const char*>(v.mv_data), v.mv_size), nullptr);
+    return Status::OK();
+  }
+
   std::string_view Name() const override { return "lmdb"; }
 
  private:
-  // One read transaction per thread, opened on first use and kept for the reader's life (the
-  // store is immutable while served). LMDB transactions must not be shared between threads.
-  Status ThreadTxn(MDB_txn** out) {
-    thread_local std::vector<std::pair<uint64_t, MDB_txn*>> cache;
-    for (const auto& [id, txn] : cache) {
+  // One read transaction (and cursor) per thread, opened on first use and kept for the
+  // reader's life: the store is immutable while served, and LMDB transactions must not be
+  // shared between threads.
+  struct Thread {
+    MDB_txn* txn = nullptr;
+    MDB_cursor* cursor = nullptr;
+  };
+  Status ThreadState(Thread** out) {
+    thread_local std::vector<std::pair<uint64_t, Thread*>> cache;
+    for (const auto& [id, t] : cache) {
       if (id == id_) {
-        *out = txn;
+        *out = t;
         return Status::OK();
       }
     }
-    MDB_txn* txn = nullptr;
-    int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn);
+    auto t = std::make_unique<Thread>();
+    int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &t->txn);
     if (rc != 0) return LmdbError(rc, "starting a read transaction", path_);
+    rc = mdb_cursor_open(t->txn, dbi_, &t->cursor);
+    if (rc != 0) {
+      mdb_txn_abort(t->txn);
+      return LmdbError(rc, "opening a cursor", path_);
+    }
+    Thread* raw = t.get();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      txns_.push_back(txn);
+      threads_.push_back(std::move(t));
     }
     // Entries of readers that are gone are never matched again (ids are unique); keep the
     // per-thread list short for threads that outlive many readers (tests).
     if (cache.size() >= 64) cache.erase(cache.begin());
-    cache.emplace_back(id_, txn);
-    *out = txn;
+    cache.emplace_back(id_, raw);
+    *out = raw;
     return Status::OK();
   }
 
@@ -95,8 +122,8 @@ class LmdbReader final : public KvReader {
   MDB_dbi dbi_;
   std::string path_;
   uint64_t id_;
-  std::mutex mu_;                // guards txns_
-  std::vector<MDB_txn*> txns_;  // every transaction handed to a thread, aborted at close
+  std::mutex mu_;                                 // guards threads_
+  std::vector<std::unique_ptr<Thread>> threads_;  // every thread's state, closed at the end
 };
 
 class LmdbWriter final : public KvWriter {

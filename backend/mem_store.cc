@@ -35,6 +35,14 @@ class MemReader final : public KvReader {
     value->Set(it->second, nullptr);
     return Status::OK();
   }
+  Status Seek(std::string_view key, std::string* found_key, PinnedValue* value) override {
+    std::shared_lock lock(table_->mu);
+    auto it = table_->data.lower_bound(key);
+    if (it == table_->data.end()) return Status::NotFound("no key at or after");
+    *found_key = it->first;
+    value->Set(it->second, nullptr);
+    return Status::OK();
+  }
   std::string_view Name() const override { return "memory"; }
 
  private:

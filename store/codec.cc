@@ -1,3 +1,4 @@
+#define ZSTD_STATIC_LINKING_ONLY  // magicless frames (ZSTD_c_format), stable since zstd 1.3
 #include "store/codec.h"
 
 #include <xxhash.h>
@@ -50,50 +51,65 @@ Dictionary::~Dictionary() {
   ZSTD_freeDDict(ddict_);
 }
 
+namespace {
+
+uint32_t RecordChecksum(const char* rec, size_t size) {
+  return static_cast<uint32_t>(XXH3_64bits(rec + 4, size - 4));
+}
+
+void SealRecord(Codec codec, uint32_t raw_bytes, char* rec, size_t size) {
+  PayloadHeader h{0, static_cast<uint32_t>(codec) << 30 | raw_bytes};
+  std::memcpy(rec, &h, sizeof(h));
+  h.checksum = RecordChecksum(rec, size);
+  std::memcpy(rec, &h.checksum, sizeof(h.checksum));
+}
+
+}  // namespace
+
 PayloadEncoder::PayloadEncoder(int level, std::shared_ptr<const Dictionary> dict)
-    : level_(level), dict_(std::move(dict)), cctx_(ZSTD_createCCtx()) {}
+    : level_(level), dict_(std::move(dict)), cctx_(ZSTD_createCCtx()) {
+  ZSTD_CCtx_setParameter(cctx_, ZSTD_c_format, ZSTD_f_zstd1_magicless);
+  ZSTD_CCtx_setParameter(cctx_, ZSTD_c_contentSizeFlag, 0);
+  ZSTD_CCtx_setParameter(cctx_, ZSTD_c_dictIDFlag, 0);
+  ZSTD_CCtx_setParameter(cctx_, ZSTD_c_checksumFlag, 0);
+  ZSTD_CCtx_setParameter(cctx_, ZSTD_c_compressionLevel, level_);
+}
 
 PayloadEncoder::~PayloadEncoder() { ZSTD_freeCCtx(cctx_); }
 
 Status PayloadEncoder::Encode(std::string_view raw, bool use_dict, std::string* out) {
-  if (raw.size() > UINT32_MAX) return Status::InvalidArgument("payload too large");
+  if (raw.size() > kMaxPayloadBytes) return Status::InvalidArgument("payload too large");
   size_t start = out->size();
   size_t bound = ZSTD_compressBound(raw.size());
   out->resize(start + sizeof(PayloadHeader) + bound);
   char* dst = out->data() + start + sizeof(PayloadHeader);
-  PayloadHeader h{};
-  h.raw_bytes = static_cast<uint32_t>(raw.size());
+  Codec codec;
   size_t n;
   if (use_dict && dict_ && dict_->cdict()) {
-    n = ZSTD_compress_usingCDict(cctx_, dst, bound, raw.data(), raw.size(), dict_->cdict());
-    h.codec = static_cast<uint8_t>(Codec::kZstdDict);
+    ZSTD_CCtx_refCDict(cctx_, dict_->cdict());  // its level applies
+    codec = Codec::kZstdDict;
   } else {
-    n = ZSTD_compressCCtx(cctx_, dst, bound, raw.data(), raw.size(), level_);
-    h.codec = static_cast<uint8_t>(Codec::kZstd);
+    ZSTD_CCtx_refCDict(cctx_, nullptr);
+    codec = Codec::kZstd;
   }
+  n = ZSTD_compress2(cctx_, dst, bound, raw.data(), raw.size());
   if (ZSTD_isError(n)) return Status::IOError(std::string("zstd: ") + ZSTD_getErrorName(n));
   if (n >= raw.size()) {
     // Incompressible: store as is (reads then skip decompression altogether).
     std::memcpy(dst, raw.data(), raw.size());
     n = raw.size();
-    h.codec = static_cast<uint8_t>(Codec::kRaw);
+    codec = Codec::kRaw;
   }
   out->resize(start + sizeof(PayloadHeader) + n);
-  char* rec = out->data() + start;
-  std::memcpy(rec, &h, sizeof(h));
-  h.checksum = XXH3_64bits(rec + 8, sizeof(PayloadHeader) - 8 + n);
-  std::memcpy(rec, &h.checksum, sizeof(h.checksum));
+  SealRecord(codec, static_cast<uint32_t>(raw.size()), out->data() + start,
+             sizeof(PayloadHeader) + n);
   return Status::OK();
 }
 
 std::string RawPayloadRecord(std::string_view raw) {
-  PayloadHeader h{};
-  h.codec = static_cast<uint8_t>(Codec::kRaw);
-  h.raw_bytes = static_cast<uint32_t>(raw.size());
-  std::string rec(reinterpret_cast<const char*>(&h), sizeof(h));
+  std::string rec(sizeof(PayloadHeader), '\0');
   rec += raw;
-  h.checksum = XXH3_64bits(rec.data() + 8, rec.size() - 8);
-  std::memcpy(rec.data(), &h.checksum, sizeof(h.checksum));
+  SealRecord(Codec::kRaw, static_cast<uint32_t>(raw.size()), rec.data(), rec.size());
   return rec;
 }
 
@@ -101,22 +117,25 @@ Status ParsePayload(std::string_view record, PayloadView* out) {
   if (record.size() < sizeof(PayloadHeader)) return Status::Corruption("payload record too short");
   PayloadHeader h;
   std::memcpy(&h, record.data(), sizeof(h));
-  if (XXH3_64bits(record.data() + 8, record.size() - 8) != h.checksum) {
+  if (RecordChecksum(record.data(), record.size()) != h.checksum) {
     return Status::Corruption("payload checksum mismatch");
   }
-  if (h.codec > static_cast<uint8_t>(Codec::kZstdDict)) {
+  uint32_t codec = h.codec_and_size >> 30;
+  if (codec > static_cast<uint32_t>(Codec::kZstdDict)) {
     return Status::Corruption("payload has an unknown codec");
   }
-  out->codec = static_cast<Codec>(h.codec);
-  out->raw_bytes = h.raw_bytes;
+  out->codec = static_cast<Codec>(codec);
+  out->raw_bytes = h.codec_and_size & kMaxPayloadBytes;
   out->stored = record.substr(sizeof(PayloadHeader));
-  if (out->codec == Codec::kRaw && out->stored.size() != h.raw_bytes) {
+  if (out->codec == Codec::kRaw && out->stored.size() != out->raw_bytes) {
     return Status::Corruption("raw payload has the wrong size");
   }
   return Status::OK();
 }
 
-PayloadDecoder::PayloadDecoder() : dctx_(ZSTD_createDCtx()) {}
+PayloadDecoder::PayloadDecoder() : dctx_(ZSTD_createDCtx()) {
+  ZSTD_DCtx_setParameter(dctx_, ZSTD_d_format, ZSTD_f_zstd1_magicless);
+}
 PayloadDecoder::~PayloadDecoder() { ZSTD_freeDCtx(dctx_); }
 
 Status PayloadDecoder::Decode(const PayloadView& p, const Dictionary* dict, char* dst) {
@@ -126,12 +145,13 @@ Status PayloadDecoder::Decode(const PayloadView& p, const Dictionary* dict, char
       std::memcpy(dst, p.stored.data(), p.raw_bytes);
       return Status::OK();
     case Codec::kZstd:
+      ZSTD_DCtx_refDDict(dctx_, nullptr);
       n = ZSTD_decompressDCtx(dctx_, dst, p.raw_bytes, p.stored.data(), p.stored.size());
       break;
     case Codec::kZstdDict:
       if (!dict || !dict->ddict()) return Status::Corruption("payload needs a missing dictionary");
-      n = ZSTD_decompress_usingDDict(dctx_, dst, p.raw_bytes, p.stored.data(), p.stored.size(),
-                                     dict->ddict());
+      ZSTD_DCtx_refDDict(dctx_, dict->ddict());
+      n = ZSTD_decompressDCtx(dctx_, dst, p.raw_bytes, p.stored.data(), p.stored.size());
       break;
     default:
       return Status::Corruption("payload has an unknown codec");

@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace dsfs {
@@ -11,6 +12,179 @@ std::string PayloadKey(uint64_t id) {
   key[0] = 'P';
   for (int i = 0; i < 8; ++i) key[1 + i] = static_cast<char>((id >> (56 - 8 * i)) & 0xff);
   return key;
+}
+
+bool ParsePayloadKey(std::string_view key, uint64_t* id) {
+  if (key.size() != 9 || key[0] != 'P') return false;
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(key[1 + i]);
+  *id = v;
+  return true;
+}
+
+void GroupBuilder::Add(std::string_view record) {
+  records_.append(record);
+  ends_.push_back(static_cast<uint32_t>(records_.size()));
+}
+
+std::string GroupBuilder::Finish() {
+  std::string out;
+  out.reserve(bytes());
+  uint32_t n = count();
+  out.append(reinterpret_cast<const char*>(&n), 4);
+  out.append(reinterpret_cast<const char*>(ends_.data()), 4 * ends_.size());
+  out.append(records_);
+  ends_.clear();
+  records_.clear();
+  return out;
+}
+
+Status FindInGroup(std::string_view group, uint64_t last_id, uint64_t id,
+                   std::string_view* record) {
+  uint32_t count;
+  if (group.size() < 4) return Status::Corruption("payload group too short");
+  std::memcpy(&count, group.data(), 4);
+  if (count == 0 || group.size() < 4 + 4ull * count) {
+    return Status::Corruption("payload group index damaged");
+  }
+  if (id > last_id || last_id - id >= count) return Status::Corruption("payload record missing");
+  uint32_t i = count - 1 - static_cast<uint32_t>(last_id - id);
+  uint32_t begin = 0, end;
+  if (i > 0) std::memcpy(&begin, group.data() + 4 + 4 * (i - 1), 4);
+  std::memcpy(&end, group.data() + 4 + 4 * i, 4);
+  uint64_t base = 4 + 4ull * count;
+  if (begin > end || base + end > group.size()) {
+    return Status::Corruption("payload group index damaged");
+  }
+  *record = group.substr(base + begin, end - begin);
+  return Status::OK();
+}
+
+namespace {
+
+int BitsFor(uint64_t max_value) { return max_value == 0 ? 0 : 64 - __builtin_clzll(max_value); }
+
+// Bit b of a record is bit (b % 8) of byte b / 8. `p` must have 16 readable bytes past the
+// field's first byte (records are decoded from a padded copy).
+uint64_t GetBits(const unsigned char* p, uint32_t bit, int width) {
+  if (width == 0) return 0;
+  unsigned __int128 x;
+  std::memcpy(&x, p + bit / 8, sizeof(x));
+  x >>= bit % 8;
+  uint64_t v = static_cast<uint64_t>(x);
+  return width == 64 ? v : v & ((uint64_t{1} << width) - 1);
+}
+
+void PutBits(unsigned char* p, uint32_t bit, int width, uint64_t value) {
+  for (int i = 0; i < width; ++i, ++bit) {
+    if ((value >> i) & 1) p[bit / 8] |= static_cast<unsigned char>(1u << (bit % 8));
+  }
+}
+
+}  // namespace
+
+InodeLayout InodeLayout::For(const std::vector<InodeRecord>& records) {
+  InodeLayout l;
+  uint64_t max[kFields] = {};
+  l.min_mtime_s_ = records.empty() ? 0 : records[0].mtime_s;
+  for (const auto& r : records) l.min_mtime_s_ = std::min(l.min_mtime_s_, r.mtime_s);
+  for (const auto& r : records) {
+    max[kSize] = std::max(max[kSize], r.size);
+    max[kData] = std::max(max[kData], r.data);
+    max[kNameOff] = std::max(max[kNameOff], r.name_off);
+    max[kNameLen] = std::max<uint64_t>(max[kNameLen], r.name_len);
+    max[kMtime] = std::max(max[kMtime], static_cast<uint64_t>(r.mtime_s - l.min_mtime_s_));
+    max[kMtimeNs] = std::max<uint64_t>(max[kMtimeNs], r.mtime_ns);
+    max[kParent] = std::max<uint64_t>(max[kParent], r.parent);
+    if (std::find(l.modes_.begin(), l.modes_.end(), r.mode) == l.modes_.end()) {
+      l.modes_.push_back(r.mode);
+    }
+  }
+  std::sort(l.modes_.begin(), l.modes_.end());
+  max[kMode] = l.modes_.empty() ? 0 : l.modes_.size() - 1;
+  for (int f = 0; f < kFields; ++f) l.bits_[f] = static_cast<uint8_t>(BitsFor(max[f]));
+  l.Finish();
+  return l;
+}
+
+void InodeLayout::Finish() {
+  uint32_t bit = 0;
+  for (int f = 0; f < kFields; ++f) {
+    offset_[f] = bit;
+    bit += bits_[f];
+  }
+  record_bytes_ = std::max<uint32_t>(1, (bit + 7) / 8);
+}
+
+std::string InodeLayout::Serialize() const {
+  std::string out;
+  out.append(reinterpret_cast<const char*>(bits_), kFields);
+  out.append(reinterpret_cast<const char*>(&min_mtime_s_), 8);
+  uint32_t n = static_cast<uint32_t>(modes_.size());
+  out.append(reinterpret_cast<const char*>(&n), 4);
+  out.append(reinterpret_cast<const char*>(modes_.data()), 4 * modes_.size());
+  uint64_t sum = XXH3_64bits(out.data(), out.size());
+  out.append(reinterpret_cast<const char*>(&sum), 8);
+  return out;
+}
+
+Status InodeLayout::Parse(std::string_view bytes, InodeLayout* layout) {
+  InodeLayout l;
+  if (bytes.size() < kFields + 8 + 4 + 8) return Status::Corruption("inode layout too short");
+  uint64_t sum;
+  std::memcpy(&sum, bytes.data() + bytes.size() - 8, 8);
+  if (XXH3_64bits(bytes.data(), bytes.size() - 8) != sum) {
+    return Status::Corruption("inode layout checksum mismatch");
+  }
+  std::memcpy(l.bits_, bytes.data(), kFields);
+  std::memcpy(&l.min_mtime_s_, bytes.data() + kFields, 8);
+  uint32_t n;
+  std::memcpy(&n, bytes.data() + kFields + 8, 4);
+  if (bytes.size() != kFields + 8 + 4 + 4ull * n + 8) {
+    return Status::Corruption("inode layout has the wrong size");
+  }
+  l.modes_.resize(n);
+  std::memcpy(l.modes_.data(), bytes.data() + kFields + 12, 4ull * n);
+  for (int f = 0; f < kFields; ++f) {
+    if (l.bits_[f] > 64) return Status::Corruption("inode layout has an impossible width");
+  }
+  l.Finish();
+  *layout = std::move(l);
+  return Status::OK();
+}
+
+void InodeLayout::Encode(const InodeRecord& r, char* dst) const {
+  auto* p = reinterpret_cast<unsigned char*>(dst);
+  std::memset(p, 0, record_bytes_);
+  uint64_t mode_index = static_cast<uint64_t>(
+      std::lower_bound(modes_.begin(), modes_.end(), r.mode) - modes_.begin());
+  const uint64_t v[kFields] = {r.size,    r.data,
+                               r.name_off, r.name_len,
+                               static_cast<uint64_t>(r.mtime_s - min_mtime_s_),
+                               r.mtime_ns, mode_index,
+                               r.parent};
+  for (int f = 0; f < kFields; ++f) PutBits(p, offset_[f], bits_[f], v[f]);
+}
+
+Status InodeLayout::Decode(const char* src, InodeRecord* r) const {
+  unsigned char buf[8 * kFields + 32] = {};
+  std::memcpy(buf, src, record_bytes_);
+  r->size = GetBits(buf, offset_[kSize], bits_[kSize]);
+  r->data = GetBits(buf, offset_[kData], bits_[kData]);
+  r->name_off = GetBits(buf, offset_[kNameOff], bits_[kNameOff]);
+  uint64_t name_len = GetBits(buf, offset_[kNameLen], bits_[kNameLen]);
+  uint64_t ns = GetBits(buf, offset_[kMtimeNs], bits_[kMtimeNs]);
+  uint64_t mode = GetBits(buf, offset_[kMode], bits_[kMode]);
+  uint64_t parent = GetBits(buf, offset_[kParent], bits_[kParent]);
+  if (name_len > UINT32_MAX || parent > UINT32_MAX || ns >= 1000000000 || mode >= modes_.size()) {
+    return Status::Corruption("inode record out of range");
+  }
+  r->name_len = static_cast<uint32_t>(name_len);
+  r->mtime_s = min_mtime_s_ + static_cast<int64_t>(GetBits(buf, offset_[kMtime], bits_[kMtime]));
+  r->mtime_ns = static_cast<uint32_t>(ns);
+  r->mode = modes_[mode];
+  r->parent = static_cast<uint32_t>(parent);
+  return Status::OK();
 }
 
 void SealHeader(StoreHeader* h) {

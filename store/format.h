@@ -2,10 +2,19 @@
 //
 // Keys (all in one key-value namespace):
 //   "H"           StoreHeader
-//   "I", "I.sum"  inode table: InodeRecord[inode_count]; xxh3-64 per segment_bytes of it
+//   "L"           InodeLayout: the bit widths of the packed inode records
+//   "I", "I.sum"  inode table: inode_count packed records; xxh3-64 per segment_bytes of it
 //   "N", "N.sum"  name pool: names and symlink targets, concatenated; same checksums
 //   "Z"           zstd dictionary, as a payload record (absent if dict_bytes == 0)
-//   "P"+be64(id)  payload records: file contents, one record per chunk of chunk_bytes
+//   "P"+be64(id)  payload group ending with payload `id` (see below)
+//
+// File contents are payload records, one per chunk of chunk_bytes, numbered by payload id.
+// Consecutive records are stored together in groups of about kGroupTargetBytes, keyed by the
+// id of their last record: LMDB puts every value over ~2 KB on whole 4 KiB pages, so one value
+// per small file would waste up to half the space on files of a few KB. Each record is still
+// compressed and checksummed alone, so reading one file decompresses only that file, and a
+// cold read faults in only the pages it touches. A group is
+//   u32 count, u32 end[count] (end offset of each record, from the first record), records.
 //
 // Tree layout: inode number i (FUSE's, root = 1) is record i-1. Inodes are numbered
 // breadth-first with each directory's entries sorted by name (bytewise), so the entries of a
@@ -24,6 +33,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -35,14 +45,38 @@ inline constexpr char kStoreMagic[8] = {'D', 'S', 'F', 'S', 'T', 'O', 'R', 'E'};
 inline constexpr uint32_t kFormatVersion = 1;
 
 inline constexpr std::string_view kHeaderKey = "H";
+inline constexpr std::string_view kLayoutKey = "L";
 inline constexpr std::string_view kInodeKey = "I";
 inline constexpr std::string_view kInodeSumKey = "I.sum";
 inline constexpr std::string_view kNameKey = "N";
 inline constexpr std::string_view kNameSumKey = "N.sum";
 inline constexpr std::string_view kDictKey = "Z";
 
-// Key of payload record `id`: 'P' followed by the id big-endian, so keys sort by id.
+// Key of the payload group ending with `id`: 'P' and the id big-endian, so keys sort by id.
 std::string PayloadKey(uint64_t id);
+// Parses a payload group key; false if `key` is not one.
+bool ParsePayloadKey(std::string_view key, uint64_t* id);
+
+inline constexpr uint32_t kGroupTargetBytes = 64 << 10;
+
+// Builds a payload group from consecutive records.
+class GroupBuilder {
+ public:
+  void Add(std::string_view record);
+  uint32_t count() const { return static_cast<uint32_t>(ends_.size()); }
+  size_t bytes() const { return records_.size() + 4 * ends_.size() + 4; }
+  // The serialized group; resets the builder.
+  std::string Finish();
+
+ private:
+  std::vector<uint32_t> ends_;
+  std::string records_;
+};
+
+// Finds record `id` in `group`, the group keyed by `last_id`. Corruption if the group does not
+// hold it or its index is damaged.
+Status FindInGroup(std::string_view group, uint64_t last_id, uint64_t id,
+                   std::string_view* record);
 
 struct StoreHeader {
   char magic[8];
@@ -66,6 +100,7 @@ struct StoreHeader {
 };
 static_assert(sizeof(StoreHeader) == 192);
 
+// One inode, decoded. In the store it is packed by InodeLayout.
 struct InodeRecord {
   uint64_t size;        // regular: bytes; symlink: target length; directory: entry count
   uint64_t data;        // regular: first payload id; symlink: target offset in the name pool;
@@ -77,17 +112,45 @@ struct InodeRecord {
   uint32_t name_len;
   uint32_t parent;      // inode number of the parent (root: itself)
 };
-static_assert(sizeof(InodeRecord) == 48);
 
-// Payload record: this header, then `stored` bytes.
-enum class Codec : uint8_t { kRaw = 0, kZstd = 1, kZstdDict = 2 };
-struct PayloadHeader {
-  uint64_t checksum;  // xxh3-64 of the record from byte 8 on (codec, size and data)
-  uint8_t codec;
-  uint8_t pad[3];
-  uint32_t raw_bytes;
+// Inode records are stored bit-packed, each field as wide as its largest value in this store
+// (as DwarFS does), so a 32x32-image dataset spends ~15 bytes per inode instead of 48 and a
+// record is still read in place: record i is bytes [i * record_bytes, (i+1) * record_bytes).
+// mtime is stored as the offset from the smallest mtime, mode as an index into a table of the
+// distinct modes.
+class InodeLayout {
+ public:
+  // The narrowest layout that holds every record of `records`.
+  static InodeLayout For(const std::vector<InodeRecord>& records);
+  // Serialized form (the "L" record), checksummed.
+  std::string Serialize() const;
+  static Status Parse(std::string_view bytes, InodeLayout* layout);
+
+  uint32_t record_bytes() const { return record_bytes_; }
+  // REQUIRES: `rec` is one of the records the layout was made For; dst has record_bytes().
+  void Encode(const InodeRecord& rec, char* dst) const;
+  // Corruption if a field is out of range (e.g. a mode index past the table).
+  Status Decode(const char* src, InodeRecord* rec) const;
+
+ private:
+  enum Field { kSize, kData, kNameOff, kNameLen, kMtime, kMtimeNs, kMode, kParent, kFields };
+  void Finish();
+  uint8_t bits_[kFields] = {};
+  uint32_t offset_[kFields] = {};
+  uint32_t record_bytes_ = 0;
+  int64_t min_mtime_s_ = 0;
+  std::vector<uint32_t> modes_;
 };
-static_assert(sizeof(PayloadHeader) == 16);
+
+// Payload record: an 8-byte header, then the stored bytes. zstd frames are stored without
+// magic number, dictionary id or content size (the header has the size): 10 bytes less per file.
+enum class Codec : uint8_t { kRaw = 0, kZstd = 1, kZstdDict = 2 };
+inline constexpr uint32_t kMaxPayloadBytes = (1u << 30) - 1;
+struct PayloadHeader {
+  uint32_t checksum;  // low 32 bits of xxh3-64 of the record from byte 4 on
+  uint32_t codec_and_size;  // codec << 30 | raw size
+};
+static_assert(sizeof(PayloadHeader) == 8);
 
 // Fills a header's magic, version, header_bytes and checksum (call last).
 void SealHeader(StoreHeader* h);

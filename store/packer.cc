@@ -260,6 +260,17 @@ class Pipeline {
   std::map<uint64_t, Batch> done_;
 };
 
+// After kGroupTargetBytes, a group ends where the next record would spill onto a new page:
+// LMDB stores large values on whole 4 KiB pages (16-byte page header), so the group then
+// wastes less than one record's worth of its last page.
+bool GroupEndsBefore(size_t group_bytes, size_t next_bytes) {
+  constexpr size_t kPage = 4096, kPageHeader = 16;
+  if (group_bytes < kGroupTargetBytes) return false;
+  size_t pages_now = (group_bytes + kPageHeader + kPage - 1) / kPage;
+  size_t pages_next = (group_bytes + next_bytes + kPageHeader + kPage - 1) / kPage;
+  return pages_next > pages_now || group_bytes >= 4 * kGroupTargetBytes;
+}
+
 void EncodeBatch(const Tree& tree, uint32_t chunk_bytes, PayloadEncoder* enc, Batch* b) {
   b->records.clear();
   b->ends.clear();
@@ -389,6 +400,7 @@ Status PackDirectory(const std::string& src_in, const PackOptions& options, KvWr
   }
   Status s;
   uint64_t id = 0;
+  GroupBuilder group;
   while (s.ok() && id < next_id) {
     Batch b;
     if (!pipe.Next(&b, std::chrono::milliseconds(100))) {
@@ -398,9 +410,16 @@ Status PackDirectory(const std::string& src_in, const PackOptions& options, KvWr
     s = b.status;
     size_t begin = 0;
     for (size_t i = 0; s.ok() && i < b.ends.size(); ++i) {
-      s = writer->Put(PayloadKey(id++),
-                      std::string_view(b.records).substr(begin, b.ends[i] - begin));
+      std::string_view record = std::string_view(b.records).substr(begin, b.ends[i] - begin);
       begin = b.ends[i];
+      if (group.count() > 0 && GroupEndsBefore(group.bytes(), record.size() + 4)) {
+        s = writer->Put(PayloadKey(id - 1), group.Finish());
+      }
+      group.Add(record);
+      ++id;
+    }
+    if (s.ok() && id == next_id && group.count() > 0) {
+      s = writer->Put(PayloadKey(id - 1), group.Finish());
     }
     st.payload_bytes += b.records.size();
     prog.files_done += b.files_completed;
@@ -414,8 +433,12 @@ Status PackDirectory(const std::string& src_in, const PackOptions& options, KvWr
 
   prog.phase = "finishing";
   report(true);
-  std::string_view inode_bytes(reinterpret_cast<const char*>(tree.inodes.data()),
-                               tree.inodes.size() * sizeof(InodeRecord));
+  InodeLayout layout = InodeLayout::For(tree.inodes);
+  std::string inode_bytes(tree.inodes.size() * layout.record_bytes(), '\0');
+  for (size_t i = 0; i < tree.inodes.size(); ++i) {
+    layout.Encode(tree.inodes[i], inode_bytes.data() + i * layout.record_bytes());
+  }
+  DSFS_RETURN_IF_ERROR(writer->Put(kLayoutKey, layout.Serialize()));
   DSFS_RETURN_IF_ERROR(writer->Put(kInodeKey, inode_bytes));
   DSFS_RETURN_IF_ERROR(writer->Put(kInodeSumKey, SegmentSums(inode_bytes, options.segment_bytes)));
   DSFS_RETURN_IF_ERROR(writer->Put(kNameKey, tree.names));

@@ -56,11 +56,13 @@ Status Store::Init() {
     }
     return gs;
   };
+  DSFS_RETURN_IF_ERROR(get(kLayoutKey, &layout_value_));
+  DSFS_RETURN_IF_ERROR(InodeLayout::Parse(layout_value_.data(), &layout_));
   DSFS_RETURN_IF_ERROR(get(kInodeKey, &inode_value_));
   DSFS_RETURN_IF_ERROR(get(kInodeSumKey, &inode_sums_));
   DSFS_RETURN_IF_ERROR(get(kNameKey, &name_value_));
   DSFS_RETURN_IF_ERROR(get(kNameSumKey, &name_sums_));
-  if (inode_value_.size() != h.inode_count * sizeof(InodeRecord)) {
+  if (inode_value_.size() != h.inode_count * layout_.record_bytes()) {
     return Status::Corruption("inode table size does not match the header");
   }
   if (name_value_.size() != h.names_bytes) {
@@ -89,10 +91,9 @@ Status Store::Init() {
 
 Status Store::GetInode(uint32_t ino, InodeRecord* rec) const {
   if (ino == 0 || ino > header_.inode_count) return Status::NotFound("no such inode");
-  uint64_t off = static_cast<uint64_t>(ino - 1) * sizeof(InodeRecord);
-  DSFS_RETURN_IF_ERROR(inodes_.Check(off, sizeof(InodeRecord)));
-  std::memcpy(rec, inodes_.data() + off, sizeof(InodeRecord));
-  return Status::OK();
+  uint64_t off = static_cast<uint64_t>(ino - 1) * layout_.record_bytes();
+  DSFS_RETURN_IF_ERROR(inodes_.Check(off, layout_.record_bytes()));
+  return layout_.Decode(inodes_.data() + off, rec);
 }
 
 Status Store::GetName(const InodeRecord& rec, std::string_view* name) const {
@@ -183,11 +184,18 @@ Status Store::ReadChunk(const InodeRecord& rec, uint64_t index, std::string* buf
                         std::string_view* out) const {
   uint64_t chunk = header_.chunk_bytes;
   uint64_t expected = std::min<uint64_t>(chunk, rec.size - index * chunk);
+  uint64_t id = rec.data + index;
   PinnedValue v;
-  Status s = kv_->Get(PayloadKey(rec.data + index), &v);
-  if (s.IsNotFound()) s = Status::Corruption("payload record missing");
+  std::string key;
+  std::string_view record;
+  uint64_t last_id = 0;
+  Status s = kv_->Seek(PayloadKey(id), &key, &v);
+  if (s.IsNotFound() || (s.ok() && !ParsePayloadKey(key, &last_id))) {
+    s = Status::Corruption("payload record missing");
+  }
+  if (s.ok()) s = FindInGroup(v.data(), last_id, id, &record);
   PayloadView p;
-  if (s.ok()) s = ParsePayload(v.data(), &p);
+  if (s.ok()) s = ParsePayload(record, &p);
   if (s.ok() && p.raw_bytes != expected) s = Status::Corruption("payload has the wrong size");
   if (s.ok() && p.codec == Codec::kRaw && v.stable()) {
     // Zero copy: the value lives as long as the store.
@@ -199,9 +207,8 @@ Status Store::ReadChunk(const InodeRecord& rec, uint64_t index, std::string* buf
     s = ThreadDecoder().Decode(p, dict_.get(), buf->data());
   }
   if (!s.ok()) {
-    Log()->error("payload {} (chunk {} of a {}-byte file): {}", rec.data + index, index, rec.size,
-                 s.message());
-    return s;
+    return Status(s).WithContext("payload " + std::to_string(id) + " (chunk " +
+                                 std::to_string(index) + ")");
   }
   *out = *buf;
   return Status::OK();

@@ -69,7 +69,8 @@ class Store {
 
   std::unique_ptr<KvReader> kv_;
   StoreHeader header_{};
-  PinnedValue inode_value_, inode_sums_, name_value_, name_sums_, dict_value_;
+  PinnedValue layout_value_, inode_value_, inode_sums_, name_value_, name_sums_, dict_value_;
+  InodeLayout layout_;
   CheckedTable inodes_, names_;
   std::shared_ptr<Dictionary> dict_;
 };

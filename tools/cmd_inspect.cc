@@ -185,6 +185,7 @@ Status RunInfo(const std::string& store_path, bool json, std::ostream& out) {
 }
 
 Status RunVerify(const std::string& store_path, std::ostream& out) {
+  constexpr uint64_t kMaxBadListed = 100;
   std::unique_ptr<Store> store;
   DSFS_RETURN_IF_ERROR(OpenStore(store_path, &store));
   Status meta = store->VerifyMetadata();
@@ -200,8 +201,8 @@ Status RunVerify(const std::string& store_path, std::ostream& out) {
                     bytes += r.size;
                     Status fs = store->VerifyFile(r);
                     if (!fs.ok()) {
-                      ++bad;
-                      out << "BAD " << path << ": " << fs.message() << "\n";
+                      // Every damaged file counts; the first ones are named.
+                      if (++bad <= kMaxBadListed) out << "BAD " << path << ": " << fs.message() << "\n";
                     }
                     return Status::OK();
                   });
@@ -209,6 +210,7 @@ Status RunVerify(const std::string& store_path, std::ostream& out) {
     out << "BAD metadata: " << s.message() << "\n";
     return Status::Corruption(store_path + ": metadata is damaged");
   }
+  if (bad > kMaxBadListed) out << "... and " << (bad - kMaxBadListed) << " more damaged files\n";
   if (bad) {
     return Status::Corruption(store_path + ": " + std::to_string(bad) + " of " +
                               std::to_string(files) + " files are damaged");

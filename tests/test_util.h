@@ -1,0 +1,55 @@
+// Helpers shared by the dsfs tests.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/mem_store.h"
+#include "common/status.h"
+#include "store/packer.h"
+#include "store/store.h"
+
+namespace dsfs::testing {
+
+// A fresh directory under $TMPDIR (or /tmp), removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(std::string_view name) const { return path_ + "/" + std::string(name); }
+
+ private:
+  std::string path_;
+};
+
+// Writes `data` to `path`, creating parent directories; sets `mode`.
+void WriteFile(const std::string& path, std::string_view data, mode_t mode = 0644);
+std::string ReadFile(const std::string& path);
+// Deterministic pseudo-random bytes (incompressible).
+std::string RandomBytes(size_t n, uint32_t seed);
+// Deterministic compressible text-like bytes.
+std::string TextBytes(size_t n, uint32_t seed);
+
+struct CommandResult {
+  int exit_code = -1;  // -1 if it did not exit normally (signal, timeout)
+  std::string out, err;
+};
+// Runs argv[0] with arguments (PATH lookup), capturing stdout and stderr; kills it after
+// `timeout_s` seconds.
+CommandResult RunCommand(const std::vector<std::string>& argv, int timeout_s = 120);
+
+// Path of the built dsfs executable.
+std::string DsfsBinary();
+
+// Packs `src` into a new in-memory store and opens it.
+Status PackToMemory(const std::string& src, const PackOptions& options,
+                    std::shared_ptr<MemTable>* table, std::unique_ptr<Store>* store);
+
+}  // namespace dsfs::testing

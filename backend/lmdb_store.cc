@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <lmdb.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -154,6 +155,7 @@ class LmdbWriter final : public KvWriter {
     if (rc != 0) {
       mdb_txn_abort(txn_);
       txn_ = nullptr;
+      if (rc == EIO && OutOfSpace()) rc = ENOSPC;  // a spill to disk hit a full disk
       return LmdbError(rc, "writing", tmp_);
     }
     if (ascending) last_key_.assign(key);
@@ -169,6 +171,7 @@ class LmdbWriter final : public KvWriter {
     if (!txn_) return Status::IOError(tmp_ + ": writer already failed");
     DSFS_RETURN_IF_ERROR(CommitTxn());
     int rc = mdb_env_sync(env_, 1);
+    if (rc == EIO && OutOfSpace()) rc = ENOSPC;
     if (rc != 0) return LmdbError(rc, "syncing", tmp_);
     mdb_env_close(env_);
     env_ = nullptr;
@@ -201,8 +204,17 @@ class LmdbWriter final : public KvWriter {
   Status CommitTxn() {
     int rc = mdb_txn_commit(txn_);
     txn_ = nullptr;
+    if (rc == EIO && OutOfSpace()) rc = ENOSPC;
     if (rc != 0) return LmdbError(rc, "committing", tmp_);
     return Status::OK();
+  }
+  // LMDB reports a short write (the disk filled up mid-write) as EIO; tell the two apart by
+  // looking at what is left on the filesystem.
+  bool OutOfSpace() const {
+    struct statvfs vfs;
+    std::string dir = std::filesystem::path(tmp_).parent_path().string();
+    if (::statvfs(dir.empty() ? "." : dir.c_str(), &vfs) != 0) return false;
+    return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize < pending_bytes_ + (1u << 20);
   }
 
   std::string path_;

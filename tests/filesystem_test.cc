@@ -1,0 +1,138 @@
+#include "fs/filesystem.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <map>
+
+#include "tests/test_util.h"
+
+namespace dsfs {
+namespace {
+
+using testing::PackToMemory;
+using testing::TempDir;
+using testing::WriteFile;
+
+class FilesystemTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    WriteFile(dir_ / "src/cls_a/1.jpg", "one", 0640);
+    WriteFile(dir_ / "src/cls_a/2.jpg", "two");
+    WriteFile(dir_ / "src/cls_b/3.jpg", std::string(10000, 'z'), 0755);
+    ASSERT_EQ(::symlink("cls_a/1.jpg", (dir_ / "src/alias").c_str()), 0);
+    std::shared_ptr<MemTable> table;
+    std::unique_ptr<Store> store;
+    ASSERT_TRUE(PackToMemory(dir_ / "src", PackOptions{}, &table_, &store).ok());
+    FsOptions o;
+    o.uid = 1234;
+    o.gid = 5678;
+    fs_ = std::make_unique<Filesystem>(std::move(store), o);
+  }
+
+  uint64_t Ino(uint64_t parent, const std::string& name) {
+    struct stat st;
+    EXPECT_TRUE(fs_->Lookup(parent, name, &st).ok()) << name;
+    return st.st_ino;
+  }
+
+  std::map<std::string, uint64_t> List(uint64_t ino, uint64_t offset = 0) {
+    std::map<std::string, uint64_t> out;
+    EXPECT_TRUE(fs_->ReadDir(ino, offset, [&](std::string_view name, const struct stat& st,
+                                               uint64_t) {
+                     out[std::string(name)] = st.st_ino;
+                     return true;
+                   }).ok());
+    return out;
+  }
+
+  TempDir dir_;
+  std::shared_ptr<MemTable> table_;
+  std::unique_ptr<Filesystem> fs_;
+};
+
+TEST_F(FilesystemTest, LookupAndGetAttrAgree) {
+  struct stat a, b;
+  ASSERT_TRUE(fs_->Lookup(1, "cls_a", &a).ok());
+  EXPECT_TRUE(S_ISDIR(a.st_mode));
+  ASSERT_TRUE(fs_->Lookup(a.st_ino, "1.jpg", &b).ok());
+  EXPECT_EQ(b.st_size, 3);
+  EXPECT_EQ(b.st_mode, static_cast<mode_t>(S_IFREG | 0640));
+  EXPECT_EQ(b.st_uid, 1234u);
+  EXPECT_EQ(b.st_gid, 5678u);
+  struct stat c;
+  ASSERT_TRUE(fs_->GetAttr(b.st_ino, &c).ok());
+  EXPECT_EQ(c.st_ino, b.st_ino);
+  EXPECT_EQ(c.st_size, b.st_size);
+  EXPECT_EQ(c.st_mtim.tv_sec, b.st_mtim.tv_sec);
+  EXPECT_TRUE(fs_->Lookup(1, "nope", &c).IsNotFound());
+  EXPECT_TRUE(fs_->Lookup(b.st_ino, "x", &c).code() == Status::Code::kInvalidArgument);
+  EXPECT_TRUE(fs_->GetAttr(999999, &c).IsNotFound());
+  EXPECT_TRUE(fs_->GetAttr(0, &c).IsNotFound());
+  EXPECT_TRUE(fs_->GetAttr(1ull << 40, &c).IsNotFound());
+  ASSERT_TRUE(fs_->Lookup(a.st_ino, "..", &c).ok());
+  EXPECT_EQ(c.st_ino, 1u);
+}
+
+TEST_F(FilesystemTest, ReadDirListsDotsThenEntriesAndResumes) {
+  auto root = List(1);
+  EXPECT_EQ(root.size(), 5u);  // . .. alias cls_a cls_b
+  EXPECT_EQ(root["."], 1u);
+  EXPECT_EQ(root[".."], 1u);
+  EXPECT_EQ(root["cls_a"], Ino(1, "cls_a"));
+  // Resuming at each offset yields the rest, in order.
+  std::vector<std::string> all;
+  uint64_t next = 0;
+  for (;;) {
+    bool got = false;
+    ASSERT_TRUE(fs_->ReadDir(1, next, [&](std::string_view name, const struct stat&, uint64_t n) {
+                      all.emplace_back(name);
+                      next = n;
+                      got = true;
+                      return false;  // one entry per call, as with a tiny reply buffer
+                    }).ok());
+    if (!got) break;
+  }
+  EXPECT_EQ(all, (std::vector<std::string>{".", "..", "alias", "cls_a", "cls_b"}));
+  EXPECT_TRUE(List(1, 100).empty());
+  struct stat st;
+  EXPECT_TRUE(fs_->ReadDir(Ino(1, "alias"), 0, [](std::string_view, const struct stat&, uint64_t) {
+                    return true;
+                  }).code() == Status::Code::kInvalidArgument);
+  (void)st;
+}
+
+TEST_F(FilesystemTest, OpenRefusesWritesAndDirectories) {
+  uint64_t f = Ino(Ino(1, "cls_a"), "1.jpg");
+  EXPECT_TRUE(fs_->Open(f, O_RDONLY).ok());
+  for (int flags : {O_WRONLY, O_RDWR, O_RDONLY | O_TRUNC, O_WRONLY | O_APPEND, O_RDWR | O_CREAT}) {
+    Status s = fs_->Open(f, flags);
+    EXPECT_EQ(s.ToErrno(), EROFS) << flags;
+  }
+  EXPECT_EQ(fs_->Open(Ino(1, "cls_a"), O_RDONLY).code(), Status::Code::kInvalidArgument);
+}
+
+TEST_F(FilesystemTest, ReadReadLinkStatFs) {
+  uint64_t f = Ino(Ino(1, "cls_b"), "3.jpg");
+  std::string buf;
+  std::string_view out;
+  ASSERT_TRUE(fs_->Read(f, 9990, 4096, &buf, &out).ok());
+  EXPECT_EQ(out, std::string(10, 'z'));
+  ASSERT_TRUE(fs_->Read(f, 20000, 4096, &buf, &out).ok());
+  EXPECT_TRUE(out.empty());
+  std::string_view target;
+  ASSERT_TRUE(fs_->ReadLink(Ino(1, "alias"), &target).ok());
+  EXPECT_EQ(target, "cls_a/1.jpg");
+  EXPECT_EQ(fs_->ReadLink(f, &target).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(fs_->Read(Ino(1, "cls_a"), 0, 10, &buf, &out).code(),
+            Status::Code::kInvalidArgument);
+  struct statvfs vfs;
+  ASSERT_TRUE(fs_->StatFs(&vfs).ok());
+  EXPECT_EQ(vfs.f_files, 7u);
+  EXPECT_TRUE(vfs.f_flag & ST_RDONLY);
+}
+
+}  // namespace
+}  // namespace dsfs

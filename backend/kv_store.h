@@ -73,8 +73,8 @@ class KvWriter {
 };
 
 struct KvWriterOptions {
-  bool overwrite = false;         // replace an existing store at the destination
-  uint64_t expected_bytes = 0;    // a hint for sizing the store (LMDB map size)
+  bool overwrite = false;       // replace an existing store at the destination
+  uint64_t expected_bytes = 0;  // a hint for sizing the store (LMDB map size)
 };
 
 // Creates a writer for an LMDB store at `path` (one file). Fails with Exists if `path` exists

@@ -29,7 +29,8 @@ Status LmdbError(int rc, std::string_view what, const std::string& path) {
   if (rc == ENOSPC || rc == EDQUOT) {
     return Status::NoSpace(path + ": no space left on device while " + std::string(what));
   }
-  if (rc == MDB_MAP_FULL) return Status::NoSpace(path + ": store map full while " + std::string(what));
+  if (rc == MDB_MAP_FULL)
+    return Status::NoSpace(path + ": store map full while " + std::string(what));
   if (rc == MDB_INVALID || rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND ||
       rc == MDB_VERSION_MISMATCH || rc == MDB_BAD_TXN) {
     return Status::Corruption(path + ": corrupt store (" + mdb_strerror(rc) + ") while " +
@@ -129,7 +130,8 @@ class LmdbReader final : public KvReader {
 
 class LmdbWriter final : public KvWriter {
  public:
-  LmdbWriter(std::string path, std::string tmp_path) : path_(std::move(path)), tmp_(std::move(tmp_path)) {}
+  LmdbWriter(std::string path, std::string tmp_path)
+      : path_(std::move(path)), tmp_(std::move(tmp_path)) {}
   ~LmdbWriter() override {
     if (txn_) mdb_txn_abort(txn_);
     if (env_) mdb_env_close(env_);

@@ -57,10 +57,10 @@ class [[nodiscard]] Status {
   std::string msg_;
 };
 
-#define DSFS_RETURN_IF_ERROR(expr)        \
-  do {                                    \
-    ::dsfs::Status _dsfs_s = (expr);      \
-    if (!_dsfs_s.ok()) return _dsfs_s;    \
+#define DSFS_RETURN_IF_ERROR(expr)     \
+  do {                                 \
+    ::dsfs::Status _dsfs_s = (expr);   \
+    if (!_dsfs_s.ok()) return _dsfs_s; \
   } while (0)
 
 }  // namespace dsfs

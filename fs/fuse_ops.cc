@@ -93,28 +93,29 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool 
     Context* c = Ctx(req);
     std::vector<char> buf(size);
     size_t used = 0;
-    Status s = c->fs->ReadDir(ino, static_cast<uint64_t>(off),
-                              [&](std::string_view name, const struct stat& st, uint64_t next) {
-                                std::string n(name);
-                                size_t need;
-                                if (plus) {
-                                  fuse_entry_param e;
-                                  std::memset(&e, 0, sizeof(e));
-                                  e.ino = st.st_ino;
-                                  e.generation = 1;
-                                  e.attr = st;
-                                  e.attr_timeout = c->options.timeout_s;
-                                  e.entry_timeout = c->options.timeout_s;
-                                  need = fuse_add_direntry_plus(req, buf.data() + used, size - used,
-                                                                n.c_str(), &e, static_cast<off_t>(next));
-                                } else {
-                                  need = fuse_add_direntry(req, buf.data() + used, size - used,
-                                                           n.c_str(), &st, static_cast<off_t>(next));
-                                }
-                                if (need > size - used) return false;
-                                used += need;
-                                return true;
-                              });
+    Status s =
+        c->fs->ReadDir(ino, static_cast<uint64_t>(off),
+                       [&](std::string_view name, const struct stat& st, uint64_t next) {
+                         std::string n(name);
+                         size_t need;
+                         if (plus) {
+                           fuse_entry_param e;
+                           std::memset(&e, 0, sizeof(e));
+                           e.ino = st.st_ino;
+                           e.generation = 1;
+                           e.attr = st;
+                           e.attr_timeout = c->options.timeout_s;
+                           e.entry_timeout = c->options.timeout_s;
+                           need = fuse_add_direntry_plus(req, buf.data() + used, size - used,
+                                                         n.c_str(), &e, static_cast<off_t>(next));
+                         } else {
+                           need = fuse_add_direntry(req, buf.data() + used, size - used, n.c_str(),
+                                                    &st, static_cast<off_t>(next));
+                         }
+                         if (need > size - used) return false;
+                         used += need;
+                         return true;
+                       });
     if (!s.ok() && used == 0) {
       fuse_reply_err(req, ErrnoOf(s, "readdir", ino));
       return;
@@ -126,8 +127,7 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool 
 void OpReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
   ReadDirCommon(req, ino, size, off, false);
 }
-void OpReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-                   struct fuse_file_info*) {
+void OpReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
   ReadDirCommon(req, ino, size, off, true);
 }
 
@@ -147,8 +147,8 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Guard(req, "open", [&] {
     Status s = Ctx(req)->fs->Open(ino, fi->flags);
     if (!s.ok()) {
-      fuse_reply_err(req, s.code() == Status::Code::kInvalidArgument ? EISDIR
-                                                                      : ErrnoOf(s, "open", ino));
+      fuse_reply_err(req,
+                     s.code() == Status::Code::kInvalidArgument ? EISDIR : ErrnoOf(s, "open", ino));
       return;
     }
     // Contents never change: keep the page cache across opens.
@@ -177,8 +177,8 @@ void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
     std::string_view target;
     Status s = Ctx(req)->fs->ReadLink(ino, &target);
     if (!s.ok()) {
-      fuse_reply_err(req, s.code() == Status::Code::kInvalidArgument ? EINVAL
-                                                                      : ErrnoOf(s, "readlink", ino));
+      fuse_reply_err(
+          req, s.code() == Status::Code::kInvalidArgument ? EINVAL : ErrnoOf(s, "readlink", ino));
       return;
     }
     fuse_reply_readlink(req, std::string(target).c_str());

@@ -10,11 +10,11 @@
 namespace dsfs {
 
 struct FuseOptions {
-  int threads = 2;             // session loop threads (on 2 cores 1-2 beat libfuse's 10)
-  double timeout_s = 1e6;      // entry/attr cache timeouts: the tree never changes
-  bool allow_other = false;    // let other users in (kernel checks the stored modes)
-  bool debug = false;          // libfuse request tracing to stderr
-  std::string fsname;          // shown in /proc/mounts (the store path)
+  int threads = 2;           // session loop threads (on 2 cores 1-2 beat libfuse's 10)
+  double timeout_s = 1e6;    // entry/attr cache timeouts: the tree never changes
+  bool allow_other = false;  // let other users in (kernel checks the stored modes)
+  bool debug = false;        // libfuse request tracing to stderr
+  std::string fsname;        // shown in /proc/mounts (the store path)
 };
 
 // Mounts `fs` at `mountpoint`, calls `on_mounted` once the kernel mount exists, then serves

@@ -148,8 +148,8 @@ Status MountStore(const MountConfig& config_in) {
       // A daemon's stderr goes nowhere: log to syslog (the journal) instead.
       auto logger = Log();
       logger->sinks().clear();
-      logger->sinks().push_back(std::make_shared<spdlog::sinks::syslog_sink_mt>(
-          "dsfs", LOG_PID, LOG_DAEMON, true));
+      logger->sinks().push_back(
+          std::make_shared<spdlog::sinks::syslog_sink_mt>("dsfs", LOG_PID, LOG_DAEMON, true));
     });
     if (!reported) {
       WriteAll(fds[1], "ERR " + s.message() + "\n");

@@ -158,10 +158,13 @@ void InodeLayout::Encode(const InodeRecord& r, char* dst) const {
   std::memset(p, 0, record_bytes_);
   uint64_t mode_index = static_cast<uint64_t>(
       std::lower_bound(modes_.begin(), modes_.end(), r.mode) - modes_.begin());
-  const uint64_t v[kFields] = {r.size,    r.data,
-                               r.name_off, r.name_len,
+  const uint64_t v[kFields] = {r.size,
+                               r.data,
+                               r.name_off,
+                               r.name_len,
                                static_cast<uint64_t>(r.mtime_s - min_mtime_s_),
-                               r.mtime_ns, mode_index,
+                               r.mtime_ns,
+                               mode_index,
                                r.parent};
   for (int f = 0; f < kFields; ++f) PutBits(p, offset_[f], bits_[f], v[f]);
 }

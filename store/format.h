@@ -75,42 +75,41 @@ class GroupBuilder {
 
 // Finds record `id` in `group`, the group keyed by `last_id`. Corruption if the group does not
 // hold it or its index is damaged.
-Status FindInGroup(std::string_view group, uint64_t last_id, uint64_t id,
-                   std::string_view* record);
+Status FindInGroup(std::string_view group, uint64_t last_id, uint64_t id, std::string_view* record);
 
 struct StoreHeader {
   char magic[8];
   uint32_t version;
-  uint32_t header_bytes;    // sizeof(StoreHeader) when written
+  uint32_t header_bytes;  // sizeof(StoreHeader) when written
   uint64_t created_unix_s;
   int32_t zstd_level;
-  uint32_t chunk_bytes;     // files larger than this are split into chunks of this size
-  uint32_t segment_bytes;   // checksum granularity of the metadata tables
-  uint32_t dict_bytes;      // size of the dictionary; 0 = none
+  uint32_t chunk_bytes;    // files larger than this are split into chunks of this size
+  uint32_t segment_bytes;  // checksum granularity of the metadata tables
+  uint32_t dict_bytes;     // size of the dictionary; 0 = none
   uint64_t inode_count;
   uint64_t file_count;
   uint64_t dir_count;
   uint64_t symlink_count;
-  uint64_t file_bytes;      // sum of regular file sizes
-  uint64_t payload_count;   // payload records
-  uint64_t payload_bytes;   // bytes of payload records as stored
+  uint64_t file_bytes;     // sum of regular file sizes
+  uint64_t payload_count;  // payload records
+  uint64_t payload_bytes;  // bytes of payload records as stored
   uint64_t names_bytes;
   uint64_t reserved[10];  // zero; room for later fields
-  uint64_t checksum;        // xxh3-64 of all bytes above
+  uint64_t checksum;      // xxh3-64 of all bytes above
 };
 static_assert(sizeof(StoreHeader) == 192);
 
 // One inode, decoded. In the store it is packed by InodeLayout.
 struct InodeRecord {
-  uint64_t size;        // regular: bytes; symlink: target length; directory: entry count
-  uint64_t data;        // regular: first payload id; symlink: target offset in the name pool;
-                        // directory: inode number of the first entry
-  uint64_t name_off;    // name in the pool (root: empty)
+  uint64_t size;      // regular: bytes; symlink: target length; directory: entry count
+  uint64_t data;      // regular: first payload id; symlink: target offset in the name pool;
+                      // directory: inode number of the first entry
+  uint64_t name_off;  // name in the pool (root: empty)
   int64_t mtime_s;
   uint32_t mtime_ns;
-  uint32_t mode;        // st_mode: type and permission bits
+  uint32_t mode;  // st_mode: type and permission bits
   uint32_t name_len;
-  uint32_t parent;      // inode number of the parent (root: itself)
+  uint32_t parent;  // inode number of the parent (root: itself)
 };
 
 // Inode records are stored bit-packed, each field as wide as its largest value in this store
@@ -147,7 +146,7 @@ class InodeLayout {
 enum class Codec : uint8_t { kRaw = 0, kZstd = 1, kZstdDict = 2 };
 inline constexpr uint32_t kMaxPayloadBytes = (1u << 30) - 1;
 struct PayloadHeader {
-  uint32_t checksum;  // low 32 bits of xxh3-64 of the record from byte 4 on
+  uint32_t checksum;        // low 32 bits of xxh3-64 of the record from byte 4 on
   uint32_t codec_and_size;  // codec << 30 | raw size
 };
 static_assert(sizeof(PayloadHeader) == 8);

@@ -30,8 +30,11 @@ using Clock = std::chrono::steady_clock;
 
 // Files above this size gain nothing from the dictionary (it is tuned for small inputs).
 constexpr uint64_t kDictMaxFileBytes = 64 << 10;
-// The dictionary is trained on about this many times its size of sample files.
-constexpr uint64_t kDictSampleFactor = 100;
+// The dictionary is trained on about this many times its size of sample files, spread evenly
+// over the tree. zstd suggests 100x, but on our datasets 10x already gives the same ratio
+// (32x32 JPEG: 0.3850 at 10x, 0.3852 at 100x; Fashion-MNIST PNG: 0.9573 vs 0.9566) while
+// training takes 0.2-0.7 s instead of 2.5-4 s; 20x keeps a margin for more varied trees.
+constexpr uint64_t kDictSampleFactor = 20;
 // A unit of compression work: up to this many payloads or raw bytes.
 constexpr size_t kBatchPayloads = 256;
 constexpr uint64_t kBatchBytes = 8 << 20;
@@ -147,8 +150,7 @@ Status Walk(const std::string& src, Tree* tree, const std::function<void(uint64_
 
 std::string SourcePath(const Tree& t, uint32_t ino) {
   const InodeRecord& r = t.inodes[ino - 1];
-  return t.dir_paths.at(r.parent) + "/" +
-         std::string(t.names.data() + r.name_off, r.name_len);
+  return t.dir_paths.at(r.parent) + "/" + std::string(t.names.data() + r.name_off, r.name_len);
 }
 
 // Reads [offset, offset + len) of a source file, insisting it still has `size` bytes.
@@ -184,8 +186,8 @@ struct Unit {
 
 struct Batch {
   std::vector<Unit> units;
-  std::string records;           // encoded payload records, back to back
-  std::vector<size_t> ends;      // end offset of each record in `records`
+  std::string records;       // encoded payload records, back to back
+  std::vector<size_t> ends;  // end offset of each record in `records`
   uint64_t raw_bytes = 0;
   uint64_t files_completed = 0;  // files whose last chunk is in this batch
   Status status;
@@ -208,7 +210,8 @@ class Pipeline {
     b->units.clear();
     b->raw_bytes = 0;
     b->files_completed = 0;
-    while (file_ < files_.size() && b->units.size() < kBatchPayloads && b->raw_bytes < kBatchBytes) {
+    while (file_ < files_.size() && b->units.size() < kBatchPayloads &&
+           b->raw_bytes < kBatchBytes) {
       const InodeRecord& r = tree_.inodes[files_[file_] - 1];
       uint64_t chunks = (r.size + chunk_ - 1) / chunk_;
       b->units.push_back({files_[file_], chunk_index_});
@@ -373,6 +376,14 @@ Status PackDirectory(const std::string& src_in, const PackOptions& options, KvWr
   prog.files_done = st.files - files.size();  // empty files need no work
   prog.bytes_total = st.bytes_in;
 
+  auto phase_start = start;
+  auto log_phase = [&](const char* name) {
+    auto now = Clock::now();
+    Log()->info("pack: {} took {:.2f} s", name,
+                std::chrono::duration<double>(now - phase_start).count());
+    phase_start = now;
+  };
+  log_phase("scanning");
   prog.phase = "training";
   report(true);
   std::string dict_bytes;
@@ -380,10 +391,12 @@ Status PackDirectory(const std::string& src_in, const PackOptions& options, KvWr
   std::shared_ptr<Dictionary> dict;
   DSFS_RETURN_IF_ERROR(Dictionary::Create(dict_bytes, options.zstd_level, &dict));
   st.dict_bytes = static_cast<uint32_t>(dict_bytes.size());
+  log_phase("dictionary training");
 
   prog.phase = "compressing";
-  int threads = options.threads > 0 ? options.threads
-                                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = options.threads > 0
+                    ? options.threads
+                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   Pipeline pipe(tree, files, options.chunk_bytes, static_cast<size_t>(threads) * 4);
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
@@ -431,6 +444,7 @@ Status PackDirectory(const std::string& src_in, const PackOptions& options, KvWr
   for (auto& w : workers) w.join();
   DSFS_RETURN_IF_ERROR(s);
 
+  log_phase("compressing");
   prog.phase = "finishing";
   report(true);
   InodeLayout layout = InodeLayout::For(tree.inodes);
@@ -465,6 +479,7 @@ Status PackDirectory(const std::string& src_in, const PackOptions& options, KvWr
   DSFS_RETURN_IF_ERROR(
       writer->Put(kHeaderKey, std::string_view(reinterpret_cast<const char*>(&h), sizeof(h))));
   DSFS_RETURN_IF_ERROR(writer->Commit());
+  log_phase("metadata and commit");
   st.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (stats) *stats = st;
   return Status::OK();

@@ -12,10 +12,10 @@ namespace dsfs {
 
 struct PackOptions {
   int zstd_level = 9;
-  uint32_t dict_bytes = 112640;      // zstd's customary 110 KiB; 0 disables the dictionary
-  uint32_t chunk_bytes = 256 << 10;  // large files are split into independently read chunks
-  uint32_t segment_bytes = 64 << 10; // metadata checksum granularity
-  int threads = 0;                   // compression threads; 0 = one per core
+  uint32_t dict_bytes = 112640;       // zstd's customary 110 KiB; 0 disables the dictionary
+  uint32_t chunk_bytes = 256 << 10;   // large files are split into independently read chunks
+  uint32_t segment_bytes = 64 << 10;  // metadata checksum granularity
+  int threads = 0;                    // compression threads; 0 = one per core
 };
 
 struct PackProgress {
@@ -29,8 +29,8 @@ struct PackProgress {
 
 struct PackStats {
   uint64_t files = 0, dirs = 0, symlinks = 0, skipped = 0;
-  uint64_t bytes_in = 0;      // sum of regular file sizes
-  uint64_t payload_bytes = 0; // stored payload records
+  uint64_t bytes_in = 0;       // sum of regular file sizes
+  uint64_t payload_bytes = 0;  // stored payload records
   uint32_t dict_bytes = 0;
   double seconds = 0;
 };

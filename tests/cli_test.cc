@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <sstream>
 
-#include "tests/test_util.h"
 #include "common/log.h"
 #include "store/format.h"
+#include "tests/test_util.h"
 #include "tools/commands.h"
 
 namespace dsfs {
@@ -35,9 +35,7 @@ CliRun Dsfs(const std::vector<std::string>& args) {
   return {code, out.str(), err.str()};
 }
 
-int Lines(const std::string& s) {
-  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
-}
+int Lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 
 class CliTest : public ::testing::Test {
  protected:
@@ -58,7 +56,7 @@ class CliTest : public ::testing::Test {
 
 TEST_F(CliTest, PackPrintsOneSummaryLine) {
   CliRun r = Dsfs({"pack", "-q", "--force", "--level", "3", "--dict-size", "8K", "--chunk-size",
-                "64K", "-j", "1", dir_ / "src", store_});
+                   "64K", "-j", "1", dir_ / "src", store_});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(Lines(r.out), 1);
   EXPECT_NE(r.out.find("packed 103 files, 3 directories, 1 symlinks"), std::string::npos) << r.out;
@@ -139,11 +137,10 @@ TEST_F(CliTest, BadStoresGetOneClearLine) {
   uint32_t v99 = 99;
   std::memcpy(&bytes[at + 8], &v99, 4);
   WriteFile(dir_ / "future.db", bytes);
-  for (const Case& c : {Case{dir_ / "missing.db", "No such file"},
-                        Case{dir_ / "text.db", "not a dsfs store"},
-                        Case{dir_.path(), "not a dsfs store"},
-                        Case{dir_ / "trunc.db", "truncated"},
-                        Case{dir_ / "future.db", "version 99 is not supported"}}) {
+  for (const Case& c :
+       {Case{dir_ / "missing.db", "No such file"}, Case{dir_ / "text.db", "not a dsfs store"},
+        Case{dir_.path(), "not a dsfs store"}, Case{dir_ / "trunc.db", "truncated"},
+        Case{dir_ / "future.db", "version 99 is not supported"}}) {
     for (const char* cmd : {"info", "ls", "verify"}) {
       CliRun r = Dsfs({cmd, c.path});
       EXPECT_EQ(r.code, 1) << cmd << " " << c.path;

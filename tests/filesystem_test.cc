@@ -40,11 +40,12 @@ class FilesystemTest : public ::testing::Test {
 
   std::map<std::string, uint64_t> List(uint64_t ino, uint64_t offset = 0) {
     std::map<std::string, uint64_t> out;
-    EXPECT_TRUE(fs_->ReadDir(ino, offset, [&](std::string_view name, const struct stat& st,
-                                               uint64_t) {
-                     out[std::string(name)] = st.st_ino;
-                     return true;
-                   }).ok());
+    EXPECT_TRUE(fs_->ReadDir(ino, offset,
+                             [&](std::string_view name, const struct stat& st, uint64_t) {
+                               out[std::string(name)] = st.st_ino;
+                               return true;
+                             })
+                    .ok());
     return out;
   }
 
@@ -87,20 +88,22 @@ TEST_F(FilesystemTest, ReadDirListsDotsThenEntriesAndResumes) {
   uint64_t next = 0;
   for (;;) {
     bool got = false;
-    ASSERT_TRUE(fs_->ReadDir(1, next, [&](std::string_view name, const struct stat&, uint64_t n) {
-                      all.emplace_back(name);
-                      next = n;
-                      got = true;
-                      return false;  // one entry per call, as with a tiny reply buffer
-                    }).ok());
+    ASSERT_TRUE(fs_->ReadDir(1, next,
+                             [&](std::string_view name, const struct stat&, uint64_t n) {
+                               all.emplace_back(name);
+                               next = n;
+                               got = true;
+                               return false;  // one entry per call, as with a tiny reply buffer
+                             })
+                    .ok());
     if (!got) break;
   }
   EXPECT_EQ(all, (std::vector<std::string>{".", "..", "alias", "cls_a", "cls_b"}));
   EXPECT_TRUE(List(1, 100).empty());
   struct stat st;
-  EXPECT_TRUE(fs_->ReadDir(Ino(1, "alias"), 0, [](std::string_view, const struct stat&, uint64_t) {
-                    return true;
-                  }).code() == Status::Code::kInvalidArgument);
+  EXPECT_TRUE(fs_->ReadDir(Ino(1, "alias"), 0,
+                           [](std::string_view, const struct stat&, uint64_t) { return true; })
+                  .code() == Status::Code::kInvalidArgument);
   (void)st;
 }
 
@@ -126,8 +129,7 @@ TEST_F(FilesystemTest, ReadReadLinkStatFs) {
   ASSERT_TRUE(fs_->ReadLink(Ino(1, "alias"), &target).ok());
   EXPECT_EQ(target, "cls_a/1.jpg");
   EXPECT_EQ(fs_->ReadLink(f, &target).code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(fs_->Read(Ino(1, "cls_a"), 0, 10, &buf, &out).code(),
-            Status::Code::kInvalidArgument);
+  EXPECT_EQ(fs_->Read(Ino(1, "cls_a"), 0, 10, &buf, &out).code(), Status::Code::kInvalidArgument);
   struct statvfs vfs;
   ASSERT_TRUE(fs_->StatFs(&vfs).ok());
   EXPECT_EQ(vfs.f_files, 7u);

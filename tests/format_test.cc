@@ -87,7 +87,8 @@ TEST(FormatTest, InodeLayoutRoundTripsExtremes) {
 TEST(FormatTest, InodeLayoutIsNarrowForSmallTrees) {
   std::vector<InodeRecord> recs;
   for (uint32_t i = 0; i < 1000; ++i) {
-    recs.push_back({i * 10u % 4000, i, i * 15ull, 1700000000 + i % 60, 0, 0100644, 15, i / 100 + 1});
+    recs.push_back(
+        {i * 10u % 4000, i, i * 15ull, 1700000000 + i % 60, 0, 0100644, 15, i / 100 + 1});
   }
   EXPECT_LE(InodeLayout::For(recs).record_bytes(), 12u);
 }
@@ -105,7 +106,8 @@ TEST(FormatTest, InodeLayoutRejectsDamage) {
 }
 
 TEST(FormatTest, InodeDecodeRejectsModeIndexOutOfRange) {
-  std::vector<InodeRecord> recs = {{0, 0, 0, 0, 0, 0100644, 0, 1}, {0, 0, 0, 0, 0, 040755, 0, 1},
+  std::vector<InodeRecord> recs = {{0, 0, 0, 0, 0, 0100644, 0, 1},
+                                   {0, 0, 0, 0, 0, 040755, 0, 1},
                                    {0, 0, 0, 0, 0, 0120777, 0, 1}};
   InodeLayout layout = InodeLayout::For(recs);  // 3 modes: index field is 2 bits wide
   std::string buf(layout.record_bytes(), '\xff');

@@ -1,5 +1,3 @@
-#include "backend/lmdb_store.h"
-
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -11,6 +9,7 @@
 #include <map>
 #include <thread>
 
+#include "backend/lmdb_store.h"
 #include "tests/test_util.h"
 
 namespace dsfs {
@@ -132,8 +131,7 @@ TEST(LmdbTest, MissingNotAStoreAndTruncated) {
   WriteFile(dir / "empty.db", "");
   EXPECT_EQ(OpenKvReader(dir / "empty.db", KvReaderOptions{}, &r).code(),
             Status::Code::kInvalidArgument);
-  EXPECT_EQ(OpenKvReader(dir.path(), KvReaderOptions{}, &r).code(),
-            Status::Code::kInvalidArgument);
+  EXPECT_EQ(OpenKvReader(dir.path(), KvReaderOptions{}, &r).code(), Status::Code::kInvalidArgument);
 
   std::map<std::string, std::string> kv;
   for (int i = 0; i < 50; ++i) kv["k" + std::to_string(i)] = RandomBytes(10000, i);

@@ -77,8 +77,8 @@ TEST_F(StoreTest, ListingIsSortedAndComplete) {
     EXPECT_EQ(r.parent, Store::kRootIno);
     names.emplace_back(n);
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"a.txt", "b.txt", "empty", "link", "many", "sub",
-                                             "void"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"a.txt", "b.txt", "empty", "link", "many", "sub", "void"}));
 }
 
 TEST_F(StoreTest, LookupEveryFileInLargeDirectory) {
@@ -250,11 +250,10 @@ TEST_F(StoreTest, DamagedMetadataIsRefusedAtOpenOrAccess) {
   for (std::string key : {"H", "L", "I", "I.sum", "N", "N.sum", "Z"}) {
     for (Fault fault : {Fault::kFlipBit, Fault::kTruncate, Fault::kError}) {
       std::unique_ptr<Store> faulty;
-      Status s = Store::Open(NewFaultyReader(NewMemReader(table_),
-                                             [&](std::string_view k) {
-                                               return k == key ? fault : Fault::kNone;
-                                             }),
-                             &faulty);
+      Status s = Store::Open(
+          NewFaultyReader(NewMemReader(table_),
+                          [&](std::string_view k) { return k == key ? fault : Fault::kNone; }),
+          &faulty);
       if (!s.ok()) continue;  // refused cleanly at open
       // Otherwise the damage must surface as an error on access, never as wrong data.
       Status v = faulty->VerifyMetadata();
@@ -266,8 +265,10 @@ TEST_F(StoreTest, DamagedMetadataIsRefusedAtOpenOrAccess) {
         std::string_view out;
         Status ls = faulty->LookupPath("many/f" + std::to_string(i), &ino, &r);
         if (ls.ok()) ls = faulty->Read(r, 0, r.size, &buf, &out);
-        if (!ls.ok()) all_ok = false;
-        else EXPECT_EQ(out, "file number " + std::to_string(i));
+        if (!ls.ok())
+          all_ok = false;
+        else
+          EXPECT_EQ(out, "file number " + std::to_string(i));
       }
       EXPECT_FALSE(all_ok && key != "Z" && fault != Fault::kError)
           << "damage to " << key << " went unnoticed";
@@ -308,8 +309,7 @@ TEST(StorePackTest, SourceErrorsNameThePath) {
   EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
   PackOptions bad;
   bad.zstd_level = 99;
-  EXPECT_EQ(PackToMemory(dir.path(), bad, &table, &store).code(),
-            Status::Code::kInvalidArgument);
+  EXPECT_EQ(PackToMemory(dir.path(), bad, &table, &store).code(), Status::Code::kInvalidArgument);
 }
 
 TEST(StorePackTest, SpecialFilesAreSkipped) {

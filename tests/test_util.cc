@@ -57,8 +57,8 @@ std::string RandomBytes(size_t n, uint32_t seed) {
 }
 
 std::string TextBytes(size_t n, uint32_t seed) {
-  static const char* kWords[] = {"pixel ", "tensor ", "batch ", "epoch ", "class ", "image ",
-                                 "store ", "mount ", "read ", "cache "};
+  static const char* kWords[] = {"pixel ", "tensor ", "batch ", "epoch ", "class ",
+                                 "image ", "store ",  "mount ", "read ",  "cache "};
   std::mt19937 rng(seed);
   std::string s;
   while (s.size() < n) s += kWords[rng() % 10];

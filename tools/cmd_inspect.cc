@@ -98,9 +98,8 @@ Status RunLs(const std::string& store_path, const std::string& path, bool long_f
   if (!IsDir(rec)) return print(rec, path);
   if (recursive) {
     std::string prefix = path == "/" ? "" : path;
-    return Walk(*store, ino, prefix, [&](uint32_t, const InodeRecord& r, const std::string& p) {
-      return print(r, p);
-    });
+    return Walk(*store, ino, prefix,
+                [&](uint32_t, const InodeRecord& r, const std::string& p) { return print(r, p); });
   }
   uint32_t first, count;
   DSFS_RETURN_IF_ERROR(store->DirEntries(ino, rec, &first, &count));
@@ -138,8 +137,10 @@ Status RunInfo(const std::string& store_path, bool json, std::ostream& out) {
   DSFS_RETURN_IF_ERROR(OpenStore(store_path, &store));
   const StoreHeader& h = store->header();
   struct stat st;
-  uint64_t store_bytes = ::stat(store_path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
-  double ratio = h.file_bytes ? static_cast<double>(store_bytes) / static_cast<double>(h.file_bytes) : 0;
+  uint64_t store_bytes =
+      ::stat(store_path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  double ratio =
+      h.file_bytes ? static_cast<double>(store_bytes) / static_cast<double>(h.file_bytes) : 0;
   char buf[2048];
   if (json) {
     std::snprintf(
@@ -152,8 +153,7 @@ Status RunInfo(const std::string& store_path, bool json, std::ostream& out) {
         JsonString(store_path).c_str(), JsonString(store->backend_name()).c_str(), h.version,
         static_cast<unsigned long long>(h.created_unix_s),
         static_cast<unsigned long long>(h.inode_count),
-        static_cast<unsigned long long>(h.file_count),
-        static_cast<unsigned long long>(h.dir_count),
+        static_cast<unsigned long long>(h.file_count), static_cast<unsigned long long>(h.dir_count),
         static_cast<unsigned long long>(h.symlink_count),
         static_cast<unsigned long long>(h.file_bytes),
         static_cast<unsigned long long>(h.payload_count),
@@ -161,24 +161,23 @@ Status RunInfo(const std::string& store_path, bool json, std::ostream& out) {
         static_cast<unsigned long long>(store_bytes), ratio, h.zstd_level, h.dict_bytes,
         h.chunk_bytes);
   } else {
-    std::snprintf(buf, sizeof(buf),
-                  "store:        %s (%s)\n"
-                  "format:       dsfs v%u, created %s UTC\n"
-                  "entries:      %llu (%llu files, %llu directories, %llu symlinks)\n"
-                  "file bytes:   %s\n"
-                  "store bytes:  %s (ratio %.3f; payloads %s in %llu records)\n"
-                  "compression:  zstd level %d, dictionary %s, chunks of %s\n",
-                  store_path.c_str(), std::string(store->backend_name()).c_str(), h.version,
-                  TimeString(static_cast<int64_t>(h.created_unix_s)).c_str(),
-                  static_cast<unsigned long long>(h.inode_count),
-                  static_cast<unsigned long long>(h.file_count),
-                  static_cast<unsigned long long>(h.dir_count),
-                  static_cast<unsigned long long>(h.symlink_count),
-                  FormatBytes(h.file_bytes).c_str(), FormatBytes(store_bytes).c_str(), ratio,
-                  FormatBytes(h.payload_bytes).c_str(),
-                  static_cast<unsigned long long>(h.payload_count), h.zstd_level,
-                  h.dict_bytes ? FormatBytes(h.dict_bytes).c_str() : "none",
-                  FormatBytes(h.chunk_bytes).c_str());
+    std::snprintf(
+        buf, sizeof(buf),
+        "store:        %s (%s)\n"
+        "format:       dsfs v%u, created %s UTC\n"
+        "entries:      %llu (%llu files, %llu directories, %llu symlinks)\n"
+        "file bytes:   %s\n"
+        "store bytes:  %s (ratio %.3f; payloads %s in %llu records)\n"
+        "compression:  zstd level %d, dictionary %s, chunks of %s\n",
+        store_path.c_str(), std::string(store->backend_name()).c_str(), h.version,
+        TimeString(static_cast<int64_t>(h.created_unix_s)).c_str(),
+        static_cast<unsigned long long>(h.inode_count),
+        static_cast<unsigned long long>(h.file_count), static_cast<unsigned long long>(h.dir_count),
+        static_cast<unsigned long long>(h.symlink_count), FormatBytes(h.file_bytes).c_str(),
+        FormatBytes(store_bytes).c_str(), ratio, FormatBytes(h.payload_bytes).c_str(),
+        static_cast<unsigned long long>(h.payload_count), h.zstd_level,
+        h.dict_bytes ? FormatBytes(h.dict_bytes).c_str() : "none",
+        FormatBytes(h.chunk_bytes).c_str());
   }
   out << buf;
   return Status::OK();
@@ -202,7 +201,8 @@ Status RunVerify(const std::string& store_path, std::ostream& out) {
                     Status fs = store->VerifyFile(r);
                     if (!fs.ok()) {
                       // Every damaged file counts; the first ones are named.
-                      if (++bad <= kMaxBadListed) out << "BAD " << path << ": " << fs.message() << "\n";
+                      if (++bad <= kMaxBadListed)
+                        out << "BAD " << path << ": " << fs.message() << "\n";
                     }
                     return Status::OK();
                   });

@@ -41,16 +41,16 @@ Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err) {
   uint64_t store_bytes = 0;
   if (::stat(cmd.dst.c_str(), &st) == 0) store_bytes = static_cast<uint64_t>(st.st_size);
   char line[400];
-  double ratio = stats.bytes_in ? static_cast<double>(store_bytes) / static_cast<double>(stats.bytes_in) : 0.0;
+  double ratio =
+      stats.bytes_in ? static_cast<double>(store_bytes) / static_cast<double>(stats.bytes_in) : 0.0;
   double rate = stats.seconds > 0 ? static_cast<double>(stats.files) / stats.seconds : 0.0;
-  std::snprintf(line, sizeof(line),
-                "packed %llu files, %llu directories, %llu symlinks: %s -> %s (ratio %.3f) in "
-                "%.1f s, %.0f files/s",
-                static_cast<unsigned long long>(stats.files),
-                static_cast<unsigned long long>(stats.dirs),
-                static_cast<unsigned long long>(stats.symlinks),
-                FormatBytes(stats.bytes_in).c_str(), FormatBytes(store_bytes).c_str(), ratio,
-                stats.seconds, rate);
+  std::snprintf(
+      line, sizeof(line),
+      "packed %llu files, %llu directories, %llu symlinks: %s -> %s (ratio %.3f) in "
+      "%.1f s, %.0f files/s",
+      static_cast<unsigned long long>(stats.files), static_cast<unsigned long long>(stats.dirs),
+      static_cast<unsigned long long>(stats.symlinks), FormatBytes(stats.bytes_in).c_str(),
+      FormatBytes(store_bytes).c_str(), ratio, stats.seconds, rate);
   out << line;
   if (stats.skipped) out << " (" << stats.skipped << " special files skipped)";
   out << "\n";

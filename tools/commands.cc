@@ -1,7 +1,6 @@
 #include "tools/commands.h"
 
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 
 #include "common/log.h"
@@ -60,8 +59,8 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   mount_cmd->add_option("STORE", mount.store_path, "store file")->required();
   mount_cmd->add_option("MOUNTPOINT", mount.mountpoint, "existing directory")->required();
   mount_cmd->add_flag("-f,--foreground", mount.foreground, "stay in the foreground");
-  mount_cmd->add_option("-o", mount_opts,
-                        "options: threads=N, allow_other, uid=N, gid=N, debug, ro")
+  mount_cmd
+      ->add_option("-o", mount_opts, "options: threads=N, allow_other, uid=N, gid=N, debug, ro")
       ->delimiter(',');
 
   std::string umount_point;

@@ -139,17 +139,14 @@ std::vector<std::string> walk(const std::string& root) {
     std::fprintf(stderr, "dsfs-readbench: cannot walk %s: %s\n", root.c_str(), ec.message().c_str());
     std::exit(1);
   }
-  const std::size_t skip = fs::path(root).lexically_normal().native().size();
+  const fs::path base(root);
   for (; it != end; it.increment(ec)) {
     if (ec) {
       std::fprintf(stderr, "dsfs-readbench: walk: %s\n", ec.message().c_str());
       std::exit(1);
     }
     if (!it->is_regular_file(ec)) continue;
-    std::string p = it->path().lexically_normal().native();
-    std::string rel = p.substr(std::min(skip, p.size()));
-    while (!rel.empty() && rel.front() == '/') rel.erase(0, 1);
-    files.push_back(std::move(rel));
+    files.push_back(it->path().lexically_relative(base).native());
   }
   std::sort(files.begin(), files.end());
   return files;

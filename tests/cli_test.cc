@@ -193,7 +193,9 @@ TEST_F(CliTest, BitFlipsAnywhereNeverCrash) {
     EXPECT_TRUE(v.exit_code == 0 || v.exit_code == 1) << pos;
     CommandResult c = RunCommand({testing::DsfsBinary(), "cat", path, "dog/c.txt"}, 60);
     ASSERT_NE(c.exit_code, -1) << "cat crashed with a flip at " << pos << ": " << c.err;
-    if (c.exit_code == 0) EXPECT_EQ(c.out, expected) << "wrong bytes with a flip at " << pos;
+    if (c.exit_code == 0) {
+      EXPECT_EQ(c.out, expected) << "wrong bytes with a flip at " << pos;
+    }
     ++trials;
   }
   EXPECT_GT(trials, 90);

@@ -1,1 +1,1739 @@
+// Real-mount tests: the dsfs binary packs source trees and mounts them with FUSE as a
+// subprocess, exactly as a user runs it, and the tests compare what the kernel then serves with
+// the source, byte for byte and attribute for attribute. They also drive the error paths of
+// `dsfs mount`, `dsfs umount` and `dsfs pack` through the CLI.
+//
+// They need root and a usable /dev/fuse and say so plainly when skipped. Every mount is owned by
+// a MountGuard, which unmounts it and ends its daemon even when a test fails. This process makes
+// itself a child subreaper, so the daemon that `dsfs mount` forks is re-parented to it: the
+// tests know exactly which processes they started, reap them, and never signal anything else.
+
+#include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "tests/test_util.h"
+
+namespace dsfs::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr uid_t kNobody = 65534;
+// statfs(2) f_type of every FUSE mount.
+constexpr long kFuseSuperMagic = 0x65735546;
+
+// ---------------------------------------------------------------------------------------------
+// Environment and small helpers
+
+// Why real mounts cannot run here, or "" if they can.
+std::string CannotMountReason() {
+  if (::geteuid() != 0) return "not running as root (mounting needs root)";
+  int fd = ::open("/dev/fuse", O_RDWR | O_CLOEXEC);
+  if (fd < 0) return std::string("/dev/fuse is not usable: ") + std::strerror(errno);
+  ::close(fd);
+  return "";
+}
+
+#define SKIP_UNLESS_CAN_MOUNT()                                                  \
+  do {                                                                           \
+    std::string why_not = CannotMountReason();                                   \
+    if (!why_not.empty()) {                                                      \
+      GTEST_SKIP() << "SKIPPED: real-mount test not run because " << why_not;    \
+    }                                                                            \
+  } while (0)
+
+#define SKIP_UNLESS_ROOT()                                                                \
+  do {                                                                                    \
+    if (::geteuid() != 0) {                                                               \
+      GTEST_SKIP() << "SKIPPED: needs root (setpriv to another user, mounting a tmpfs)"; \
+    }                                                                                     \
+  } while (0)
+
+std::string ErrnoName(int err) {
+  return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";
+}
+
+// `s` with every byte outside printable ASCII escaped: file names here hold newlines and
+// invalid UTF-8 on purpose, and failure messages must stay readable.
+std::string Printable(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Polls `done` every 20 ms until it holds or `timeout` passes; returns its last value.
+bool WaitUntil(const std::function<bool()>& done, milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  for (;;) {
+    if (done()) return true;
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+}
+
+CommandResult Dsfs(std::vector<std::string> args, int timeout_s = 120) {
+  args.insert(args.begin(), DsfsBinary());
+  return RunCommand(args, timeout_s);
+}
+
+std::string Describe(const CommandResult& r) {
+  return "exit code " + std::to_string(r.exit_code) + "\n--- stdout ---\n" + Printable(r.out) +
+         "\n--- stderr ---\n" + Printable(r.err);
+}
+
+// The CLI's error contract: a non-zero exit (exactly `exit_code`) and exactly one line on
+// stderr, "dsfs: error: ...", that contains at least one of `needles` (case-insensitive).
+::testing::AssertionResult IsOneLineError(const CommandResult& r,
+                                          const std::vector<std::string>& needles,
+                                          int exit_code = 1) {
+  if (r.exit_code != exit_code) {
+    return ::testing::AssertionFailure()
+           << "expected exit code " << exit_code << ", got " << Describe(r);
+  }
+  if (r.err.empty() || r.err.back() != '\n' ||
+      std::count(r.err.begin(), r.err.end(), '\n') != 1) {
+    return ::testing::AssertionFailure() << "expected exactly one stderr line, got "
+                                         << Describe(r);
+  }
+  if (r.err.rfind("dsfs: error: ", 0) != 0) {
+    return ::testing::AssertionFailure() << "stderr does not start with 'dsfs: error: ': "
+                                         << Describe(r);
+  }
+  std::string err = Lower(r.err);
+  for (const auto& n : needles) {
+    if (err.find(Lower(n)) != std::string::npos) return ::testing::AssertionSuccess();
+  }
+  std::string all;
+  for (const auto& n : needles) all += (all.empty() ? "'" : ", '") + n + "'";
+  return ::testing::AssertionFailure() << "stderr mentions none of " << all << ": "
+                                       << Describe(r);
+}
+
+// Reads the whole file through read(2) calls of `chunk_bytes`; false (and `error`) on failure.
+bool ReadAll(const std::string& path, std::string* data, std::string* error,
+             size_t chunk_bytes = 1 << 20) {
+  data->clear();
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *error = "open " + Printable(path) + ": " + ErrnoName(errno);
+    return false;
+  }
+  std::string buf(chunk_bytes, '\0');
+  for (;;) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *error = "read " + Printable(path) + ": " + ErrnoName(errno);
+      ::close(fd);
+      return false;
+    }
+    if (n == 0) break;
+    data->append(buf.data(), static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return true;
+}
+
+// Creates (or replaces) a file with `data` and `mode` without the umask in the way.
+void PutFile(const std::string& path, std::string_view data, mode_t mode = 0644) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw std::runtime_error("create " + Printable(path) + ": " + ErrnoName(errno));
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n <= 0) throw std::runtime_error("write " + Printable(path) + ": " + ErrnoName(errno));
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (::chmod(path.c_str(), mode) != 0) throw std::runtime_error("chmod " + Printable(path));
+}
+
+void MakeDir(const std::string& path, mode_t mode = 0755) {
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+    throw std::runtime_error("mkdir " + Printable(path) + ": " + ErrnoName(errno));
+  }
+  ::chmod(path.c_str(), mode);
+}
+
+void MakeSymlink(const std::string& target, const std::string& path) {
+  if (::symlink(target.c_str(), path.c_str()) != 0) {
+    throw std::runtime_error("symlink " + Printable(path) + ": " + ErrnoName(errno));
+  }
+}
+
+// Names of the entries of `dir` (without "." and ".."), read with readdir(3).
+std::vector<std::string> DirNames(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return names;
+  while (struct dirent* de = ::readdir(d)) {
+    if (std::strcmp(de->d_name, ".") != 0 && std::strcmp(de->d_name, "..") != 0) {
+      names.emplace_back(de->d_name);
+    }
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mounts and processes
+
+// mountinfo escapes space, tab, newline and backslash in paths as \ooo.
+std::string UnescapeMountinfo(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size()) {
+      int v = 0;
+      bool ok = true;
+      for (int k = 1; k <= 3; ++k) {
+        char c = s[i + k];
+        if (c < '0' || c > '7') ok = false;
+        v = v * 8 + (c - '0');
+      }
+      if (ok) {
+        out += static_cast<char>(v);
+        i += 3;
+        continue;
+      }
+    }
+    out += s[i];
+  }
+  return out;
+}
+
+struct MountEntry {
+  std::string mountpoint, mount_options, fstype, source;
+};
+
+// Entries of /proc/self/mountinfo whose mountpoint is `path` (absolute, not resolved further).
+std::vector<MountEntry> MountsAt(const std::string& path) {
+  std::vector<MountEntry> found;
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string id, parent, dev, root;
+    MountEntry e;
+    if (!(ls >> id >> parent >> dev >> root >> e.mountpoint >> e.mount_options)) continue;
+    std::string field;
+    while (ls >> field && field != "-") {
+    }
+    ls >> e.fstype >> e.source;
+    e.mountpoint = UnescapeMountinfo(e.mountpoint);
+    if (e.mountpoint == path) found.push_back(e);
+  }
+  return found;
+}
+
+bool IsMounted(const std::string& path) { return !MountsAt(path).empty(); }
+
+// Orphans of the processes this test starts become its children: the daemon forked by
+// `dsfs mount` is then found, waited for and reaped here instead of by init.
+void BecomeSubreaper() {
+  static const bool ok = ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
+  if (!ok) ADD_FAILURE() << "prctl(PR_SET_CHILD_SUBREAPER): " << ErrnoName(errno);
+}
+
+std::vector<std::string> ProcCmdline(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> argv;
+  size_t pos = 0;
+  while (pos < all.size()) {
+    size_t end = all.find('\0', pos);
+    if (end == std::string::npos) end = all.size();
+    argv.push_back(all.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  return argv;
+}
+
+// Parent pid of `pid` and its state letter; false if it is gone.
+bool ProcStat(pid_t pid, pid_t* ppid, char* state) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t paren = s.rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos) return false;
+  std::istringstream ls(s.substr(paren + 1));
+  long parent = 0;
+  if (!(ls >> *state >> parent)) return false;
+  *ppid = static_cast<pid_t>(parent);
+  return true;
+}
+
+// Live children of this process that are a `dsfs mount ... MOUNTPOINT` daemon.
+std::vector<pid_t> DaemonChildren(const std::string& mountpoint) {
+  std::vector<pid_t> pids;
+  pid_t self = ::getpid();
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    pid_t pid = static_cast<pid_t>(std::stol(name));
+    pid_t ppid;
+    char state;
+    if (!ProcStat(pid, &ppid, &state) || ppid != self || state == 'Z') continue;
+    std::vector<std::string> argv = ProcCmdline(pid);
+    if (argv.empty() || argv[0] != DsfsBinary()) continue;
+    if (std::find(argv.begin(), argv.end(), "mount") == argv.end()) continue;
+    if (std::find(argv.begin(), argv.end(), mountpoint) == argv.end()) continue;
+    pids.push_back(pid);
+  }
+  return pids;
+}
+
+// Waits up to `timeout` for child `pid` to exit and reaps it; false if it still runs.
+bool WaitChild(pid_t pid, milliseconds timeout, int* wstatus = nullptr) {
+  int st = 0;
+  bool done = WaitUntil(
+      [&] {
+        pid_t r = ::waitpid(pid, &st, WNOHANG);
+        return r == pid || (r < 0 && errno == ECHILD);
+      },
+      timeout);
+  if (wstatus) *wstatus = st;
+  return done;
+}
+
+// A mountpoint this test mounts on. The destructor unmounts it (`dsfs umount`, then
+// `umount -l`) and ends the daemons it started, whatever happened in between.
+class MountGuard {
+ public:
+  explicit MountGuard(std::string mountpoint) : mp_(std::move(mountpoint)) { BecomeSubreaper(); }
+  ~MountGuard() { Release(); }
+  MountGuard(const MountGuard&) = delete;
+  MountGuard& operator=(const MountGuard&) = delete;
+
+  const std::string& mountpoint() const { return mp_; }
+  const std::vector<pid_t>& daemons() const { return pids_; }
+
+  // `dsfs mount STORE MP EXTRA...`: the background daemon. Remembers the daemon it leaves.
+  CommandResult MountBackground(const std::string& store,
+                                const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"mount", store, mp_};
+    args.insert(args.end(), extra.begin(), extra.end());
+    CommandResult r = Dsfs(args, 60);
+    Adopt();
+    return r;
+  }
+
+  // `dsfs mount -f STORE MP` as a direct child writing to `log_path`; succeeds once the mount
+  // answers a stat.
+  ::testing::AssertionResult MountForeground(const std::string& store,
+                                             const std::string& log_path) {
+    // Everything the child needs is prepared before fork: only exec follows it.
+    std::vector<std::string> argv = {DsfsBinary(), "mount", "-f", store, mp_};
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (log < 0) return ::testing::AssertionFailure() << "cannot create " << log_path;
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::dup2(log, 1);
+      ::dup2(log, 2);
+      ::execv(cargv[0], cargv.data());
+      _exit(127);
+    }
+    ::close(log);
+    if (pid < 0) return ::testing::AssertionFailure() << "fork: " << ErrnoName(errno);
+    pids_.push_back(pid);
+    bool exited = false;
+    bool up = WaitUntil(
+        [&] {
+          int st;
+          if (::waitpid(pid, &st, WNOHANG) == pid) {
+            exited = true;
+            return true;
+          }
+          struct stat sb;
+          return IsMounted(mp_) && ::stat(mp_.c_str(), &sb) == 0;
+        },
+        milliseconds(15000));
+    if (exited) {
+      Forget(pid);
+      std::string out = ReadFile(log_path);
+      return ::testing::AssertionFailure() << "dsfs mount -f exited early: " << Printable(out);
+    }
+    if (!up) return ::testing::AssertionFailure() << "dsfs mount -f did not mount within 15 s";
+    return ::testing::AssertionSuccess();
+  }
+
+  // For a daemon the test has reaped itself: its pid may be reused and must not be signalled.
+  void Forget(pid_t pid) { pids_.erase(std::remove(pids_.begin(), pids_.end(), pid), pids_.end()); }
+
+  void Release() {
+    Adopt();
+    if (IsMounted(mp_)) {
+      CommandResult r = Dsfs({"umount", mp_}, 30);
+      if (IsMounted(mp_)) {
+        ADD_FAILURE() << "dsfs umount " << mp_ << " left it mounted (" << Describe(r)
+                      << "); falling back to umount -l";
+        RunCommand({"umount", "-l", mp_}, 30);
+      }
+    }
+    for (pid_t pid : pids_) {
+      // The daemon exits by itself once its mount is gone.
+      if (!WaitChild(pid, milliseconds(5000))) {
+        ADD_FAILURE() << "daemon " << pid << " still runs 5 s after unmounting; killing it";
+        ::kill(pid, SIGKILL);
+        WaitChild(pid, milliseconds(5000));
+      }
+    }
+    pids_.clear();
+  }
+
+ private:
+  void Adopt() {
+    for (pid_t pid : DaemonChildren(mp_)) {
+      if (std::find(pids_.begin(), pids_.end(), pid) == pids_.end()) pids_.push_back(pid);
+    }
+  }
+
+  std::string mp_;
+  std::vector<pid_t> pids_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Source trees
+
+// One entry of a tree: its lstat and, for a symlink, its target.
+struct Node {
+  struct stat st;
+  std::string target;
+};
+// Relative path ("" = the root) -> entry.
+using Tree = std::map<std::string, Node>;
+
+std::string Join(const std::string& a, const std::string& b) {
+  if (a.empty()) return b;
+  if (b.empty()) return a;
+  return a + "/" + b;
+}
+
+// Entries of `dir` except "." and "..", with their d_type; `dots` counts "." and "..".
+bool ListDir(const std::string& dir, std::map<std::string, unsigned char>* entries, int* dots,
+             std::string* error) {
+  entries->clear();
+  *dots = 0;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) {
+    *error = "opendir " + Printable(dir) + ": " + ErrnoName(errno);
+    return false;
+  }
+  errno = 0;
+  while (struct dirent* de = ::readdir(d)) {
+    if (std::strcmp(de->d_name, ".") == 0 || std::strcmp(de->d_name, "..") == 0) {
+      ++*dots;
+      continue;
+    }
+    if (!entries->emplace(de->d_name, de->d_type).second) {
+      *error = "readdir " + Printable(dir) + " returned " + Printable(de->d_name) + " twice";
+      ::closedir(d);
+      return false;
+    }
+  }
+  int err = errno;
+  ::closedir(d);
+  if (err != 0) {
+    *error = "readdir " + Printable(dir) + ": " + ErrnoName(err);
+    return false;
+  }
+  return true;
+}
+
+// Every entry under `root`, found with readdir and described with lstat/readlink.
+void WalkTree(const std::string& root, const std::string& rel, Tree* tree) {
+  std::string path = Join(root, rel);
+  Node node;
+  if (::lstat(path.c_str(), &node.st) != 0) {
+    throw std::runtime_error("lstat " + Printable(path) + ": " + ErrnoName(errno));
+  }
+  if (S_ISLNK(node.st.st_mode)) {
+    std::string buf(PATH_MAX + 1, '\0');
+    ssize_t n = ::readlink(path.c_str(), buf.data(), buf.size());
+    if (n < 0) throw std::runtime_error("readlink " + Printable(path) + ": " + ErrnoName(errno));
+    node.target = buf.substr(0, static_cast<size_t>(n));
+  }
+  bool is_dir = S_ISDIR(node.st.st_mode);
+  (*tree)[rel] = node;
+  if (!is_dir) return;
+  for (const std::string& name : DirNames(path)) WalkTree(root, Join(rel, name), tree);
+}
+
+// Gives every entry of the tree its own mtime, nanoseconds included, children before their
+// directory (creating entries would otherwise move a directory's mtime again).
+void SetDistinctTimes(const std::string& root, const std::string& rel, uint64_t* counter) {
+  std::string path = Join(root, rel);
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) throw std::runtime_error("lstat " + Printable(path));
+  if (S_ISDIR(st.st_mode)) {
+    for (const std::string& name : DirNames(path)) {
+      SetDistinctTimes(root, Join(rel, name), counter);
+    }
+  }
+  uint64_t i = (*counter)++;
+  struct timespec ts[2];
+  // Spread over decades, with nanoseconds that differ in every digit position.
+  ts[1].tv_sec = 1'500'000'000 + static_cast<time_t>(i * 7'919);
+  ts[1].tv_nsec = static_cast<long>((i * 987'654'321ull + 123'457) % 1'000'000'000ull);
+  ts[0] = ts[1];
+  if (::utimensat(AT_FDCWD, path.c_str(), ts, AT_SYMLINK_NOFOLLOW) != 0) {
+    throw std::runtime_error("utimensat " + Printable(path) + ": " + ErrnoName(errno));
+  }
+}
+
+void SetTime(const std::string& path, time_t sec, long nsec) {
+  struct timespec ts[2] = {{sec, nsec}, {sec, nsec}};
+  if (::utimensat(AT_FDCWD, path.c_str(), ts, AT_SYMLINK_NOFOLLOW) != 0) {
+    throw std::runtime_error("utimensat " + Printable(path) + ": " + ErrnoName(errno));
+  }
+}
+
+constexpr size_t kManyFiles = 20000;
+constexpr int kDepth = 40;
+constexpr size_t kBigRandomBytes = (8u << 20) + 4097;  // over 8 MB, incompressible
+constexpr size_t kBigTextBytes = (5u << 20) + 333;     // compressible, 80+ chunks of 64K
+
+// Names that a dataset tree may hold and that a careless implementation would mangle.
+std::vector<std::string> OddNames() {
+  std::vector<std::string> names = {
+      "with space.txt",
+      " leading space",
+      "trailing space ",
+      "naïve café.jpg",
+      "日本語のファイル名.png",
+      "emoji 😀🐈.txt",
+      "e\xcc\x81 decomposed",  // "é" as e + combining accent: must stay distinct from...
+      "\xc3\xa9 decomposed",   // ...the precomposed "é" (no Unicode normalization)
+      "tab\there",
+      "back\\slash",
+      "quote\"and'apostrophe",
+      "#hash%percent&amp",
+      "-starts-with-dash",
+      ".hidden",
+      "..double-dot-prefix",
+      "UPPER.TXT",
+      "upper.txt",
+      std::string(255, 'n'),  // the longest name Linux allows
+  };
+  return names;
+}
+
+// Names only some filesystems accept: a newline and bytes that are not UTF-8.
+std::vector<std::string> ByteNames() { return {"new\nline", "bad\xff\xfe bytes", "ctrl\x01\x1f"}; }
+
+// Builds the source tree that the mounted-tree tests read: each kind of entry a dataset tree
+// may hold and the edge cases of names, sizes, modes and times. Returns notes on anything the
+// underlying filesystem refused.
+std::string BuildSourceTree(const std::string& root) {
+  std::string notes;
+  MakeDir(root, 0755);
+  PutFile(root + "/empty.txt", "");
+  MakeDir(root + "/empty_dir");
+  PutFile(root + "/big_random.bin", RandomBytes(kBigRandomBytes, 1));
+  PutFile(root + "/big_text.txt", TextBytes(kBigTextBytes, 2));
+  // Sizes at and around the chunk sizes the tests pack with (64K and the default 256K).
+  MakeDir(root + "/edges");
+  for (size_t n : {size_t{1}, size_t{4095}, size_t{4096}, size_t{65535}, size_t{65536},
+                   size_t{65537}, size_t{262143}, size_t{262144}, size_t{262145}}) {
+    PutFile(root + "/edges/size_" + std::to_string(n) + ".bin",
+            RandomBytes(n, static_cast<uint32_t>(n)));
+  }
+  PutFile(root + "/edges/zeros_1M.bin", std::string(1 << 20, '\0'));
+  // Two names for one file: each is packed as a file of its own.
+  if (::link((root + "/edges/size_65537.bin").c_str(), (root + "/edges/hardlink.bin").c_str())) {
+    throw std::runtime_error("link: " + ErrnoName(errno));
+  }
+
+  std::string deep = root + "/deep";
+  MakeDir(deep);
+  for (int i = 0; i < kDepth; ++i) {
+    char name[16];
+    std::snprintf(name, sizeof(name), "/d%02d", i);
+    deep += name;
+    MakeDir(deep);
+    PutFile(deep + "/level.txt", "level " + std::to_string(i) + "\n");
+  }
+  PutFile(deep + "/leaf.txt", "the bottom of the tree\n");
+
+  MakeDir(root + "/names");
+  for (const auto& n : OddNames()) PutFile(root + "/names/" + n, "file called " + n + "\n");
+  MakeDir(root + "/names/dir with space ü");
+  PutFile(root + "/names/dir with space ü/inside.txt", "inside\n");
+  for (const auto& n : ByteNames()) {
+    std::string p = root + "/names/" + n;
+    int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      notes += "the source filesystem refused the name " + Printable(n) + ": " +
+               ErrnoName(errno) + "\n";
+      continue;
+    }
+    ::close(fd);
+    PutFile(p, "odd bytes in " + n + "\n");
+  }
+
+  // Many small files, as in an image dataset: distinct contents, some empty.
+  std::string many = root + "/many";
+  MakeDir(many);
+  for (size_t i = 0; i < kManyFiles; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "/img_%05zu.dat", i);
+    std::string data;
+    size_t len = (i * 37) % 300;
+    if (i % 1000 != 0) {
+      data = "sample " + std::to_string(i) + " ";
+      while (data.size() < len) data += static_cast<char>('a' + (i + data.size()) % 26);
+    }
+    PutFile(many + name, data);
+  }
+
+  std::string links = root + "/links";
+  MakeDir(links);
+  MakeSymlink("../names/with space.txt", links + "/relative_file");
+  MakeSymlink("../empty.txt", links + "/relative_empty");
+  MakeSymlink("/etc/passwd", links + "/absolute");
+  MakeSymlink("no/such/target", links + "/dangling");
+  MakeSymlink("../deep/d00", links + "/to_dir");
+  MakeSymlink("/", links + "/absolute_dir");
+  MakeSymlink("loop", links + "/loop");
+  MakeSymlink("naïve café/日本", links + "/utf8_target");
+  std::string long_target;
+  while (long_target.size() < 3000) long_target += "long/path/component/";
+  MakeSymlink(long_target, links + "/long_target");
+
+  std::string modes = root + "/modes";
+  MakeDir(modes);
+  PutFile(modes + "/private_0600.bin", "private\n", 0600);
+  PutFile(modes + "/exec_0755.sh", "#!/bin/sh\necho hi\n", 0755);
+  PutFile(modes + "/readonly_0444.txt", "read only\n", 0444);
+  PutFile(modes + "/none_0000.txt", "no permissions\n", 0000);
+  PutFile(modes + "/group_0640.txt", "group\n", 0640);
+  PutFile(modes + "/setuid_4755.bin", "setuid\n", 04755);
+  MakeDir(modes + "/dir_0700", 0700);
+  MakeDir(modes + "/sticky_1777", 01777);
+  MakeDir(modes + "/dir_0555");
+  PutFile(modes + "/dir_0555/inside.txt", "inside a 0555 directory\n");
+  ::chmod((modes + "/dir_0555").c_str(), 0555);
+  PutFile(modes + "/old_1960.txt", "from 1960\n");
+  PutFile(modes + "/future_2100.txt", "from 2100\n");
+
+  uint64_t counter = 0;
+  SetDistinctTimes(root, "", &counter);
+  // Extremes of the mtime range, stored as offsets from the smallest one.
+  SetTime(modes + "/old_1960.txt", -315'619'200, 999'999'999);
+  SetTime(modes + "/future_2100.txt", 4'102'444'800, 1);
+  SetTime(modes, 1'600'000'000, 0);
+  return notes;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The mounted tree: one source, packed in two ways and mounted twice, shared by every test of
+// the suite (packing 20,000 files once instead of per test keeps the suite fast).
+
+struct Variant {
+  const char* name;
+  std::vector<std::string> pack_flags;
+  std::vector<std::string> mount_flags;
+  uint64_t chunk_bytes;
+};
+
+const Variant kVariants[] = {
+    {"DefaultChunks", {"-q"}, {}, 256u << 10},
+    // Small chunks: every large read crosses many chunk boundaries; several FUSE threads.
+    {"Chunk64K", {"-q", "--chunk-size", "64K", "--dict-size", "0", "-l", "3"},
+     {"-o", "threads=4"}, 64u << 10},
+};
+
+struct SharedTree {
+  TempDir dir;  // first member: destroyed last, after the mounts on it are gone
+  std::string src;
+  std::string build_notes;
+  Tree source;
+  std::vector<std::string> stores, mountpoints, pack_output;
+  std::vector<std::unique_ptr<MountGuard>> mounts;
+  std::string error;  // why the tree could not be built, packed or mounted
+  double setup_s = 0;
+};
+
+class MountedTreeTest : public ::testing::TestWithParam<size_t> {
+ public:
+  static void SetUpTestSuite() {
+    if (!CannotMountReason().empty()) return;
+    auto start = Clock::now();
+    shared_ = new SharedTree;
+    SharedTree& s = *shared_;
+    try {
+      s.src = s.dir / "src";
+      s.build_notes = BuildSourceTree(s.src);
+      WalkTree(s.src, "", &s.source);
+      for (const Variant& v : kVariants) {
+        std::string store = s.dir / (std::string(v.name) + ".dsfs");
+        std::string mp = s.dir / (std::string("mnt_") + v.name);
+        MakeDir(mp);
+        std::vector<std::string> args = {"pack", s.src, store};
+        args.insert(args.end(), v.pack_flags.begin(), v.pack_flags.end());
+        CommandResult r = Dsfs(args, 300);
+        if (r.exit_code != 0) {
+          s.error += std::string("dsfs pack (") + v.name + ") failed: " + Describe(r) + "\n";
+          break;
+        }
+        s.stores.push_back(store);
+        s.pack_output.push_back(r.out);
+        auto guard = std::make_unique<MountGuard>(mp);
+        r = guard->MountBackground(store, v.mount_flags);
+        s.mounts.push_back(std::move(guard));
+        if (r.exit_code != 0) {
+          s.error += std::string("dsfs mount (") + v.name + ") failed: " + Describe(r) + "\n";
+          break;
+        }
+        s.mountpoints.push_back(mp);
+      }
+    } catch (const std::exception& e) {
+      s.error += std::string("building the source tree failed: ") + e.what() + "\n";
+    }
+    s.setup_s = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+
+  static void TearDownTestSuite() {
+    delete shared_;  // unmounts, ends the daemons, removes the files
+    shared_ = nullptr;
+  }
+
+ protected:
+  void SetUp() override {
+    SKIP_UNLESS_CAN_MOUNT();
+    ASSERT_NE(shared_, nullptr);
+    ASSERT_TRUE(shared_->error.empty()) << shared_->error;
+    ASSERT_GT(shared_->mountpoints.size(), GetParam());
+    if (!shared_->build_notes.empty()) std::cout << shared_->build_notes;
+  }
+
+  const SharedTree& shared() const { return *shared_; }
+  const Tree& source() const { return shared_->source; }
+  const std::string& src() const { return shared_->src; }
+  const std::string& mnt() const { return shared_->mountpoints[GetParam()]; }
+  const Variant& variant() const { return kVariants[GetParam()]; }
+
+  // The regular files of the source at least `min_bytes` long.
+  std::vector<std::string> FilesOfAtLeast(uint64_t min_bytes) const {
+    std::vector<std::string> out;
+    for (const auto& [rel, node] : source()) {
+      if (S_ISREG(node.st.st_mode) && static_cast<uint64_t>(node.st.st_size) >= min_bytes) {
+        out.push_back(rel);
+      }
+    }
+    return out;
+  }
+
+  static SharedTree* shared_;
+};
+
+SharedTree* MountedTreeTest::shared_ = nullptr;
+
+TEST_P(MountedTreeTest, SourceTreeHasTheIntendedShape) {
+  // Guards the other tests against a source that lost its edge cases (they would pass
+  // vacuously): the walk must see all of them.
+  size_t files = 0, dirs = 0, links = 0;
+  std::set<long> nanos;
+  for (const auto& [rel, node] : source()) {
+    if (S_ISREG(node.st.st_mode)) ++files;
+    if (S_ISDIR(node.st.st_mode)) ++dirs;
+    if (S_ISLNK(node.st.st_mode)) ++links;
+    nanos.insert(node.st.st_mtim.tv_nsec);
+  }
+  EXPECT_GT(files, kManyFiles);
+  EXPECT_GT(dirs, static_cast<size_t>(kDepth));
+  EXPECT_EQ(links, 9u);
+  EXPECT_GT(nanos.size(), kManyFiles);
+  EXPECT_EQ(source().at("big_random.bin").st.st_size, static_cast<off_t>(kBigRandomBytes));
+  EXPECT_TRUE(source().count("names/new\nline")) << "source filesystem refused a newline";
+}
+
+TEST_P(MountedTreeTest, PackReportsWhatItPacked) {
+  uint64_t files = 0, dirs = 0, links = 0;
+  for (const auto& [rel, node] : source()) {
+    if (S_ISREG(node.st.st_mode)) ++files;
+    if (S_ISDIR(node.st.st_mode)) ++dirs;
+    if (S_ISLNK(node.st.st_mode)) ++links;
+  }
+  unsigned long long f = 0, d = 0, l = 0;
+  const std::string& out = shared().pack_output[GetParam()];
+  ASSERT_EQ(std::sscanf(out.c_str(), "packed %llu files, %llu directories, %llu symlinks", &f, &d,
+                        &l),
+            3)
+      << out;
+  EXPECT_EQ(f, files);
+  EXPECT_EQ(d, dirs);
+  EXPECT_EQ(l, links);
+}
+
+TEST_P(MountedTreeTest, MountIsAReadOnlyFuseMount) {
+  std::vector<MountEntry> entries = MountsAt(mnt());
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].fstype, "fuse.dsfs");
+  EXPECT_EQ(entries[0].mount_options.rfind("ro,", 0), 0u) << entries[0].mount_options;
+  EXPECT_EQ(entries[0].source, shared().stores[GetParam()]);
+  ASSERT_EQ(shared().mounts[GetParam()]->daemons().size(), 1u)
+      << "expected exactly one daemon process serving " << mnt();
+}
+
+TEST_P(MountedTreeTest, EveryDirectoryListsLikeTheSource) {
+  size_t dirs = 0;
+  for (const auto& [rel, node] : source()) {
+    if (!S_ISDIR(node.st.st_mode)) continue;
+    ++dirs;
+    std::map<std::string, unsigned char> want, got;
+    int want_dots, got_dots;
+    std::string error;
+    ASSERT_TRUE(ListDir(Join(src(), rel), &want, &want_dots, &error)) << error;
+    ASSERT_TRUE(ListDir(Join(mnt(), rel), &got, &got_dots, &error)) << error;
+    EXPECT_EQ(got_dots, 2) << "'.' and '..' in /" << Printable(rel);
+    std::vector<std::string> missing, extra, wrong_type;
+    for (const auto& [name, type] : want) {
+      auto it = got.find(name);
+      if (it == got.end()) {
+        missing.push_back(Printable(name));
+      } else if (type != DT_UNKNOWN && it->second != type) {
+        wrong_type.push_back(Printable(name) + " (d_type " + std::to_string(it->second) +
+                             ", source " + std::to_string(type) + ")");
+      }
+    }
+    for (const auto& [name, type] : got) {
+      if (!want.count(name)) extra.push_back(Printable(name));
+    }
+    auto head = [](const std::vector<std::string>& v) {
+      std::string s;
+      for (size_t i = 0; i < v.size() && i < 10; ++i) s += "\n  " + v[i];
+      return s;
+    };
+    EXPECT_TRUE(missing.empty()) << missing.size() << " entries of /" << Printable(rel)
+                                 << " missing on the mount:" << head(missing);
+    EXPECT_TRUE(extra.empty()) << extra.size() << " entries of /" << Printable(rel)
+                               << " not in the source:" << head(extra);
+    EXPECT_TRUE(wrong_type.empty()) << "wrong d_type in /" << Printable(rel) << ":"
+                                    << head(wrong_type);
+  }
+  EXPECT_GT(dirs, static_cast<size_t>(kDepth));
+}
+
+TEST_P(MountedTreeTest, SeekdirResumesAListingOfTwentyThousandEntries) {
+  std::string dir = mnt() + "/many";
+  DIR* d = ::opendir(dir.c_str());
+  ASSERT_NE(d, nullptr) << ErrnoName(errno);
+  std::vector<std::pair<long, std::string>> entries;  // telldir before each entry, its name
+  for (;;) {
+    long pos = ::telldir(d);
+    struct dirent* de = ::readdir(d);
+    if (!de) break;
+    entries.emplace_back(pos, de->d_name);
+  }
+  ASSERT_EQ(entries.size(), kManyFiles + 2);
+  for (size_t start : {size_t{1}, size_t{2}, size_t{777}, kManyFiles / 2, kManyFiles + 1}) {
+    ::seekdir(d, entries[start].first);
+    size_t i = start;
+    while (struct dirent* de = ::readdir(d)) {
+      ASSERT_LT(i, entries.size()) << "after seekdir to entry " << start;
+      ASSERT_EQ(de->d_name, entries[i].second) << "entry " << i << " after seekdir to " << start;
+      ++i;
+    }
+    EXPECT_EQ(i, entries.size()) << "after seekdir to entry " << start;
+  }
+  ::rewinddir(d);
+  size_t again = 0;
+  while (::readdir(d)) ++again;
+  EXPECT_EQ(again, entries.size());
+  ::closedir(d);
+}
+
+TEST_P(MountedTreeTest, AttributesMatchTheSource) {
+  size_t checked = 0;
+  for (const auto& [rel, node] : source()) {
+    std::string path = Join(mnt(), rel);
+    struct stat st;
+    ASSERT_EQ(::lstat(path.c_str(), &st), 0) << Printable(path) << ": " << ErrnoName(errno);
+    const struct stat& want = node.st;
+    SCOPED_TRACE("/" + Printable(rel));
+    EXPECT_EQ(st.st_mode & S_IFMT, want.st_mode & S_IFMT) << "file type";
+    EXPECT_EQ(st.st_mode & 07777, want.st_mode & 07777)
+        << "permission bits: 0" << std::oct << (st.st_mode & 07777) << " vs source 0"
+        << (want.st_mode & 07777) << std::dec;
+    if (!S_ISDIR(want.st_mode)) {
+      EXPECT_EQ(st.st_size, want.st_size) << "size";
+    }
+    EXPECT_EQ(st.st_mtim.tv_sec, want.st_mtim.tv_sec) << "mtime seconds";
+    EXPECT_EQ(st.st_mtim.tv_nsec, want.st_mtim.tv_nsec) << "mtime nanoseconds";
+    // Every entry is shown as the mounting user's (root here).
+    EXPECT_EQ(st.st_uid, ::getuid());
+    EXPECT_EQ(st.st_gid, ::getgid());
+    if (::testing::Test::HasFailure()) return;  // one broken entry is enough to read
+    ++checked;
+  }
+  EXPECT_EQ(checked, source().size());
+  // The mountpoint itself shows the source root.
+  struct stat root;
+  ASSERT_EQ(::stat(mnt().c_str(), &root), 0);
+  EXPECT_EQ(root.st_mode, source().at("").st.st_mode);
+  EXPECT_EQ(root.st_mtim.tv_nsec, source().at("").st.st_mtim.tv_nsec);
+}
+
+TEST_P(MountedTreeTest, LookupsByPathFindOddAndDeepNames) {
+  for (const auto& n : OddNames()) {
+    struct stat st;
+    std::string p = mnt() + "/names/" + n;
+    EXPECT_EQ(::stat(p.c_str(), &st), 0) << Printable(p) << ": " << ErrnoName(errno);
+  }
+  std::string both_e = mnt() + "/names/";
+  struct stat a, b;
+  ASSERT_EQ(::stat((both_e + "e\xcc\x81 decomposed").c_str(), &a), 0);
+  ASSERT_EQ(::stat((both_e + "\xc3\xa9 decomposed").c_str(), &b), 0);
+  EXPECT_NE(a.st_ino, b.st_ino) << "two differently encoded names must be two files";
+
+  std::string deep = mnt() + "/deep";
+  for (int i = 0; i < kDepth; ++i) {
+    char name[16];
+    std::snprintf(name, sizeof(name), "/d%02d", i);
+    deep += name;
+  }
+  std::string data, error;
+  ASSERT_TRUE(ReadAll(deep + "/leaf.txt", &data, &error)) << error;
+  EXPECT_EQ(data, "the bottom of the tree\n");
+
+  // Walking down with chdir-like relative lookups from an open directory.
+  int fd = ::open((mnt() + "/deep").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  for (int i = 0; i < kDepth; ++i) {
+    char name[16];
+    std::snprintf(name, sizeof(name), "d%02d", i);
+    int next = ::openat(fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(next, 0) << "level " << i << ": " << ErrnoName(errno);
+    ::close(fd);
+    fd = next;
+  }
+  struct stat leaf;
+  EXPECT_EQ(::fstatat(fd, "leaf.txt", &leaf, 0), 0);
+  // ".." leads back up through the store's parent links.
+  struct stat up, want_up;
+  EXPECT_EQ(::fstatat(fd, "../../level.txt", &up, 0), 0);
+  ASSERT_EQ(::stat((deep + "/../../level.txt").c_str(), &want_up), 0);
+  EXPECT_EQ(up.st_ino, want_up.st_ino);
+  ::close(fd);
+
+  struct stat st;
+  errno = 0;
+  EXPECT_EQ(::stat((mnt() + "/many/img_20000.dat").c_str(), &st), -1);
+  EXPECT_EQ(errno, ENOENT);
+  errno = 0;
+  EXPECT_EQ(::stat((mnt() + "/no such entry").c_str(), &st), -1);
+  EXPECT_EQ(errno, ENOENT);
+  errno = 0;
+  EXPECT_EQ(::stat((mnt() + "/empty.txt/below").c_str(), &st), -1);
+  EXPECT_EQ(errno, ENOTDIR);
+}
+
+TEST_P(MountedTreeTest, SymlinksKeepTheirTargets) {
+  size_t links = 0;
+  for (const auto& [rel, node] : source()) {
+    if (!S_ISLNK(node.st.st_mode)) continue;
+    ++links;
+    std::string path = Join(mnt(), rel);
+    std::string buf(PATH_MAX + 1, '\0');
+    ssize_t n = ::readlink(path.c_str(), buf.data(), buf.size());
+    ASSERT_GE(n, 0) << Printable(path) << ": " << ErrnoName(errno);
+    EXPECT_EQ(buf.substr(0, static_cast<size_t>(n)), node.target) << Printable(rel);
+  }
+  EXPECT_EQ(links, 9u);
+
+  // Following them behaves as on the source.
+  std::string data, want, error;
+  ASSERT_TRUE(ReadAll(mnt() + "/links/relative_file", &data, &error)) << error;
+  EXPECT_EQ(data, "file called with space.txt\n");
+  struct stat st;
+  ASSERT_EQ(::stat((mnt() + "/links/to_dir").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(DirNames(mnt() + "/links/to_dir"), DirNames(src() + "/deep/d00"));
+  ASSERT_TRUE(ReadAll(mnt() + "/links/to_dir/level.txt", &data, &error)) << error;
+  EXPECT_EQ(data, "level 0\n");
+  ASSERT_TRUE(ReadAll(mnt() + "/links/absolute", &data, &error)) << error;  // leaves the mount
+  ASSERT_TRUE(ReadAll("/etc/passwd", &want, &error)) << error;
+  EXPECT_EQ(data, want);
+  errno = 0;
+  EXPECT_EQ(::stat((mnt() + "/links/dangling").c_str(), &st), -1);
+  EXPECT_EQ(errno, ENOENT);
+  errno = 0;
+  EXPECT_EQ(::stat((mnt() + "/links/loop").c_str(), &st), -1);
+  EXPECT_EQ(errno, ELOOP);
+  // readlink of something that is not a symlink.
+  char small[16];
+  errno = 0;
+  EXPECT_EQ(::readlink((mnt() + "/empty.txt").c_str(), small, sizeof(small)), -1);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+TEST_P(MountedTreeTest, EveryFileReadsByteForByte) {
+  size_t files = 0;
+  uint64_t bytes = 0;
+  for (const auto& [rel, node] : source()) {
+    if (!S_ISREG(node.st.st_mode)) continue;
+    std::string want, got, error;
+    ASSERT_TRUE(ReadAll(Join(src(), rel), &want, &error)) << error;
+    ASSERT_TRUE(ReadAll(Join(mnt(), rel), &got, &error)) << error;
+    ASSERT_EQ(got.size(), want.size()) << "/" << Printable(rel);
+    if (got != want) {
+      size_t at = std::mismatch(got.begin(), got.end(), want.begin()).first - got.begin();
+      FAIL() << "/" << Printable(rel) << " differs from the source at byte " << at;
+    }
+    ++files;
+    bytes += got.size();
+  }
+  EXPECT_GT(files, kManyFiles);
+  EXPECT_GT(bytes, kBigRandomBytes + kBigTextBytes);
+}
+
+TEST_P(MountedTreeTest, LargeFilesReadInOddSizedPieces) {
+  // Read with buffers that never line up with pages or chunks.
+  for (const std::string& rel : {std::string("big_random.bin"), std::string("big_text.txt")}) {
+    std::string want, got, error;
+    ASSERT_TRUE(ReadAll(Join(src(), rel), &want, &error)) << error;
+    for (size_t piece : {size_t{12289}, size_t{65537}, size_t{1000003}}) {
+      int fd = ::open(Join(mnt(), rel).c_str(), O_RDONLY | O_CLOEXEC);
+      ASSERT_GE(fd, 0);
+      ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+      ::close(fd);
+      ASSERT_TRUE(ReadAll(Join(mnt(), rel), &got, &error, piece)) << error;
+      EXPECT_TRUE(got == want) << rel << " read in pieces of " << piece << " bytes differs";
+    }
+  }
+}
+
+TEST_P(MountedTreeTest, MmapSeesTheSameBytes) {
+  for (const std::string& rel : FilesOfAtLeast(1 << 20)) {
+    std::string want, error;
+    ASSERT_TRUE(ReadAll(Join(src(), rel), &want, &error)) << error;
+    int fd = ::open(Join(mnt(), rel).c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << ErrnoName(errno);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    void* p = ::mmap(nullptr, want.size(), PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    ASSERT_NE(p, MAP_FAILED) << rel << ": " << ErrnoName(errno);
+    // Touch pages backwards so faults do not simply follow readahead.
+    bool same = true;
+    const char* bytes = static_cast<const char*>(p);
+    for (size_t page = (want.size() - 1) / 4096 + 1; page-- > 0 && same;) {
+      size_t off = page * 4096;
+      size_t len = std::min<size_t>(4096, want.size() - off);
+      same = std::memcmp(bytes + off, want.data() + off, len) == 0;
+    }
+    ::munmap(p, want.size());
+    EXPECT_TRUE(same) << rel << " differs when read through mmap";
+  }
+}
+
+// Reads at offsets and sizes that straddle chunk boundaries (of 64K and 256K), plus reads at and
+// past the end, compared with the source.
+std::vector<std::pair<uint64_t, size_t>> OddReads(uint64_t size, uint32_t seed) {
+  std::vector<std::pair<uint64_t, size_t>> reads;
+  for (uint64_t b = 64 << 10; b < size; b += 64 << 10) {
+    reads.emplace_back(b - 1, 2);
+    reads.emplace_back(b - 3, (64 << 10) + 7);
+    if (b % (256 << 10) == 0) reads.emplace_back(b - 100'001, 300'007);
+  }
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < 100; ++i) {
+    reads.emplace_back(rng() % size, 1 + rng() % 400'000);
+  }
+  reads.emplace_back(0, 1);
+  reads.emplace_back(1, 3 * (256 << 10));
+  reads.emplace_back(size - 3, 100);
+  reads.emplace_back(size - 1, 1);
+  reads.emplace_back(size, 10);
+  reads.emplace_back(size + 12'345, 10);
+  reads.emplace_back(0, size + 1000);
+  return reads;
+}
+
+TEST_P(MountedTreeTest, PreadAtOddOffsetsCrossesChunkBoundaries) {
+  for (const std::string& rel : FilesOfAtLeast(1 << 20)) {
+    std::string want, error;
+    ASSERT_TRUE(ReadAll(Join(src(), rel), &want, &error)) << error;
+    // Through the page cache (dropped before each read, so the daemon serves it again) and with
+    // O_DIRECT, where the daemon sees the odd offsets and sizes themselves.
+    for (int flags : {O_RDONLY, O_RDONLY | O_DIRECT}) {
+      int fd = ::open(Join(mnt(), rel).c_str(), flags | O_CLOEXEC);
+      ASSERT_GE(fd, 0) << rel << ": " << ErrnoName(errno);
+      std::string buf;
+      for (const auto& [off, len] : OddReads(want.size(), static_cast<uint32_t>(want.size()))) {
+        if (!(flags & O_DIRECT)) ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        buf.assign(len, '\xAA');
+        ssize_t n = ::pread(fd, buf.data(), len, static_cast<off_t>(off));
+        size_t expect = off >= want.size() ? 0 : std::min<size_t>(len, want.size() - off);
+        ASSERT_EQ(n, static_cast<ssize_t>(expect))
+            << rel << (flags & O_DIRECT ? " (O_DIRECT)" : "") << ": pread(" << len << " @ "
+            << off << "): " << (n < 0 ? ErrnoName(errno) : "short read");
+        ASSERT_TRUE(std::memcmp(buf.data(), want.data() + std::min<uint64_t>(off, want.size()),
+                                expect) == 0)
+            << rel << (flags & O_DIRECT ? " (O_DIRECT)" : "") << ": pread(" << len << " @ "
+            << off << ") returned different bytes";
+      }
+      ::close(fd);
+    }
+  }
+}
+
+TEST_P(MountedTreeTest, ConcurrentReadersSeeTheSameBytes) {
+  std::vector<std::string> rels = FilesOfAtLeast(1 << 20);
+  std::vector<std::string> wants;
+  for (const auto& rel : rels) {
+    std::string want, error;
+    ASSERT_TRUE(ReadAll(Join(src(), rel), &want, &error)) << error;
+    wants.push_back(std::move(want));
+  }
+  std::atomic<int> failures{0};
+  std::string first_failure;
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(1000 + t);
+      std::vector<int> fds;
+      for (const auto& rel : rels) {
+        fds.push_back(::open(Join(mnt(), rel).c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC));
+      }
+      std::string buf;
+      for (int i = 0; i < 150; ++i) {
+        size_t f = rng() % rels.size();
+        const std::string& want = wants[f];
+        uint64_t off = rng() % want.size();
+        size_t len = 1 + rng() % 300'000;
+        size_t expect = std::min<size_t>(len, want.size() - off);
+        buf.resize(len);
+        ssize_t n = ::pread(fds[f], buf.data(), len, static_cast<off_t>(off));
+        if (n != static_cast<ssize_t>(expect) ||
+            std::memcmp(buf.data(), want.data() + off, expect) != 0) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (failures++ == 0) {
+            first_failure = rels[f] + ": pread(" + std::to_string(len) + " @ " +
+                            std::to_string(off) + ") -> " + std::to_string(n);
+          }
+        }
+      }
+      for (int fd : fds) ::close(fd);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0) << "first: " << first_failure;
+}
+
+TEST_P(MountedTreeTest, EveryModificationFailsWithErofs) {
+  const std::string m = mnt();
+  const std::string file = m + "/big_text.txt";
+  auto open_errno = [](const std::string& p, int flags) {
+    int fd = ::open(p.c_str(), flags | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::close(fd);
+      return 0;
+    }
+    return errno;
+  };
+  auto rc_errno = [](int rc) { return rc == 0 ? 0 : errno; };
+  const std::vector<std::pair<std::string, std::function<int()>>> attempts = {
+      {"create a new file", [&] { return open_errno(m + "/new.txt", O_WRONLY | O_CREAT | O_EXCL); }},
+      {"create in a subdirectory",
+       [&] { return open_errno(m + "/empty_dir/new.txt", O_RDWR | O_CREAT); }},
+      {"open for writing", [&] { return open_errno(file, O_WRONLY); }},
+      {"open for reading and writing", [&] { return open_errno(file, O_RDWR); }},
+      {"open for appending", [&] { return open_errno(file, O_WRONLY | O_APPEND); }},
+      {"open with O_TRUNC", [&] { return open_errno(file, O_RDONLY | O_TRUNC); }},
+      {"open existing with O_CREAT", [&] { return open_errno(file, O_WRONLY | O_CREAT); }},
+      {"mkdir", [&] { return rc_errno(::mkdir((m + "/newdir").c_str(), 0755)); }},
+      {"mkdir in a subdirectory",
+       [&] { return rc_errno(::mkdir((m + "/deep/d00/newdir").c_str(), 0755)); }},
+      {"rmdir", [&] { return rc_errno(::rmdir((m + "/empty_dir").c_str())); }},
+      {"unlink a file", [&] { return rc_errno(::unlink(file.c_str())); }},
+      {"unlink a symlink", [&] { return rc_errno(::unlink((m + "/links/dangling").c_str())); }},
+      {"rename", [&] { return rc_errno(::rename(file.c_str(), (m + "/renamed.txt").c_str())); }},
+      {"rename a directory",
+       [&] { return rc_errno(::rename((m + "/deep").c_str(), (m + "/shallow").c_str())); }},
+      {"link", [&] { return rc_errno(::link(file.c_str(), (m + "/hardlink").c_str())); }},
+      {"symlink", [&] { return rc_errno(::symlink("big_text.txt", (m + "/newlink").c_str())); }},
+      {"mkfifo", [&] { return rc_errno(::mkfifo((m + "/fifo").c_str(), 0644)); }},
+      {"chmod a file", [&] { return rc_errno(::chmod(file.c_str(), 0777)); }},
+      {"chmod a directory", [&] { return rc_errno(::chmod(m.c_str(), 0777)); }},
+      {"chown", [&] { return rc_errno(::lchown(file.c_str(), 1, 1)); }},
+      {"truncate to zero", [&] { return rc_errno(::truncate(file.c_str(), 0)); }},
+      {"truncate to grow", [&] { return rc_errno(::truncate(file.c_str(), 1 << 30)); }},
+      {"utimensat", [&] { return rc_errno(::utimensat(AT_FDCWD, file.c_str(), nullptr, 0)); }},
+      {"setxattr", [&] { return rc_errno(::setxattr(file.c_str(), "user.k", "v", 1, 0)); }},
+      {"setxattr on a directory",
+       [&] { return rc_errno(::setxattr(m.c_str(), "user.k", "v", 1, 0)); }},
+      {"removexattr", [&] { return rc_errno(::removexattr(file.c_str(), "user.k")); }},
+  };
+  for (const auto& [what, attempt] : attempts) {
+    errno = 0;
+    int err = attempt();
+    EXPECT_EQ(err, EROFS) << what << ": expected EROFS, got "
+                          << (err == 0 ? std::string("success") : ErrnoName(err));
+  }
+  // Nothing changed.
+  std::string want, got, error;
+  ASSERT_TRUE(ReadAll(src() + "/big_text.txt", &want, &error)) << error;
+  ASSERT_TRUE(ReadAll(file, &got, &error)) << error;
+  EXPECT_TRUE(got == want);
+  EXPECT_EQ(DirNames(m), DirNames(src()));
+  EXPECT_TRUE(DirNames(m + "/empty_dir").empty());
+}
+
+TEST_P(MountedTreeTest, StatfsDescribesTheStore) {
+  struct statvfs sv;
+  ASSERT_EQ(::statvfs(mnt().c_str(), &sv), 0) << ErrnoName(errno);
+  EXPECT_TRUE(sv.f_flag & ST_RDONLY);
+  EXPECT_GT(sv.f_bsize, 0u);
+  EXPECT_GT(sv.f_frsize, 0u);
+  EXPECT_GE(sv.f_namemax, 255u);
+  EXPECT_EQ(sv.f_files, source().size()) << "one inode per entry, the root included";
+  uint64_t file_bytes = 0;
+  for (const auto& [rel, node] : source()) {
+    if (S_ISREG(node.st.st_mode)) file_bytes += static_cast<uint64_t>(node.st.st_size);
+  }
+  EXPECT_GE(static_cast<uint64_t>(sv.f_blocks) * sv.f_frsize, file_bytes);
+  EXPECT_EQ(sv.f_bfree, 0u);
+  struct statfs sf;
+  ASSERT_EQ(::statfs((mnt() + "/deep/d00").c_str(), &sf), 0) << ErrnoName(errno);
+  EXPECT_EQ(static_cast<long>(sf.f_type), kFuseSuperMagic);
+}
+
+INSTANTIATE_TEST_SUITE_P(Packings, MountedTreeTest, ::testing::Range<size_t>(0, 2),
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           return std::string(kVariants[info.param].name);
+                         });
+
+// ---------------------------------------------------------------------------------------------
+// `dsfs mount` errors: each one a non-zero exit with one clear stderr line, nothing left
+// mounted and no daemon left running.
+
+class MountErrorsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_UNLESS_CAN_MOUNT();
+    BecomeSubreaper();
+    src_ = dir_ / "src";
+    MakeDir(src_);
+    PutFile(src_ + "/hello.txt", "hello\n");
+    big_ = RandomBytes(3 << 20, 7);
+    PutFile(src_ + "/big.bin", big_);
+    store_ = dir_ / "good.dsfs";
+    CommandResult r = Dsfs({"pack", "-q", src_, store_});
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    mp_ = dir_ / "mnt";
+    MakeDir(mp_);
+  }
+
+  // After a failed mount: nothing mounted at `mp`, and no daemon of it left behind.
+  void ExpectNothingLeft(const std::string& mp) {
+    EXPECT_FALSE(IsMounted(mp)) << mp << " is mounted after a failed mount";
+    std::vector<pid_t> left = DaemonChildren(mp);
+    EXPECT_TRUE(left.empty()) << left.size() << " daemon(s) left running for " << mp;
+    for (pid_t pid : left) {
+      ::kill(pid, SIGKILL);
+      WaitChild(pid, milliseconds(5000));
+    }
+  }
+
+  TempDir dir_;
+  std::string src_, store_, mp_, big_;
+};
+
+TEST_F(MountErrorsTest, MissingStore) {
+  MountGuard guard(mp_);
+  std::string missing = dir_ / "missing.dsfs";
+  CommandResult r = guard.MountBackground(missing);
+  EXPECT_TRUE(IsOneLineError(r, {"missing.dsfs"}));
+  EXPECT_TRUE(IsOneLineError(r, {"no such file", "does not exist", "not found"}));
+  ExpectNothingLeft(mp_);
+}
+
+TEST_F(MountErrorsTest, FileThatIsNotAStore) {
+  std::string text = dir_ / "notes.txt";
+  PutFile(text, TextBytes(100000, 3));
+  std::string empty = dir_ / "empty.dsfs";
+  PutFile(empty, "");
+  for (const std::string& store : {text, empty}) {
+    SCOPED_TRACE(store);
+    MountGuard guard(mp_);
+    CommandResult r = guard.MountBackground(store);
+    EXPECT_TRUE(IsOneLineError(r, {"not a dsfs store"}));
+    EXPECT_TRUE(IsOneLineError(r, {store}));
+    ExpectNothingLeft(mp_);
+  }
+}
+
+TEST_F(MountErrorsTest, TruncatedStore) {
+  std::string half = dir_ / "half.dsfs";
+  std::string bytes = ReadFile(store_);
+  PutFile(half, std::string_view(bytes).substr(0, bytes.size() / 2));
+  MountGuard guard(mp_);
+  CommandResult r = guard.MountBackground(half);
+  EXPECT_TRUE(IsOneLineError(r, {"truncated", "corrupt"}));
+  EXPECT_TRUE(IsOneLineError(r, {"half.dsfs"}));
+  ExpectNothingLeft(mp_);
+}
+
+TEST_F(MountErrorsTest, MountpointMissing) {
+  std::string nowhere = dir_ / "no_such_dir";
+  MountGuard guard(nowhere);
+  CommandResult r = guard.MountBackground(store_);
+  EXPECT_TRUE(IsOneLineError(r, {"does not exist", "no such file"}));
+  EXPECT_TRUE(IsOneLineError(r, {"no_such_dir"}));
+  ExpectNothingLeft(nowhere);
+}
+
+TEST_F(MountErrorsTest, MountpointIsAFile) {
+  std::string file = dir_ / "a_file";
+  PutFile(file, "x");
+  MountGuard guard(file);
+  CommandResult r = guard.MountBackground(store_);
+  EXPECT_TRUE(IsOneLineError(r, {"not a directory"}));
+  EXPECT_TRUE(IsOneLineError(r, {"a_file"}));
+  ExpectNothingLeft(file);
+}
+
+TEST_F(MountErrorsTest, ReadWriteOptionIsAUsageError) {
+  MountGuard guard(mp_);
+  CommandResult r = guard.MountBackground(store_, {"-o", "rw"});
+  EXPECT_TRUE(IsOneLineError(r, {"read-only"}, 2));
+  r = guard.MountBackground(store_, {"-o", "threads=0"});
+  EXPECT_TRUE(IsOneLineError(r, {"threads"}, 2));
+  ExpectNothingLeft(mp_);
+}
+
+TEST_F(MountErrorsTest, SecondMountOnTheSameMountpoint) {
+  MountGuard guard(mp_);
+  CommandResult r = guard.MountBackground(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  ASSERT_EQ(guard.daemons().size(), 1u);
+  pid_t first = guard.daemons()[0];
+
+  // Also with another spelling of the same directory.
+  for (const std::string& mp : {mp_, mp_ + "/", dir_ / "src/../mnt"}) {
+    SCOPED_TRACE(mp);
+    r = Dsfs({"mount", store_, mp});
+    EXPECT_TRUE(IsOneLineError(r, {"already mounted"}));
+    EXPECT_EQ(MountsAt(mp_).size(), 1u) << "the second mount must not stack on the first";
+    std::vector<pid_t> daemons = DaemonChildren(mp_);
+    EXPECT_EQ(daemons, std::vector<pid_t>{first}) << "a second daemon was left running";
+  }
+
+  // The first mount still serves.
+  std::string data, error;
+  ASSERT_TRUE(ReadAll(mp_ + "/big.bin", &data, &error)) << error;
+  EXPECT_TRUE(data == big_);
+  ASSERT_TRUE(ReadAll(mp_ + "/hello.txt", &data, &error)) << error;
+  EXPECT_EQ(data, "hello\n");
+  EXPECT_EQ(::kill(first, 0), 0) << "the first daemon died";
+}
+
+// ---------------------------------------------------------------------------------------------
+// A daemon killed with SIGKILL leaves a dead mount behind; the CLI must name it and clear it.
+
+TEST(KilledDaemonTest, DeadMountIsReportedClearedAndMountableAgain) {
+  SKIP_UNLESS_CAN_MOUNT();
+  TempDir dir;
+  std::string src = dir / "src", store = dir / "s.dsfs", mp = dir / "mnt";
+  MakeDir(src);
+  PutFile(src + "/a.txt", "alive\n");
+  MakeDir(mp);
+  CommandResult r = Dsfs({"pack", "-q", src, store});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+
+  MountGuard guard(mp);
+  r = guard.MountBackground(store);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  ASSERT_EQ(guard.daemons().size(), 1u) << "cannot find the daemon serving " << mp;
+  pid_t pid = guard.daemons()[0];
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  int wstatus = 0;
+  ASSERT_TRUE(WaitChild(pid, milliseconds(5000), &wstatus));
+  guard.Forget(pid);
+  EXPECT_TRUE(WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL);
+
+  // Whatever reaches the daemon now fails with ENOTCONN...
+  EXPECT_TRUE(IsMounted(mp)) << "the kernel keeps a dead FUSE mount until it is unmounted";
+  errno = 0;
+  DIR* d = ::opendir(mp.c_str());
+  EXPECT_EQ(d, nullptr);
+  EXPECT_EQ(errno, ENOTCONN) << "opendir: " << ErrnoName(errno);
+  if (d) ::closedir(d);
+  errno = 0;
+  EXPECT_EQ(::open((mp + "/a.txt").c_str(), O_RDONLY | O_CLOEXEC), -1);
+  EXPECT_EQ(errno, ENOTCONN) << "open: " << ErrnoName(errno);
+  // ...and so must stat of the mountpoint: it is how users, tools and `dsfs mount` itself tell
+  // a dead mount. (The root's attributes must not be answered from the kernel's attribute
+  // cache once the daemon is gone.)
+  struct stat st;
+  errno = 0;
+  EXPECT_EQ(::stat(mp.c_str(), &st), -1) << "stat of a dead mountpoint succeeded";
+  EXPECT_EQ(errno, ENOTCONN) << ErrnoName(errno);
+
+  r = Dsfs({"mount", store, mp});
+  EXPECT_TRUE(IsOneLineError(r, {"dead mount"}));
+  EXPECT_TRUE(IsOneLineError(r, {"dsfs umount"})) << "the message should say how to clear it";
+
+  r = Dsfs({"umount", mp});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_FALSE(IsMounted(mp));
+  ASSERT_EQ(::stat(mp.c_str(), &st), 0) << ErrnoName(errno);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+
+  r = guard.MountBackground(store);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  std::string data, error;
+  ASSERT_TRUE(ReadAll(mp + "/a.txt", &data, &error)) << error;
+  EXPECT_EQ(data, "alive\n");
+}
+
+// A small tree packed into a store, and an empty mountpoint, for the tests below.
+struct SmallStore {
+  SmallStore() {
+    src = dir / "src";
+    store = dir / "s.dsfs";
+    mp = dir / "mnt";
+    MakeDir(src);
+    PutFile(src + "/a.txt", "small store\n");
+    PutFile(src + "/private.txt", "root only\n", 0600);
+    MakeDir(src + "/closed", 0700);
+    PutFile(src + "/closed/inside.txt", "inside\n");
+    MakeDir(mp);
+    pack = Dsfs({"pack", "-q", src, store});
+  }
+  TempDir dir;
+  std::string src, store, mp;
+  CommandResult pack;
+};
+
+TEST(UmountTest, UmountOfSomethingNotMountedFails) {
+  SKIP_UNLESS_CAN_MOUNT();
+  TempDir dir;
+  CommandResult r = Dsfs({"umount", dir.path()});
+  EXPECT_TRUE(IsOneLineError(r, {"not mounted"}));
+}
+
+TEST(UmountTest, BusyMountNeedsLazy) {
+  SKIP_UNLESS_CAN_MOUNT();
+  SmallStore s;
+  ASSERT_EQ(s.pack.exit_code, 0) << Describe(s.pack);
+  MountGuard guard(s.mp);
+  CommandResult r = guard.MountBackground(s.store);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  ASSERT_EQ(guard.daemons().size(), 1u);
+  pid_t pid = guard.daemons()[0];
+
+  int fd = ::open((s.mp + "/a.txt").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << ErrnoName(errno);
+  r = Dsfs({"umount", s.mp});
+  EXPECT_TRUE(IsOneLineError(r, {"busy"}));
+  EXPECT_TRUE(IsOneLineError(r, {"--lazy"})) << "the message should say what to do";
+  EXPECT_TRUE(IsMounted(s.mp));
+
+  // Detached, the open file still reads; the daemon ends once it is closed.
+  r = Dsfs({"umount", "--lazy", s.mp});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_FALSE(IsMounted(s.mp));
+  char buf[64];
+  ssize_t n = ::pread(fd, buf, sizeof(buf), 0);
+  EXPECT_EQ(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0), "small store\n");
+  ::close(fd);
+  EXPECT_TRUE(WaitChild(pid, milliseconds(5000))) << "the daemon outlived its lazy unmount";
+  guard.Forget(pid);
+}
+
+TEST(MountOptionsTest, RelativePathsFromAnotherDirectory) {
+  SKIP_UNLESS_CAN_MOUNT();
+  SmallStore s;
+  ASSERT_EQ(s.pack.exit_code, 0) << Describe(s.pack);
+  MountGuard guard(s.mp);
+  // The daemon changes to "/": relative paths must be resolved from the caller's directory.
+  CommandResult r = RunCommand(
+      {"sh", "-c", "cd \"$1\" && exec \"$2\" mount s.dsfs mnt", "sh", s.dir.path(),
+       DsfsBinary()});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  std::vector<MountEntry> entries = MountsAt(s.mp);
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].source, s.store) << "the store should be shown by its absolute path";
+  std::string data, error;
+  ASSERT_TRUE(ReadAll(s.mp + "/a.txt", &data, &error)) << error;
+  EXPECT_EQ(data, "small store\n");
+  r = RunCommand({"sh", "-c", "cd \"$1\" && exec \"$2\" umount mnt", "sh", s.dir.path(),
+                  DsfsBinary()});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_FALSE(IsMounted(s.mp));
+}
+
+TEST(MountOptionsTest, AllowOtherAndOwnerOptionsUseTheStoredModes) {
+  SKIP_UNLESS_CAN_MOUNT();
+  SmallStore s;
+  ASSERT_EQ(s.pack.exit_code, 0) << Describe(s.pack);
+  // The unprivileged user must be able to reach the mountpoint.
+  ASSERT_EQ(::chmod(s.dir.path().c_str(), 0755), 0);
+  auto as_nobody = [](std::vector<std::string> argv) {
+    argv.insert(argv.begin(),
+                {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"});
+    return RunCommand(argv, 30);
+  };
+  {
+    // Owned by root as shown: another user reads what the modes allow, and nothing else.
+    MountGuard guard(s.mp);
+    CommandResult r = guard.MountBackground(s.store, {"-o", "allow_other,threads=1"});
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    r = as_nobody({"cat", s.mp + "/a.txt"});
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_EQ(r.out, "small store\n");
+    r = as_nobody({"cat", s.mp + "/private.txt"});
+    EXPECT_NE(r.exit_code, 0) << "a 0600 root file was readable by another user";
+    EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << Describe(r);
+    r = as_nobody({"ls", s.mp + "/closed"});
+    EXPECT_NE(r.exit_code, 0) << "a 0700 root directory was listable by another user";
+  }
+  {
+    // uid=/gid= make every entry that user's: now the 0600 file is theirs to read.
+    MountGuard guard(s.mp);
+    CommandResult r = guard.MountBackground(s.store, {"-o", "allow_other,uid=65534,gid=65534"});
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    struct stat st;
+    ASSERT_EQ(::stat((s.mp + "/private.txt").c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, kNobody);
+    EXPECT_EQ(st.st_gid, kNobody);
+    EXPECT_EQ(st.st_mode & 07777, 0600u);
+    r = as_nobody({"cat", s.mp + "/private.txt"});
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_EQ(r.out, "root only\n");
+  }
+  {
+    // Without allow_other, no other user gets in at all.
+    MountGuard guard(s.mp);
+    CommandResult r = guard.MountBackground(s.store);
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    r = as_nobody({"cat", s.mp + "/a.txt"});
+    EXPECT_NE(r.exit_code, 0) << "another user read a mount made without allow_other";
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `dsfs mount -f` serves in the foreground until SIGTERM or SIGINT, then unmounts and exits 0.
+
+class ForegroundTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ForegroundTest, SignalUnmountsAndExitsZero) {
+  SKIP_UNLESS_CAN_MOUNT();
+  TempDir dir;
+  std::string src = dir / "src", store = dir / "s.dsfs", mp = dir / "mnt";
+  MakeDir(src);
+  PutFile(src + "/a.txt", "foreground\n");
+  MakeDir(mp);
+  CommandResult r = Dsfs({"pack", "-q", src, store});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+
+  MountGuard guard(mp);
+  ASSERT_TRUE(guard.MountForeground(store, dir / "log.txt"));
+  ASSERT_EQ(guard.daemons().size(), 1u);
+  pid_t pid = guard.daemons()[0];
+  std::string data, error;
+  ASSERT_TRUE(ReadAll(mp + "/a.txt", &data, &error)) << error;
+  EXPECT_EQ(data, "foreground\n");
+
+  ASSERT_EQ(::kill(pid, GetParam()), 0);
+  int wstatus = 0;
+  bool exited = WaitChild(pid, milliseconds(5000), &wstatus);
+  ASSERT_TRUE(exited) << "dsfs mount -f still runs 5 s after " << strsignal(GetParam());
+  guard.Forget(pid);
+  EXPECT_TRUE(WIFEXITED(wstatus)) << "killed by signal " << WTERMSIG(wstatus);
+  EXPECT_EQ(WEXITSTATUS(wstatus), 0) << ReadFile(dir / "log.txt");
+  EXPECT_FALSE(IsMounted(mp)) << mp << " is still in /proc/self/mountinfo";
+  struct stat st;
+  EXPECT_EQ(::stat((mp + "/a.txt").c_str(), &st), -1) << "the mountpoint still shows the store";
+}
+
+INSTANTIATE_TEST_SUITE_P(Signals, ForegroundTest, ::testing::Values(SIGTERM, SIGINT),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::string(info.param == SIGTERM ? "Sigterm" : "Sigint");
+                         });
+
+// ---------------------------------------------------------------------------------------------
+// `dsfs pack` errors: a clear line, and no store nor temporary file left behind.
+
+TEST(PackErrorsTest, SourceMissing) {
+  TempDir dir;
+  std::string out = dir / "out";
+  MakeDir(out);
+  CommandResult r = Dsfs({"pack", dir / "no_such_source", out + "/s.dsfs"});
+  EXPECT_TRUE(IsOneLineError(r, {"no_such_source"}));
+  EXPECT_TRUE(IsOneLineError(r, {"no such file", "does not exist", "not found"}));
+  EXPECT_TRUE(DirNames(out).empty());
+}
+
+TEST(PackErrorsTest, DestinationExistsNeedsForce) {
+  TempDir dir;
+  std::string src = dir / "src", out = dir / "out", dst = out + "/s.dsfs";
+  MakeDir(src);
+  PutFile(src + "/a.txt", "new contents\n");
+  MakeDir(out);
+  PutFile(dst, "precious old file\n");
+  CommandResult r = Dsfs({"pack", "-q", src, dst});
+  EXPECT_TRUE(IsOneLineError(r, {"already exists"}));
+  EXPECT_TRUE(IsOneLineError(r, {"--force"})) << "the message should say how to overwrite";
+  EXPECT_EQ(ReadFile(dst), "precious old file\n") << "the existing file must be left alone";
+  EXPECT_EQ(DirNames(out), std::vector<std::string>{"s.dsfs"});
+
+  r = Dsfs({"pack", "-q", "--force", src, dst});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(DirNames(out), std::vector<std::string>{"s.dsfs"});
+  r = Dsfs({"cat", dst, "/a.txt"});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(r.out, "new contents\n");
+}
+
+TEST(PackErrorsTest, UnreadableSourceFileAsUnprivilegedUser) {
+  SKIP_UNLESS_ROOT();
+  TempDir dir;
+  // Everything is world-readable except the one root-owned 0600 file.
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  struct Case {
+    const char* name;
+    size_t secret_bytes;
+    std::vector<std::string> flags;
+  };
+  // A small file is read first to train the dictionary, a large one only when compressed.
+  const Case cases[] = {
+      {"small", 2000, {}},
+      {"small_no_dict", 2000, {"--dict-size", "0"}},
+      {"large", 3 << 20, {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::string src = dir / (std::string("src_") + c.name);
+    std::string out = dir / (std::string("out_") + c.name);
+    MakeDir(src, 0755);
+    MakeDir(src + "/class_a", 0755);
+    for (int i = 0; i < 20; ++i) {
+      PutFile(src + "/class_a/img" + std::to_string(i) + ".bin",
+              RandomBytes(1000 + i, static_cast<uint32_t>(i)), 0644);
+    }
+    MakeDir(out, 0755);
+    ASSERT_EQ(::chown(out.c_str(), kNobody, kNobody), 0) << ErrnoName(errno);
+    std::vector<std::string> as_nobody = {"setpriv", "--reuid=65534", "--regid=65534",
+                                          "--clear-groups", DsfsBinary(), "pack", "-q"};
+    as_nobody.insert(as_nobody.end(), c.flags.begin(), c.flags.end());
+
+    // First without the secret: the unprivileged user can pack this tree into `out`.
+    std::vector<std::string> args = as_nobody;
+    args.push_back(src);
+    args.push_back(out + "/ok.dsfs");
+    CommandResult r = RunCommand(args);
+    ASSERT_EQ(r.exit_code, 0) << "the test setup is wrong: " << Describe(r);
+    ASSERT_EQ(::unlink((out + "/ok.dsfs").c_str()), 0);
+
+    std::string secret = src + "/class_a/secret.bin";
+    PutFile(secret, RandomBytes(c.secret_bytes, 99), 0600);
+    args = as_nobody;
+    args.push_back(src);
+    args.push_back(out + "/s.dsfs");
+    r = RunCommand(args);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_TRUE(IsOneLineError(r, {secret})) << "the message must name the unreadable file";
+    EXPECT_TRUE(IsOneLineError(r, {"permission denied"}));
+    std::vector<std::string> left = DirNames(out);
+    EXPECT_TRUE(left.empty()) << "left behind in the destination: " << left.front();
+  }
+}
+
+// A tmpfs of a fixed size, unmounted on destruction.
+class TmpfsGuard {
+ public:
+  TmpfsGuard(const std::string& dir, const std::string& size) : dir_(dir) {
+    CommandResult r = RunCommand({"mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", dir});
+    mounted_ = r.exit_code == 0;
+    error_ = Describe(r);
+  }
+  ~TmpfsGuard() {
+    if (mounted_ && RunCommand({"umount", dir_}).exit_code != 0) {
+      RunCommand({"umount", "-l", dir_});
+    }
+  }
+  bool mounted() const { return mounted_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string dir_;
+  bool mounted_ = false;
+  std::string error_;
+};
+
+TEST(PackErrorsTest, NoSpaceLeftLeavesNothingBehind) {
+  SKIP_UNLESS_ROOT();
+  TempDir dir;
+  std::string src = dir / "src", small = dir / "small";
+  MakeDir(src);
+  for (int i = 0; i < 3; ++i) {
+    PutFile(src + "/part" + std::to_string(i) + ".bin",
+            RandomBytes(2 << 20, static_cast<uint32_t>(40 + i)));
+  }
+  MakeDir(small);
+  TmpfsGuard tmpfs(small, "2m");
+  ASSERT_TRUE(tmpfs.mounted()) << "cannot mount a tmpfs: " << tmpfs.error();
+  CommandResult r = Dsfs({"pack", "-q", src, small + "/s.dsfs"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(IsOneLineError(r, {"no space"}));
+  std::vector<std::string> left = DirNames(small);
+  EXPECT_TRUE(left.empty()) << "left behind on the full filesystem: " << left.front();
+}
+
+}  // namespace
+}  // namespace dsfs::testing

@@ -1,0 +1,94 @@
+#include "cache/byte_cache.h"
+
+#include <bit>
+
+namespace dsfs {
+
+ByteCache::ByteCache(uint64_t capacity_bytes, int shards) : capacity_(capacity_bytes) {
+  // A power of two, so the shard is a few bits of the key's hash.
+  size_t n = std::bit_ceil(static_cast<size_t>(std::max(1, shards)));
+  shards_ = std::vector<Shard>(n);
+  mask_ = n - 1;
+  for (auto& s : shards_) s.capacity = capacity_bytes / n;
+}
+
+ByteCache::Value ByteCache::Get(uint64_t key) {
+  if (capacity_ == 0) {
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  Shard& s = ShardFor(key);
+  std::lock_guard lock(s.mu);
+  auto it = s.index.find(key);
+  if (it == s.index.end()) {
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  Entry& e = s.slots[it->second];
+  e.referenced = true;
+  hits_.fetch_add(1, std::memory_order_relaxed);
+  return e.value;
+}
+
+bool ByteCache::Contains(uint64_t key) {
+  if (capacity_ == 0) return false;
+  Shard& s = ShardFor(key);
+  std::lock_guard lock(s.mu);
+  return s.index.count(key) > 0;
+}
+
+void ByteCache::Insert(uint64_t key, Value value) {
+  if (!value) return;
+  uint64_t charge = Charge(value);
+  Shard& s = ShardFor(key);
+  if (charge > s.capacity) return;
+  std::lock_guard lock(s.mu);
+  if (s.index.count(key)) return;
+  // CLOCK: sweep from the hand, clearing reference bits, evicting the first entry without one.
+  while (s.bytes + charge > s.capacity) {
+    if (s.hand >= s.slots.size()) s.hand = 0;
+    Entry& e = s.slots[s.hand];
+    if (e.value) {
+      if (e.referenced) {
+        e.referenced = false;
+      } else {
+        s.bytes -= Charge(e.value);
+        s.index.erase(e.key);
+        e.value.reset();
+        s.free_slots.push_back(s.hand);
+        evictions_.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    ++s.hand;
+  }
+  size_t slot;
+  if (!s.free_slots.empty()) {
+    slot = s.free_slots.back();
+    s.free_slots.pop_back();
+  } else {
+    slot = s.slots.size();
+    s.slots.push_back({});
+  }
+  // New entries start unreferenced: a block read once (a scan) is the first to go.
+  s.slots[slot] = Entry{key, std::move(value), false};
+  s.index.emplace(key, slot);
+  s.bytes += charge;
+  inserts_.fetch_add(1, std::memory_order_relaxed);
+}
+
+ByteCache::Stats ByteCache::stats() const {
+  Stats st;
+  st.hits = hits_.load(std::memory_order_relaxed);
+  st.misses = misses_.load(std::memory_order_relaxed);
+  st.inserts = inserts_.load(std::memory_order_relaxed);
+  st.evictions = evictions_.load(std::memory_order_relaxed);
+  st.capacity_bytes = capacity_;
+  for (const auto& s : shards_) {
+    std::lock_guard lock(s.mu);
+    st.bytes += s.bytes;
+    st.entries += s.index.size();
+  }
+  return st;
+}
+
+}  // namespace dsfs

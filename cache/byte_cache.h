@@ -1,0 +1,75 @@
+// ByteCache: a RAM cache of immutable byte buffers (decompressed payloads, later decoded
+// images) under one byte budget.
+//
+// Sharded by key, each shard guarded by its own mutex, so concurrent readers rarely contend.
+// Eviction is CLOCK (second chance) per shard: a hit only sets a bit, no list is relinked, and a
+// one-pass scan of a store larger than the budget cycles through instead of thrashing the hot
+// set it has not touched.
+//
+// Thread safety: every method may be called from any number of threads.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace dsfs {
+
+class ByteCache {
+ public:
+  using Value = std::shared_ptr<const std::string>;
+
+  // Per-entry bookkeeping charged to the budget on top of the value's bytes.
+  static constexpr uint64_t kEntryOverhead = 96;
+
+  // `capacity_bytes` is the budget for all shards together; 0 disables the cache.
+  explicit ByteCache(uint64_t capacity_bytes, int shards = 16);
+  ByteCache(const ByteCache&) = delete;
+  ByteCache& operator=(const ByteCache&) = delete;
+
+  // The value cached under `key`, or nullptr. Callers hold the returned pointer as long as they
+  // use the bytes; eviction only drops the cache's reference.
+  Value Get(uint64_t key);
+  // True if `key` is cached (no hit/miss counted, no reference bit set).
+  bool Contains(uint64_t key);
+  // Caches `value` under `key` (replacing nothing: a key already present is kept), evicting as
+  // needed. A value larger than a shard's budget is not cached.
+  void Insert(uint64_t key, Value value);
+
+  struct Stats {
+    uint64_t hits = 0, misses = 0, inserts = 0, evictions = 0;
+    uint64_t bytes = 0;  // charged bytes, values plus overhead
+    uint64_t entries = 0;
+    uint64_t capacity_bytes = 0;
+  };
+  Stats stats() const;
+
+ private:
+  struct Entry {
+    uint64_t key;
+    Value value;
+    bool referenced;
+  };
+  struct Shard {
+    mutable std::mutex mu;     // guards everything below
+    std::vector<Entry> slots;  // CLOCK ring; empty slots have no value
+    std::vector<size_t> free_slots;
+    std::unordered_map<uint64_t, size_t> index;  // key -> slot
+    size_t hand = 0;
+    uint64_t bytes = 0;
+    uint64_t capacity = 0;
+  };
+  Shard& ShardFor(uint64_t key) { return shards_[(key * 0x9E3779B97F4A7C15ull) >> 56 & mask_]; }
+  static uint64_t Charge(const Value& v) { return v->size() + kEntryOverhead; }
+
+  std::vector<Shard> shards_;
+  uint64_t mask_;
+  uint64_t capacity_;
+  std::atomic<uint64_t> hits_{0}, misses_{0}, inserts_{0}, evictions_{0};
+};
+
+}  // namespace dsfs

@@ -32,7 +32,7 @@ PHOTOS=${BENCH_PHOTOS:-150000}
 FMNIST_LIMIT=${BENCH_FMNIST_LIMIT:-0}
 DATASETS=${BENCH_DATASETS:-"fmnist photo32"}
 COLD_LIMIT=${BENCH_COLD_LIMIT:-0}        # files per cold pass (0: all)
-IF_SAMPLES=${BENCH_IF_SAMPLES:-50000}    # images per ImageFolder epoch (0: all)
+IF_SAMPLES=${BENCH_IF_SAMPLES:-25000}    # images per ImageFolder epoch (0: all)
 IF_EPOCHS=${BENCH_IF_EPOCHS:-2}
 HOT_PASSES=${BENCH_HOT_PASSES:-3}        # measured hot passes, after one warm pass
 READ_TIMEOUT=${BENCH_READ_TIMEOUT:-600}  # seconds for one dsfs-readbench run
@@ -252,6 +252,10 @@ if [[ $DSFS_STATE == ok && ! -x $DSFS ]]; then
   DSFS_STATE="missing ($DSFS not built)"
 fi
 log "dsfs: $DSFS_STATE"
+if [[ -x $DSFS ]]; then
+  rec _ dsfs binary "$(printf '{"path":"%s","version":"%s","built":"%s"}' "$DSFS" \
+    "$("$DSFS" --version 2>/dev/null | head -1 | tr -d '"\\')" "$(date -r "$DSFS" '+%F %T')")"
+fi
 rec _ dsfs state '"'"${DSFS_STATE//\"/}"'"'
 
 RBBUILD=$WORK/readbench-build

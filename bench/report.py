@@ -162,7 +162,10 @@ def main():
     out.append(f"- machine: {m['nproc']} CPUs ({m['cpu']}), {m['ram']} RAM, kernel {m['kernel']}, {m['os']}")
     out.append(f"- disk of the work dir: {m['disk']}")
     out.append(f"- packages: {m['packages']}")
-    out.append(f"- dsfs: {dsfs_state}; repo at {m['commit']}")
+    binary = first("_", "dsfs", "binary")
+    if isinstance(binary, dict):
+        dsfs_state += f" ({binary.get('path')}, {binary.get('version')}, built {binary.get('built')})"
+    out.append(f"- dsfs: {dsfs_state}; repo at {m['commit']} when the report was written")
     if config:
         out.append(f"- settings: hot = median of {config.get('hot_passes')} passes after a warm one; "
                    f"cold = one pass after `sync; echo 3 > /proc/sys/vm/drop_caches` with the FUSE daemon "

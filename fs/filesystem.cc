@@ -90,7 +90,7 @@ Status Filesystem::Open(uint64_t ino, int flags) const {
   return Status::OK();
 }
 
-Status Filesystem::Read(uint64_t ino, uint64_t offset, uint64_t size, std::string* buf,
+Status Filesystem::Read(uint64_t ino, uint64_t offset, uint64_t size, ReadBuffer* buf,
                         std::string_view* out) const {
   if (ino > UINT32_MAX) return Status::NotFound("no such inode");
   InodeRecord rec;

@@ -43,7 +43,7 @@ class Filesystem {
   // ReadOnly for any write access, InvalidArgument ("is a directory") for directories.
   Status Open(uint64_t ino, int flags) const;
   // Reads up to `size` bytes at `offset`; see Store::Read for where *out points.
-  Status Read(uint64_t ino, uint64_t offset, uint64_t size, std::string* buf,
+  Status Read(uint64_t ino, uint64_t offset, uint64_t size, ReadBuffer* buf,
               std::string_view* out) const;
   Status ReadLink(uint64_t ino, std::string_view* target) const;
   Status StatFs(struct statvfs* st) const;

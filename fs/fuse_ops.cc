@@ -17,6 +17,7 @@ namespace {
 struct Context {
   Filesystem* fs;
   FuseOptions options;
+  bool no_open = false;  // set in init: OPEN may be answered ENOSYS
 };
 
 Context* Ctx(fuse_req_t req) { return static_cast<Context*>(fuse_req_userdata(req)); }
@@ -41,6 +42,8 @@ int ErrnoOf(const Status& s, const char* op, fuse_ino_t ino) {
 }
 
 void OpInit(void* userdata, struct fuse_conn_info* conn) {
+  auto* ctx = static_cast<Context*>(userdata);
+  ctx->no_open = ctx->options.zero_message_open && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT);
   // Force readdirplus: in "auto" mode the kernel mixes in plain readdirs and then looks every
   // entry up anyway (see DESIGN.md section 4).
   if (conn->capable & FUSE_CAP_READDIRPLUS) {
@@ -145,7 +148,13 @@ void OpOpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Guard(req, "open", [&] {
-    Status s = Ctx(req)->fs->Open(ino, fi->flags);
+    Context* c = Ctx(req);
+    Status s = c->fs->Open(ino, fi->flags);
+    if (s.ok() && c->no_open) {
+      // Success for the kernel, and the last OPEN it sends (see FuseOptions).
+      fuse_reply_err(req, ENOSYS);
+      return;
+    }
     if (!s.ok()) {
       fuse_reply_err(req,
                      s.code() == Status::Code::kInvalidArgument ? EISDIR : ErrnoOf(s, "open", ino));
@@ -159,7 +168,7 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 
 void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
   Guard(req, "read", [&] {
-    thread_local std::string buf;
+    thread_local ReadBuffer buf;
     std::string_view out;
     Status s = Ctx(req)->fs->Read(ino, static_cast<uint64_t>(off), size, &buf, &out);
     if (!s.ok()) {

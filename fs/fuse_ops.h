@@ -10,8 +10,12 @@
 namespace dsfs {
 
 struct FuseOptions {
-  int threads = 2;           // session loop threads (on 2 cores 1-2 beat libfuse's 10)
-  double timeout_s = 1e6;    // entry/attr cache timeouts: the tree never changes
+  int threads = 2;         // session loop threads (on 2 cores 1-2 beat libfuse's 10)
+  double timeout_s = 1e6;  // entry/attr cache timeouts: the tree never changes
+  // Answer OPEN with ENOSYS where the kernel supports it (FUSE_CAP_NO_OPEN_SUPPORT): it then
+  // sends no OPEN/FLUSH/RELEASE at all and keeps the page cache across opens, so a file read
+  // once is served by the kernel alone (DESIGN.md section 4).
+  bool zero_message_open = true;
   bool allow_other = false;  // let other users in (kernel checks the stored modes)
   bool debug = false;        // libfuse request tracing to stderr
   std::string fsname;        // shown in /proc/mounts (the store path)

@@ -14,6 +14,9 @@ struct MountConfig {
   std::string store_path;
   std::string mountpoint;
   bool foreground = false;  // serve in this process; otherwise fork a daemon
+  // RAM cache of decompressed chunks; kDefaultCache = an eighth of physical memory.
+  static constexpr uint64_t kDefaultCache = UINT64_MAX;
+  uint64_t cache_bytes = kDefaultCache;
   FuseOptions fuse;
   FsOptions fs;
   StoreOptions store;

@@ -21,7 +21,7 @@ Status Store::Open(const std::string& path, const StoreOptions& options,
   kv_options.random_access = options.random_access;
   std::unique_ptr<KvReader> kv;
   DSFS_RETURN_IF_ERROR(OpenKvReader(path, kv_options, &kv));
-  Status s = Open(std::move(kv), store);
+  Status s = Open(std::move(kv), store, options.cache);
   if (!s.ok()) {
     // Messages from below already start with the path when they came from the OS.
     if (s.message().rfind(path, 0) == 0) return s;
@@ -30,9 +30,11 @@ Status Store::Open(const std::string& path, const StoreOptions& options,
   return s;
 }
 
-Status Store::Open(std::unique_ptr<KvReader> kv, std::unique_ptr<Store>* store) {
+Status Store::Open(std::unique_ptr<KvReader> kv, std::unique_ptr<Store>* store,
+                   std::shared_ptr<ByteCache> cache) {
   std::unique_ptr<Store> st(new Store());
   st->kv_ = std::move(kv);
+  st->cache_ = std::move(cache);
   DSFS_RETURN_IF_ERROR(st->Init());
   *store = std::move(st);
   return Status::OK();
@@ -180,11 +182,19 @@ Status Store::LookupPath(std::string_view path, uint32_t* ino, InodeRecord* rec)
   return Status::OK();
 }
 
-Status Store::ReadChunk(const InodeRecord& rec, uint64_t index, std::string* buf,
-                        std::string_view* out) const {
+Status Store::ReadChunk(const InodeRecord& rec, uint64_t index, bool use_cache,
+                        ByteCache::Value* pin, std::string* scratch, std::string_view* out) const {
   uint64_t chunk = header_.chunk_bytes;
   uint64_t expected = std::min<uint64_t>(chunk, rec.size - index * chunk);
   uint64_t id = rec.data + index;
+  ByteCache* cache = use_cache ? cache_.get() : nullptr;
+  if (cache) {
+    if (ByteCache::Value v = cache->Get(id)) {
+      *out = *v;
+      *pin = std::move(v);
+      return Status::OK();
+    }
+  }
   PinnedValue v;
   std::string key;
   std::string_view record;
@@ -198,25 +208,36 @@ Status Store::ReadChunk(const InodeRecord& rec, uint64_t index, std::string* buf
   if (s.ok()) s = ParsePayload(record, &p);
   if (s.ok() && p.raw_bytes != expected) s = Status::Corruption("payload has the wrong size");
   if (s.ok() && p.codec == Codec::kRaw && v.stable()) {
-    // Zero copy: the value lives as long as the store.
+    // Zero copy: the value lives as long as the store (and the page cache is its cache).
     *out = p.stored;
     return Status::OK();
   }
   if (s.ok()) {
-    buf->resize(p.raw_bytes);
-    s = ThreadDecoder().Decode(p, dict_.get(), buf->data());
+    if (cache) {
+      auto fresh = std::make_shared<std::string>(p.raw_bytes, '\0');
+      s = ThreadDecoder().Decode(p, dict_.get(), fresh->data());
+      if (s.ok()) {
+        *out = *fresh;
+        cache->Insert(id, fresh);
+        *pin = std::move(fresh);
+      }
+    } else {
+      scratch->resize(p.raw_bytes);
+      s = ThreadDecoder().Decode(p, dict_.get(), scratch->data());
+      if (s.ok()) *out = *scratch;
+    }
   }
   if (!s.ok()) {
-    return Status(s).WithContext("payload " + std::to_string(id) + " (chunk " +
-                                 std::to_string(index) + ")");
+    return s.WithContext("payload " + std::to_string(id) + " (chunk " + std::to_string(index) +
+                         ")");
   }
-  *out = *buf;
   return Status::OK();
 }
 
-Status Store::Read(const InodeRecord& rec, uint64_t offset, uint64_t size, std::string* buf,
+Status Store::Read(const InodeRecord& rec, uint64_t offset, uint64_t size, ReadBuffer* buf,
                    std::string_view* out) const {
   if (!IsReg(rec)) return Status::InvalidArgument("not a regular file");
+  buf->pin.reset();
   if (offset >= rec.size || size == 0) {
     *out = {};
     return Status::OK();
@@ -227,24 +248,34 @@ Status Store::Read(const InodeRecord& rec, uint64_t offset, uint64_t size, std::
   uint64_t last = (offset + size - 1) / chunk;
   if (first == last) {
     std::string_view data;
-    DSFS_RETURN_IF_ERROR(ReadChunk(rec, first, buf, &data));
+    DSFS_RETURN_IF_ERROR(ReadChunk(rec, first, true, &buf->pin, &buf->bytes, &data));
     *out = data.substr(offset - first * chunk, size);
     return Status::OK();
   }
-  // Spans chunks: assemble into *buf.
+  // Spans chunks: assemble into buf->bytes.
   std::string result;
   result.reserve(size);
-  std::string tmp;
+  std::string scratch;
   for (uint64_t i = first; i <= last; ++i) {
     std::string_view data;
-    DSFS_RETURN_IF_ERROR(ReadChunk(rec, i, &tmp, &data));
+    ByteCache::Value pin;
+    DSFS_RETURN_IF_ERROR(ReadChunk(rec, i, true, &pin, &scratch, &data));
     uint64_t begin = (i == first) ? offset - first * chunk : 0;
     uint64_t end = (i == last) ? offset + size - last * chunk : data.size();
     result.append(data.substr(begin, end - begin));
   }
-  *buf = std::move(result);
-  *out = *buf;
+  buf->bytes = std::move(result);
+  *out = buf->bytes;
   return Status::OK();
+}
+
+Status Store::Prefetch(const InodeRecord& rec, uint64_t index) const {
+  if (!cache_ || !IsReg(rec) || index >= ChunkCount(rec)) return Status::OK();
+  if (cache_->Contains(rec.data + index)) return Status::OK();
+  ByteCache::Value pin;
+  std::string scratch;
+  std::string_view data;
+  return ReadChunk(rec, index, true, &pin, &scratch, &data);
 }
 
 Status Store::VerifyMetadata() const {
@@ -254,11 +285,13 @@ Status Store::VerifyMetadata() const {
 
 Status Store::VerifyFile(const InodeRecord& rec) const {
   if (!IsReg(rec) || rec.size == 0) return Status::OK();
-  uint64_t chunks = (rec.size + header_.chunk_bytes - 1) / header_.chunk_bytes;
-  std::string buf;
+  // Straight from the store, never from the cache: verify checks what is stored.
+  uint64_t chunks = ChunkCount(rec);
+  std::string scratch;
   for (uint64_t i = 0; i < chunks; ++i) {
     std::string_view data;
-    DSFS_RETURN_IF_ERROR(ReadChunk(rec, i, &buf, &data));
+    ByteCache::Value pin;
+    DSFS_RETURN_IF_ERROR(ReadChunk(rec, i, false, &pin, &scratch, &data));
   }
   return Status::OK();
 }

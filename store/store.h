@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "backend/kv_store.h"
+#include "cache/byte_cache.h"
 #include "store/codec.h"
 #include "store/format.h"
 
@@ -18,6 +19,16 @@ namespace dsfs {
 
 struct StoreOptions {
   bool random_access = true;  // see KvReaderOptions
+  // Decompressed chunks are kept here when set (shared, may outlive nothing: the Store must
+  // not outlive it).
+  std::shared_ptr<ByteCache> cache;
+};
+
+// Where the bytes of a read live: a cached chunk (pinned here), the store's memory map, or
+// bytes assembled in `bytes`. Reuse one per thread to avoid allocations.
+struct ReadBuffer {
+  std::string bytes;
+  ByteCache::Value pin;
 };
 
 class Store {
@@ -29,7 +40,8 @@ class Store {
   static Status Open(const std::string& path, const StoreOptions& options,
                      std::unique_ptr<Store>* store);
   // Same, over an already opened key-value reader (tests use memory and fault-injecting ones).
-  static Status Open(std::unique_ptr<KvReader> kv, std::unique_ptr<Store>* store);
+  static Status Open(std::unique_ptr<KvReader> kv, std::unique_ptr<Store>* store,
+                     std::shared_ptr<ByteCache> cache = nullptr);
 
   const StoreHeader& header() const { return header_; }
   std::string_view backend_name() const { return kv_->Name(); }
@@ -49,11 +61,18 @@ class Store {
   // Range of a directory's entries: inode numbers [*first, *first + *count).
   Status DirEntries(uint32_t dir, const InodeRecord& rec, uint32_t* first, uint32_t* count) const;
 
-  // Reads up to `size` bytes at `offset` of regular file `rec`. The result is in *out, which
-  // points either into the store (uncompressed single-chunk reads, zero copy) or into *buf.
-  // Corruption (logged) if a payload fails its checksum: never returns wrong bytes.
-  Status Read(const InodeRecord& rec, uint64_t offset, uint64_t size, std::string* buf,
+  // Reads up to `size` bytes at `offset` of regular file `rec`. *out stays valid until *buf is
+  // reused or destroyed (it points into the store's map, a cached chunk pinned by *buf, or
+  // buf->bytes). Corruption if a payload fails its checksum: never returns wrong bytes.
+  Status Read(const InodeRecord& rec, uint64_t offset, uint64_t size, ReadBuffer* buf,
               std::string_view* out) const;
+  // Decompresses chunk `index` of `rec` into the cache if it is not there (readahead).
+  Status Prefetch(const InodeRecord& rec, uint64_t index) const;
+  // Number of chunks of regular file `rec`.
+  uint64_t ChunkCount(const InodeRecord& rec) const {
+    return (rec.size + header_.chunk_bytes - 1) / header_.chunk_bytes;
+  }
+  ByteCache* cache() const { return cache_.get(); }
 
   // Verifies the metadata tables completely (mounting checks them lazily, on first access).
   Status VerifyMetadata() const;
@@ -63,9 +82,10 @@ class Store {
  private:
   Store() = default;
   Status Init();
-  // Decompressed chunk `index` of `rec` into *buf (or a zero-copy view for raw chunks).
-  Status ReadChunk(const InodeRecord& rec, uint64_t index, std::string* buf,
-                   std::string_view* out) const;
+  // Chunk `index` of `rec`, decompressed: *out points into the map (raw chunks), a cached
+  // buffer (pinned in *pin) or *scratch (no cache).
+  Status ReadChunk(const InodeRecord& rec, uint64_t index, bool use_cache, ByteCache::Value* pin,
+                   std::string* scratch, std::string_view* out) const;
 
   std::unique_ptr<KvReader> kv_;
   StoreHeader header_{};
@@ -73,6 +93,7 @@ class Store {
   InodeLayout layout_;
   CheckedTable inodes_, names_;
   std::shared_ptr<Dictionary> dict_;
+  std::shared_ptr<ByteCache> cache_;
 };
 
 // True for the file types a store holds.

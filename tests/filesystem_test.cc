@@ -119,7 +119,7 @@ TEST_F(FilesystemTest, OpenRefusesWritesAndDirectories) {
 
 TEST_F(FilesystemTest, ReadReadLinkStatFs) {
   uint64_t f = Ino(Ino(1, "cls_b"), "3.jpg");
-  std::string buf;
+  ReadBuffer buf;
   std::string_view out;
   ASSERT_TRUE(fs_->Read(f, 9990, 4096, &buf, &out).ok());
   EXPECT_EQ(out, std::string(10, 'z'));

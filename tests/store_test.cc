@@ -10,6 +10,7 @@
 
 #include "backend/faulty_store.h"
 #include "backend/mem_store.h"
+#include "cache/byte_cache.h"
 #include "tests/test_util.h"
 
 namespace dsfs {
@@ -43,7 +44,7 @@ class StoreTest : public ::testing::Test {
     uint32_t ino;
     InodeRecord rec;
     EXPECT_TRUE(store_->LookupPath(path, &ino, &rec).ok()) << path;
-    std::string buf;
+    ReadBuffer buf;
     std::string_view out;
     EXPECT_TRUE(store_->Read(rec, 0, rec.size + 10, &buf, &out).ok());
     return std::string(out);
@@ -101,7 +102,7 @@ TEST_F(StoreTest, ContentsAndRanges) {
   uint32_t ino;
   InodeRecord rec;
   ASSERT_TRUE(store_->LookupPath("sub/deep/x.bin", &ino, &rec).ok());
-  std::string buf;
+  ReadBuffer buf;
   std::string_view out;
   for (uint64_t off : {0ull, 1ull, 4095ull, 4096ull, 12000ull, 49999ull, 50000ull, 60000ull}) {
     for (uint64_t len : {1ull, 100ull, 4096ull, 10000ull}) {
@@ -151,7 +152,7 @@ TEST_F(StoreTest, ConcurrentReadersSeeTheSameBytes) {
       for (int i = t; i < 300; i += 4) {
         uint32_t ino;
         InodeRecord rec;
-        std::string buf;
+        ReadBuffer buf;
         std::string_view out;
         std::string path = "many/f" + std::to_string(i);
         if (!store_->LookupPath(path, &ino, &rec).ok() ||
@@ -173,7 +174,7 @@ std::vector<std::string> ReadEverything(const Store& store) {
   auto check = [&](const std::string& path, const std::string& expected) {
     uint32_t ino;
     InodeRecord r;
-    std::string buf;
+    ReadBuffer buf;
     std::string_view out;
     Status s = store.LookupPath(path, &ino, &r);
     if (s.ok()) s = store.Read(r, 0, r.size, &buf, &out);
@@ -261,7 +262,7 @@ TEST_F(StoreTest, DamagedMetadataIsRefusedAtOpenOrAccess) {
       for (int i = 0; all_ok && i < 300; ++i) {
         uint32_t ino;
         InodeRecord r;
-        std::string buf;
+        ReadBuffer buf;
         std::string_view out;
         Status ls = faulty->LookupPath("many/f" + std::to_string(i), &ino, &r);
         if (ls.ok()) ls = faulty->Read(r, 0, r.size, &buf, &out);
@@ -272,6 +273,48 @@ TEST_F(StoreTest, DamagedMetadataIsRefusedAtOpenOrAccess) {
       }
       EXPECT_FALSE(all_ok && key != "Z" && fault != Fault::kError)
           << "damage to " << key << " went unnoticed";
+    }
+  }
+}
+
+TEST_F(StoreTest, CacheServesSameBytesWithinBudget) {
+  auto cache = std::make_shared<ByteCache>(64 << 10, 4);
+  std::unique_ptr<Store> cached;
+  ASSERT_TRUE(Store::Open(NewMemReader(table_), &cached, cache).ok());
+  for (int pass = 0; pass < 3; ++pass) {
+    EXPECT_TRUE(ReadEverything(*cached).empty());
+    EXPECT_LE(cache->stats().bytes, 64u << 10);
+  }
+  ByteCache::Stats st = cache->stats();
+  EXPECT_GT(st.hits, 0u);
+  EXPECT_GT(st.evictions, 0u);  // 370 KB of data through a 64 KiB cache
+}
+
+TEST_F(StoreTest, PrefetchFillsTheCacheAndDamageIsNeverCached) {
+  auto cache = std::make_shared<ByteCache>(1 << 20, 4);
+  uint32_t ino;
+  InodeRecord text;
+  ASSERT_TRUE(store_->LookupPath("sub/text.txt", &ino, &text).ok());
+  std::string group_key = table_->data.lower_bound(PayloadKey(text.data + 2))->first;
+  std::unique_ptr<Store> faulty;
+  ASSERT_TRUE(Store::Open(NewFaultyReader(NewMemReader(table_),
+                                          [&](std::string_view key) {
+                                            return key == group_key ? Fault::kFlipBit
+                                                                    : Fault::kNone;
+                                          }),
+                          &faulty, cache)
+                  .ok());
+  EXPECT_EQ(faulty->ChunkCount(text), 5u);  // 20000 bytes in 4 KiB chunks
+  ASSERT_TRUE(faulty->Prefetch(text, 0).ok());
+  EXPECT_TRUE(cache->Contains(text.data));
+  EXPECT_TRUE(faulty->Prefetch(text, 99).ok());  // past the end: nothing to do
+  // Chunks in the damaged group fail and stay out of the cache.
+  for (uint64_t c = 0; c < 5; ++c) {
+    bool in_damaged = table_->data.lower_bound(PayloadKey(text.data + c))->first == group_key;
+    Status s = faulty->Prefetch(text, c);
+    if (!s.ok()) {
+      EXPECT_TRUE(in_damaged);
+      EXPECT_FALSE(cache->Contains(text.data + c));
     }
   }
 }

@@ -121,7 +121,7 @@ Status RunCat(const std::string& store_path, const std::string& path, std::ostre
   Status s = store->LookupPath(path, &ino, &rec);
   if (!s.ok()) return s.WithContext(path);
   if (!IsReg(rec)) return Status::InvalidArgument(path + ": not a regular file");
-  std::string buf;
+  ReadBuffer buf;
   const uint64_t step = store->header().chunk_bytes;
   for (uint64_t off = 0; off < rec.size; off += step) {
     std::string_view data;

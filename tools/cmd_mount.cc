@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "common/log.h"
+#include "common/units.h"
 #include "tools/commands.h"
 
 namespace dsfs {
@@ -37,6 +38,16 @@ Status ParseMountOptions(const std::string& list, MountConfig* config) {
       DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 256, &n));
       if (n == 0) return Status::InvalidArgument("mount option threads must be at least 1");
       config->fuse.threads = static_cast<int>(n);
+    } else if (key == "cache_size") {
+      uint64_t bytes;
+      DSFS_RETURN_IF_ERROR(ParseSize(value, &bytes).WithContext("mount option cache_size"));
+      config->cache_bytes = bytes;
+    } else if (key == "timeout") {
+      DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1000000000, &n));
+      config->fuse.timeout_s = static_cast<double>(n);
+    } else if (key == "zero_open") {
+      DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1, &n));
+      config->fuse.zero_message_open = n == 1;
     } else if (key == "uid") {
       DSFS_RETURN_IF_ERROR(ParseNumber(key, value, UINT32_MAX - 1, &n));
       config->fs.uid = static_cast<uid_t>(n);

@@ -87,7 +87,9 @@ void OpGetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
       fuse_reply_err(req, ErrnoOf(s, "getattr", ino));
       return;
     }
-    fuse_reply_attr(req, &st, Ctx(req)->options.timeout_s);
+    // The root's attributes are never cached: stat of the mountpoint then reaches the daemon,
+    // so a dead daemon shows as ENOTCONN there (what `dsfs mount` and scripts check).
+    fuse_reply_attr(req, &st, ino == FUSE_ROOT_ID ? 0.0 : Ctx(req)->options.timeout_s);
   });
 }
 

@@ -4,6 +4,7 @@
 #include <spdlog/sinks/syslog_sink.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -108,7 +109,11 @@ bool IsMountpoint(const std::string& path) {
 
 Status CheckMountpoint(const std::string& mountpoint) {
   struct stat st;
-  if (::stat(mountpoint.c_str(), &st) != 0) {
+  struct statfs sfs;
+  // statfs is never answered from a cache, so it sees a dead FUSE daemon even where stat
+  // would not.
+  int rc = ::statfs(mountpoint.c_str(), &sfs) != 0 ? -1 : ::stat(mountpoint.c_str(), &st);
+  if (rc != 0) {
     int err = errno;
     if (err == ENOTCONN) {
       return Status::Busy("mountpoint " + mountpoint +

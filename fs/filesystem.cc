@@ -95,7 +95,9 @@ Status Filesystem::Read(uint64_t ino, uint64_t offset, uint64_t size, ReadBuffer
   if (ino > UINT32_MAX) return Status::NotFound("no such inode");
   InodeRecord rec;
   DSFS_RETURN_IF_ERROR(store_->GetInode(static_cast<uint32_t>(ino), &rec));
-  return store_->Read(rec, offset, size, buf, out);
+  DSFS_RETURN_IF_ERROR(store_->Read(rec, offset, size, buf, out));
+  if (prefetcher_) prefetcher_->ReadServed(static_cast<uint32_t>(ino), rec, offset, out->size());
+  return Status::OK();
 }
 
 Status Filesystem::ReadLink(uint64_t ino, std::string_view* target) const {

@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include "cache/prefetcher.h"
 #include "common/status.h"
 #include "store/store.h"
 
@@ -31,6 +32,9 @@ class Filesystem {
   Filesystem(std::unique_ptr<Store> store, const FsOptions& options);
 
   const Store& store() const { return *store_; }
+  // Reads are reported to `prefetcher` (readahead) while it is set; null detaches it.
+  // REQUIRES: no request is being served while it changes.
+  void SetPrefetcher(Prefetcher* prefetcher) { prefetcher_ = prefetcher; }
 
   Status Lookup(uint64_t parent, std::string_view name, struct stat* st) const;
   Status GetAttr(uint64_t ino, struct stat* st) const;
@@ -53,6 +57,7 @@ class Filesystem {
 
   std::unique_ptr<Store> store_;
   FsOptions options_;
+  Prefetcher* prefetcher_ = nullptr;
 };
 
 }  // namespace dsfs

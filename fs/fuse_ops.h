@@ -16,6 +16,11 @@ struct FuseOptions {
   // sends no OPEN/FLUSH/RELEASE at all and keeps the page cache across opens, so a file read
   // once is served by the kernel alone (DESIGN.md section 4).
   bool zero_message_open = true;
+  // After readdirplus, push the directory's files into the kernel page cache (up to this many
+  // bytes in total; 0 = never), so even the first read of a file sends no request.
+  uint64_t push_bytes = 0;
+  // Decompress this subtree of the store into the RAM cache after mounting ("" = nothing).
+  std::string preload_path;
   bool allow_other = false;  // let other users in (kernel checks the stored modes)
   bool debug = false;        // libfuse request tracing to stderr
   std::string fsname;        // shown in /proc/mounts (the store path)

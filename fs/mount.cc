@@ -69,26 +69,29 @@ bool WriteAll(int fd, const std::string& s) {
   return true;
 }
 
-// An eighth of physical memory: room for readahead and a hot set, while the kernel's page
-// cache (which serves repeated reads) keeps most of RAM.
-uint64_t DefaultCacheBytes() {
+uint64_t PhysicalMemory() {
   long pages = ::sysconf(_SC_PHYS_PAGES);
   long page = ::sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return 256ull << 20;
-  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 8;
+  if (pages <= 0 || page <= 0) return 2ull << 30;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
 }
 
 Status Serve(const MountConfig& config, const std::function<void()>& on_mounted) {
   StoreOptions store_options = config.store;
+  // Defaults: the RAM cache gets an eighth of memory (readahead and a hot set), pushes into
+  // the page cache a quarter; the kernel's page cache, which serves every repeated read, keeps
+  // the rest and reclaims pushed pages like any others.
   uint64_t cache_bytes =
-      config.cache_bytes == MountConfig::kDefaultCache ? DefaultCacheBytes() : config.cache_bytes;
+      config.cache_bytes == MountConfig::kDefaultCache ? PhysicalMemory() / 8 : config.cache_bytes;
+  FuseOptions fo = config.fuse;
+  fo.push_bytes =
+      config.push_bytes == MountConfig::kDefaultCache ? PhysicalMemory() / 4 : config.push_bytes;
   if (!store_options.cache && cache_bytes > 0) {
     store_options.cache = std::make_shared<ByteCache>(cache_bytes);
   }
   std::unique_ptr<Store> store;
   DSFS_RETURN_IF_ERROR(Store::Open(config.store_path, store_options, &store));
   Filesystem fs(std::move(store), config.fs);
-  FuseOptions fo = config.fuse;
   if (fo.fsname.empty()) fo.fsname = config.store_path;
   return ServeFuse(&fs, config.mountpoint, fo, on_mounted);
 }

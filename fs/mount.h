@@ -17,6 +17,8 @@ struct MountConfig {
   // RAM cache of decompressed chunks; kDefaultCache = an eighth of physical memory.
   static constexpr uint64_t kDefaultCache = UINT64_MAX;
   uint64_t cache_bytes = kDefaultCache;
+  // Bytes pushed into the kernel page cache after listings; kDefaultCache = a quarter of RAM.
+  uint64_t push_bytes = kDefaultCache;
   FuseOptions fuse;
   FsOptions fs;
   StoreOptions store;

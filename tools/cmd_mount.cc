@@ -42,6 +42,12 @@ Status ParseMountOptions(const std::string& list, MountConfig* config) {
       uint64_t bytes;
       DSFS_RETURN_IF_ERROR(ParseSize(value, &bytes).WithContext("mount option cache_size"));
       config->cache_bytes = bytes;
+    } else if (key == "push") {
+      uint64_t bytes;
+      DSFS_RETURN_IF_ERROR(ParseSize(value, &bytes).WithContext("mount option push"));
+      config->push_bytes = bytes;
+    } else if (key == "preload") {
+      config->fuse.preload_path = value.empty() ? "/" : std::string(value);
     } else if (key == "timeout") {
       DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1000000000, &n));
       config->fuse.timeout_s = static_cast<double>(n);

@@ -1,0 +1,268 @@
+#include "cache/prefetcher.h"
+
+#include <cerrno>
+#include <chrono>
+
+#include "common/log.h"
+
+namespace dsfs {
+namespace {
+
+// A pushed file whose inode the kernel has not instantiated yet (the listing's reply is
+// processed in the lister's context, after our reply is written) is retried a few times.
+constexpr int kPushAttempts = 4;
+constexpr auto kPushRetryDelay = std::chrono::milliseconds(20);
+// Reads in a row that make an access pattern "sequential".
+constexpr uint32_t kSequentialStreak = 2;
+
+}  // namespace
+
+Prefetcher::Prefetcher(const Store* store, const Options& options, PushFn push)
+    : store_(store), options_(options), push_(std::move(push)) {
+  for (int i = 0; i < std::max(1, options_.threads); ++i) threads_.emplace_back([this] { Run(); });
+}
+
+Prefetcher::~Prefetcher() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    queue_.clear();
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void Prefetcher::Enqueue(Job job, bool front) {
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) return;
+    if (front) {
+      queue_.push_front(job);
+    } else {
+      queue_.push_back(job);
+    }
+  }
+  cv_.notify_one();
+}
+
+void Prefetcher::Run() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      job = queue_.front();
+      queue_.pop_front();
+      ++running_;
+    }
+    switch (job.kind) {
+      case Kind::kPushDir:
+        PushDir(job.ino);
+        break;
+      case Kind::kPrefetchFiles:
+        PrefetchFiles(job.ino, job.count);
+        break;
+      case Kind::kPrefetchChunks:
+        PrefetchChunks(job.ino, job.first, job.count);
+        break;
+      case Kind::kPreload:
+        PreloadTree(job.ino);
+        preload_done_ = true;
+        break;
+    }
+    {
+      std::lock_guard lock(mu_);
+      --running_;
+      if (running_ == 0 && queue_.empty()) idle_cv_.notify_all();
+    }
+  }
+}
+
+void Prefetcher::WaitIdle() {
+  std::unique_lock lock(mu_);
+  idle_cv_.wait(lock, [&] { return stop_ || (running_ == 0 && queue_.empty()); });
+}
+
+void Prefetcher::DirectoryListed(uint32_t dir) {
+  if (options_.push_budget_bytes == 0 || !push_) return;
+  if (push_reserved_.load(std::memory_order_relaxed) >= options_.push_budget_bytes) return;
+  {
+    std::lock_guard lock(mu_);
+    if (!pushed_dirs_.insert(dir).second) return;
+  }
+  Enqueue({Kind::kPushDir, dir});
+}
+
+void Prefetcher::PushDir(uint32_t dir) {
+  InodeRecord d;
+  uint32_t first, count;
+  if (!store_->GetInode(dir, &d).ok() || !store_->DirEntries(dir, d, &first, &count).ok()) return;
+  for (uint32_t i = 0; i < count; ++i) {
+    InodeRecord r;
+    if (!store_->GetInode(first + i, &r).ok() || !IsReg(r) || r.size == 0) continue;
+    // Reserve the budget before the work, so parallel pushes cannot overshoot it.
+    if (push_reserved_.fetch_add(r.size) + r.size > options_.push_budget_bytes) {
+      push_reserved_.fetch_sub(r.size);
+      return;
+    }
+    int rc = PushFile(first + i, r);
+    for (int attempt = 1; rc == -ENOENT && attempt < kPushAttempts; ++attempt) {
+      ++push_retries_;
+      std::this_thread::sleep_for(kPushRetryDelay);
+      rc = PushFile(first + i, r);
+    }
+    if (rc == -ENOENT) {
+      // The kernel does not know these inodes (a plain readdir, or they were forgotten):
+      // pushing the rest of the directory would fail the same way.
+      ++push_failures_;
+      return;
+    }
+    if (rc != 0) {
+      ++push_failures_;
+      continue;
+    }
+    ++pushed_files_;
+    pushed_bytes_ += r.size;
+  }
+}
+
+int Prefetcher::PushFile(uint32_t ino, const InodeRecord& r) {
+  ReadBuffer buf;
+  uint64_t chunk = store_->header().chunk_bytes;
+  for (uint64_t off = 0; off < r.size; off += chunk) {
+    std::string_view data;
+    // A damaged file is not pushed: its reader gets EIO from a READ instead.
+    if (!store_->Read(r, off, chunk, &buf, &data).ok()) return -EIO;
+    int rc = push_(ino, off, data);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+void Prefetcher::ReadServed(uint32_t ino, const InodeRecord& rec, uint64_t offset, uint64_t size) {
+  if (!store_->cache()) return;
+  Job job{Kind::kPrefetchFiles, 0};
+  bool enqueue = false;
+  {
+    std::lock_guard lock(mu_);
+    bool next_file = ino == last_ino_ + 1 && offset == 0;
+    bool same_file_on = ino == last_ino_ && offset == last_end_;
+    streak_ = (next_file || same_file_on) ? streak_ + 1 : 0;
+    last_ino_ = ino;
+    last_end_ = offset + size;
+    if (streak_ >= kSequentialStreak) {
+      uint64_t chunk = store_->header().chunk_bytes;
+      uint64_t this_chunk = (offset + size) / chunk;
+      if (rec.size > chunk && this_chunk + 1 < store_->ChunkCount(rec)) {
+        // Front to back through a large file: keep readahead_chunks ahead.
+        uint64_t from = std::max(
+            this_chunk + 1, ino == prefetched_until_ino_ ? prefetched_until_chunk_ : uint64_t{0});
+        uint64_t to = std::min(this_chunk + 1 + options_.readahead_chunks, store_->ChunkCount(rec));
+        if (from < to) {
+          job = {Kind::kPrefetchChunks, ino, static_cast<uint32_t>(to - from), from};
+          prefetched_until_ino_ = ino;
+          prefetched_until_chunk_ = to;
+          enqueue = true;
+        }
+      } else if (ino + 1 > prefetched_until_ino_ ||
+                 prefetched_until_ino_ - ino < options_.readahead_files / 2) {
+        // Directory order: keep readahead_files ahead, topping up in halves.
+        uint32_t from = std::max(ino + 1, prefetched_until_ino_);
+        uint32_t to = ino + 1 + options_.readahead_files;
+        job = {Kind::kPrefetchFiles, from, to - from};
+        prefetched_until_ino_ = to;
+        prefetched_until_chunk_ = 0;
+        enqueue = to > from;
+      }
+    }
+  }
+  if (enqueue) Enqueue(job, /*front=*/true);
+}
+
+void Prefetcher::PrefetchFiles(uint32_t first, uint32_t count) {
+  for (uint32_t i = 0; i < count; ++i) {
+    InodeRecord r;
+    if (!store_->GetInode(first + i, &r).ok()) return;  // past the last inode
+    if (!IsReg(r) || r.size == 0) continue;
+    if (store_->Prefetch(r, 0).ok()) ++readahead_files_;
+  }
+}
+
+void Prefetcher::PrefetchChunks(uint32_t ino, uint64_t first, uint32_t count) {
+  InodeRecord r;
+  if (!store_->GetInode(ino, &r).ok()) return;
+  for (uint64_t c = first; c < first + count; ++c) {
+    if (store_->Prefetch(r, c).ok()) ++readahead_chunks_;
+  }
+}
+
+bool Prefetcher::CacheNearlyFull() const {
+  ByteCache* cache = store_->cache();
+  if (!cache) return true;
+  ByteCache::Stats st = cache->stats();
+  // Stop short of the budget: evicting preloaded data to preload more gains nothing.
+  return st.bytes >= st.capacity_bytes / 10 * 9;
+}
+
+void Prefetcher::Preload(uint32_t dir) { Enqueue({Kind::kPreload, dir}); }
+
+void Prefetcher::PreloadTree(uint32_t dir) {
+  // Breadth-first order is inode order: directories' files are contiguous, so one pass over
+  // the inode range below `dir` visits them. Count first, for progress.
+  std::vector<uint32_t> dirs{dir};
+  std::vector<std::pair<uint32_t, uint32_t>> ranges;  // (first, count) of each directory
+  uint64_t files = 0;
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    InodeRecord d;
+    uint32_t first, count;
+    if (!store_->GetInode(dirs[i], &d).ok() ||
+        !store_->DirEntries(dirs[i], d, &first, &count).ok()) {
+      continue;
+    }
+    ranges.emplace_back(first, count);
+    for (uint32_t k = 0; k < count; ++k) {
+      InodeRecord r;
+      if (!store_->GetInode(first + k, &r).ok()) continue;
+      if (IsDir(r)) dirs.push_back(first + k);
+      if (IsReg(r)) ++files;
+    }
+  }
+  preload_total_ = files;
+  for (auto [first, count] : ranges) {
+    for (uint32_t k = 0; k < count; ++k) {
+      {
+        std::lock_guard lock(mu_);
+        if (stop_) return;
+      }
+      InodeRecord r;
+      if (!store_->GetInode(first + k, &r).ok() || !IsReg(r)) continue;
+      if (CacheNearlyFull()) return;
+      for (uint64_t c = 0; c < store_->ChunkCount(r); ++c) {
+        if (!store_->Prefetch(r, c).ok()) break;
+      }
+      ++preload_files_;
+      preload_bytes_ += r.size;
+    }
+  }
+}
+
+Prefetcher::Stats Prefetcher::stats() const {
+  Stats st;
+  st.pushed_files = pushed_files_;
+  st.pushed_bytes = pushed_bytes_;
+  st.push_retries = push_retries_;
+  st.push_failures = push_failures_;
+  st.push_budget_bytes = options_.push_budget_bytes;
+  st.readahead_files = readahead_files_;
+  st.readahead_chunks = readahead_chunks_;
+  st.preload_files = preload_files_;
+  st.preload_bytes = preload_bytes_;
+  st.preload_total_files = preload_total_;
+  st.preload_done = preload_done_;
+  std::lock_guard lock(mu_);
+  st.queued_jobs = queue_.size() + static_cast<uint64_t>(running_);
+  return st;
+}
+
+}  // namespace dsfs

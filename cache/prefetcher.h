@@ -1,0 +1,113 @@
+// Prefetcher: background workers that read ahead of the reader.
+//
+//  - Push: after a directory listing has told the kernel about a directory's files (readdirplus),
+//    their contents are decompressed and handed to `push` (the FUSE layer stores them in the
+//    kernel's page cache with fuse_lowlevel_notify_store), so the first read of each file is
+//    served without a request. Bounded by push_budget_bytes in total.
+//  - Readahead: files or chunks the reader is about to reach (a scan in directory order, a
+//    large file read front to back) are decompressed into the RAM cache.
+//  - Preload: a whole subtree is decompressed into the RAM cache, up to its budget.
+//
+// Thread safety: every public method may be called from any thread. Jobs run on the
+// Prefetcher's own threads; `push` is called from them.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string_view>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "store/store.h"
+
+namespace dsfs {
+
+class Prefetcher {
+ public:
+  // Stores `data` as bytes [offset, offset + size) of inode `ino` in the kernel. Returns 0,
+  // -ENOENT if the kernel does not know the inode (yet), or another -errno.
+  using PushFn = std::function<int(uint64_t ino, uint64_t offset, std::string_view data)>;
+
+  struct Options {
+    int threads = 1;
+    uint64_t push_budget_bytes = 0;  // 0 disables pushing
+    uint32_t readahead_files = 64;   // files prefetched ahead of a directory-order scan
+    uint32_t readahead_chunks = 8;   // chunks prefetched ahead of a sequential file read
+  };
+
+  Prefetcher(const Store* store, const Options& options, PushFn push);
+  ~Prefetcher();  // stops the workers; queued jobs are dropped
+  Prefetcher(const Prefetcher&) = delete;
+  Prefetcher& operator=(const Prefetcher&) = delete;
+
+  // The kernel now knows the entries of directory `dir`: push its regular files (once per
+  // directory, while the push budget lasts).
+  void DirectoryListed(uint32_t dir);
+  // A read of `size` bytes at `offset` of file `ino` was served: detect sequential access and
+  // prefetch ahead of it.
+  void ReadServed(uint32_t ino, const InodeRecord& rec, uint64_t offset, uint64_t size);
+  // Decompresses every file below directory `dir` into the RAM cache until the cache is nearly
+  // full.
+  void Preload(uint32_t dir);
+
+  struct Stats {
+    uint64_t pushed_files = 0, pushed_bytes = 0, push_retries = 0, push_failures = 0;
+    uint64_t push_budget_bytes = 0;
+    uint64_t readahead_files = 0, readahead_chunks = 0;
+    uint64_t preload_files = 0, preload_bytes = 0, preload_total_files = 0;
+    bool preload_done = false;
+    uint64_t queued_jobs = 0;
+  };
+  Stats stats() const;
+  // Waits until no job is queued or running (tests, benchmarks).
+  void WaitIdle();
+
+ private:
+  enum class Kind { kPushDir, kPrefetchFiles, kPrefetchChunks, kPreload };
+  struct Job {
+    Kind kind;
+    uint32_t ino;        // directory or file
+    uint32_t count = 0;  // files (kPrefetchFiles) or chunks (kPrefetchChunks)
+    uint64_t first = 0;  // first chunk (kPrefetchChunks)
+  };
+  void Enqueue(Job job, bool front = false);
+  void Run();
+  void PushDir(uint32_t dir);
+  // Pushes every chunk of `r`; 0 or the first failure's -errno.
+  int PushFile(uint32_t ino, const InodeRecord& r);
+  void PrefetchFiles(uint32_t first, uint32_t count);
+  void PrefetchChunks(uint32_t ino, uint64_t first, uint32_t count);
+  void PreloadTree(uint32_t dir);
+  bool CacheNearlyFull() const;
+
+  const Store* store_;
+  const Options options_;
+  const PushFn push_;
+
+  mutable std::mutex mu_;  // guards the fields below it
+  std::condition_variable cv_, idle_cv_;
+  std::deque<Job> queue_;
+  std::unordered_set<uint32_t> pushed_dirs_;
+  int running_ = 0;
+  bool stop_ = false;
+  // Sequential-access detector: the last read, and how many in a row followed the one before.
+  uint32_t last_ino_ = 0;
+  uint64_t last_end_ = 0;
+  uint32_t streak_ = 0;
+  uint32_t prefetched_until_ino_ = 0;
+  uint64_t prefetched_until_chunk_ = 0;
+
+  std::atomic<uint64_t> pushed_files_{0}, pushed_bytes_{0}, push_retries_{0}, push_failures_{0};
+  std::atomic<uint64_t> push_reserved_{0};
+  std::atomic<uint64_t> readahead_files_{0}, readahead_chunks_{0};
+  std::atomic<uint64_t> preload_files_{0}, preload_bytes_{0}, preload_total_{0};
+  std::atomic<bool> preload_done_{false};
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace dsfs

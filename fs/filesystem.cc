@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 
 namespace dsfs {
 
@@ -27,7 +29,43 @@ void Filesystem::FillStat(uint64_t ino, const InodeRecord& rec, struct stat* st)
   st->st_ctim = st->st_mtim;
 }
 
+namespace {
+constexpr std::string_view kDotDsfs = ".dsfs";
+constexpr std::string_view kStatsName = "stats";
+}  // namespace
+
+Status Filesystem::VirtualAttr(uint64_t ino, struct stat* st) const {
+  InodeRecord root;
+  DSFS_RETURN_IF_ERROR(store_->GetInode(Store::kRootIno, &root));
+  if (ino == DotDsfsIno()) {
+    root.mode = S_IFDIR | 0555;
+    FillStat(ino, root, st);
+    return Status::OK();
+  }
+  if (ino == StatsIno()) {
+    root.mode = S_IFREG | 0444;
+    root.size = kStatsBytes;
+    FillStat(ino, root, st);
+    // A new mtime on every getattr: with attributes never cached, the kernel drops its cached
+    // pages of the file before each read (FUSE auto_inval_data) and so reads fresh counters.
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    st->st_mtim = now;
+    return Status::OK();
+  }
+  return Status::NotFound("no such inode");
+}
+
 Status Filesystem::Lookup(uint64_t parent, std::string_view name, struct stat* st) const {
+  counters_.lookup.fetch_add(1, std::memory_order_relaxed);
+  if (parent == Store::kRootIno && name == kDotDsfs) return VirtualAttr(DotDsfsIno(), st);
+  if (parent == DotDsfsIno()) {
+    if (name == kStatsName) return VirtualAttr(StatsIno(), st);
+    if (name == "..") return GetAttr(Store::kRootIno, st);
+    if (name == ".") return VirtualAttr(DotDsfsIno(), st);
+    return Status::NotFound("no such file or directory");
+  }
+  if (IsVirtual(parent)) return Status::InvalidArgument("not a directory");
   if (parent > UINT32_MAX) return Status::NotFound("no such inode");
   uint32_t ino;
   InodeRecord rec;
@@ -43,6 +81,8 @@ Status Filesystem::Lookup(uint64_t parent, std::string_view name, struct stat* s
 }
 
 Status Filesystem::GetAttr(uint64_t ino, struct stat* st) const {
+  counters_.getattr.fetch_add(1, std::memory_order_relaxed);
+  if (IsVirtual(ino)) return VirtualAttr(ino, st);
   if (ino > UINT32_MAX) return Status::NotFound("no such inode");
   InodeRecord rec;
   DSFS_RETURN_IF_ERROR(store_->GetInode(static_cast<uint32_t>(ino), &rec));
@@ -51,6 +91,18 @@ Status Filesystem::GetAttr(uint64_t ino, struct stat* st) const {
 }
 
 Status Filesystem::ReadDir(uint64_t ino, uint64_t offset, const DirFiller& fill) const {
+  counters_.readdir.fetch_add(1, std::memory_order_relaxed);
+  if (ino == DotDsfsIno()) {
+    struct stat st;
+    const std::pair<std::string_view, uint64_t> entries[] = {
+        {".", DotDsfsIno()}, {"..", Store::kRootIno}, {kStatsName, StatsIno()}};
+    for (uint64_t i = offset; i < 3; ++i) {
+      DSFS_RETURN_IF_ERROR(GetAttr(entries[i].second, &st));
+      if (!fill(entries[i].first, st, i + 1)) break;
+    }
+    return Status::OK();
+  }
+  if (IsVirtual(ino)) return Status::InvalidArgument("not a directory");
   if (ino > UINT32_MAX) return Status::NotFound("no such inode");
   InodeRecord dir;
   DSFS_RETURN_IF_ERROR(store_->GetInode(static_cast<uint32_t>(ino), &dir));
@@ -81,6 +133,7 @@ Status Filesystem::ReadDir(uint64_t ino, uint64_t offset, const DirFiller& fill)
 }
 
 Status Filesystem::Open(uint64_t ino, int flags) const {
+  counters_.open.fetch_add(1, std::memory_order_relaxed);
   if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_TRUNC | O_CREAT | O_APPEND))) {
     return Status::ReadOnly("read-only file system");
   }
@@ -92,15 +145,33 @@ Status Filesystem::Open(uint64_t ino, int flags) const {
 
 Status Filesystem::Read(uint64_t ino, uint64_t offset, uint64_t size, ReadBuffer* buf,
                         std::string_view* out) const {
+  counters_.read.fetch_add(1, std::memory_order_relaxed);
+  if (ino == StatsIno()) {
+    buf->pin.reset();
+    buf->bytes = StatsJson();
+    buf->bytes.resize(kStatsBytes - 1, ' ');
+    buf->bytes += '\n';
+    *out = std::string_view(buf->bytes).substr(std::min<uint64_t>(offset, kStatsBytes));
+    *out = out->substr(0, size);
+    return Status::OK();
+  }
+  if (IsVirtual(ino)) return Status::InvalidArgument("is a directory");
   if (ino > UINT32_MAX) return Status::NotFound("no such inode");
   InodeRecord rec;
   DSFS_RETURN_IF_ERROR(store_->GetInode(static_cast<uint32_t>(ino), &rec));
-  DSFS_RETURN_IF_ERROR(store_->Read(rec, offset, size, buf, out));
+  Status s = store_->Read(rec, offset, size, buf, out);
+  if (!s.ok()) {
+    counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    return s;
+  }
+  counters_.bytes_read.fetch_add(out->size(), std::memory_order_relaxed);
   if (prefetcher_) prefetcher_->ReadServed(static_cast<uint32_t>(ino), rec, offset, out->size());
   return Status::OK();
 }
 
 Status Filesystem::ReadLink(uint64_t ino, std::string_view* target) const {
+  counters_.readlink.fetch_add(1, std::memory_order_relaxed);
+  if (IsVirtual(ino)) return Status::InvalidArgument("not a symbolic link");
   if (ino > UINT32_MAX) return Status::NotFound("no such inode");
   InodeRecord rec;
   DSFS_RETURN_IF_ERROR(store_->GetInode(static_cast<uint32_t>(ino), &rec));
@@ -108,6 +179,7 @@ Status Filesystem::ReadLink(uint64_t ino, std::string_view* target) const {
 }
 
 Status Filesystem::StatFs(struct statvfs* st) const {
+  counters_.statfs.fetch_add(1, std::memory_order_relaxed);
   std::memset(st, 0, sizeof(*st));
   const StoreHeader& h = store_->header();
   st->f_bsize = 4096;
@@ -117,6 +189,89 @@ Status Filesystem::StatFs(struct statvfs* st) const {
   st->f_namemax = 255;
   st->f_flag = ST_RDONLY;
   return Status::OK();
+}
+
+}  // namespace dsfs
+
+namespace dsfs {
+
+std::string Filesystem::StatsJson() const {
+  auto n = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  const RequestCounters& c = counters_;
+  std::string j = "{";
+  auto field = [&](std::string_view key, uint64_t v) {
+    if (j.back() != '{') j += ", ";
+    j += "\"";
+    j += key;
+    j += "\": " + std::to_string(v);
+  };
+  auto open_obj = [&](std::string_view key) {
+    if (j.back() != '{') j += ", ";
+    j += "\"";
+    j += key;
+    j += "\": {";
+  };
+  double uptime =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "\"uptime_s\": %.1f", uptime);
+  j += buf;
+  open_obj("requests");
+  field("lookup", n(c.lookup));
+  field("getattr", n(c.getattr));
+  field("readdir", n(c.readdir));
+  field("open", n(c.open));
+  field("read", n(c.read));
+  field("readlink", n(c.readlink));
+  field("statfs", n(c.statfs));
+  j += "}";
+  field("bytes_served", n(c.bytes_read));
+  field("read_errors", n(c.errors));
+  open_obj("cache");
+  if (ByteCache* cache = store_->cache()) {
+    ByteCache::Stats cs = cache->stats();
+    field("hits", cs.hits);
+    field("misses", cs.misses);
+    field("bytes", cs.bytes);
+    field("capacity_bytes", cs.capacity_bytes);
+    field("entries", cs.entries);
+    field("evictions", cs.evictions);
+  }
+  j += "}";
+  open_obj("decompress");
+  field("chunks", store_->decoded_chunks());
+  std::snprintf(buf, sizeof(buf), ", \"seconds\": %.3f",
+                static_cast<double>(store_->decode_ns()) / 1e9);
+  j += buf;
+  j += "}";
+  if (prefetcher_) {
+    Prefetcher::Stats ps = prefetcher_->stats();
+    open_obj("push");
+    field("files", ps.pushed_files);
+    field("bytes", ps.pushed_bytes);
+    field("budget_bytes", ps.push_budget_bytes);
+    field("retries", ps.push_retries);
+    field("failures", ps.push_failures);
+    j += "}";
+    open_obj("readahead");
+    field("files", ps.readahead_files);
+    field("chunks", ps.readahead_chunks);
+    j += "}";
+    open_obj("preload");
+    field("files", ps.preload_files);
+    field("bytes", ps.preload_bytes);
+    field("total_files", ps.preload_total_files);
+    field("done", ps.preload_done ? 1 : 0);
+    j += "}";
+    field("queued_jobs", ps.queued_jobs);
+  }
+  const StoreHeader& h = store_->header();
+  open_obj("store");
+  field("files", h.file_count);
+  field("directories", h.dir_count);
+  field("file_bytes", h.file_bytes);
+  j += "}}";
+  return j;
 }
 
 }  // namespace dsfs

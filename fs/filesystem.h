@@ -10,6 +10,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -27,8 +29,18 @@ struct FsOptions {
   gid_t gid = ::getgid();
 };
 
+// Request counters, by operation. Relaxed atomics: they are statistics.
+struct RequestCounters {
+  std::atomic<uint64_t> lookup{0}, getattr{0}, readdir{0}, open{0}, read{0}, readlink{0}, statfs{0},
+      bytes_read{0}, errors{0};
+};
+
 class Filesystem {
  public:
+  // Size of the stats file: its JSON is padded with spaces to this size, so its attributes
+  // never change while its contents do.
+  static constexpr uint64_t kStatsBytes = 16384;
+
   Filesystem(std::unique_ptr<Store> store, const FsOptions& options);
 
   const Store& store() const { return *store_; }
@@ -52,12 +64,26 @@ class Filesystem {
   Status ReadLink(uint64_t ino, std::string_view* target) const;
   Status StatFs(struct statvfs* st) const;
 
+  // True for inodes that are not in the store (the hidden /.dsfs directory and its files):
+  // their attributes must not be cached by the kernel.
+  bool IsVirtual(uint64_t ino) const { return ino > store_->inode_count(); }
+  RequestCounters& counters() const { return counters_; }
+  // The stats file's contents (unpadded JSON).
+  std::string StatsJson() const;
+
  private:
+  // Virtual inodes: the hidden directory at the root and what is in it.
+  uint64_t DotDsfsIno() const { return store_->inode_count() + 1; }
+  uint64_t StatsIno() const { return store_->inode_count() + 2; }
+  Status VirtualAttr(uint64_t ino, struct stat* st) const;
+
   void FillStat(uint64_t ino, const InodeRecord& rec, struct stat* st) const;
 
   std::unique_ptr<Store> store_;
   FsOptions options_;
   Prefetcher* prefetcher_ = nullptr;
+  mutable RequestCounters counters_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace dsfs

@@ -42,11 +42,18 @@ int ErrnoOf(const Status& s, const char* op, fuse_ino_t ino) {
   return s.ToErrno();
 }
 
+// The stats file changes: its attributes (new mtime each time) are never cached, so the kernel
+// drops its cached pages before each read (auto_inval_data).
+double AttrTimeout(Context* c, fuse_ino_t ino) {
+  return c->fs->IsVirtual(ino) ? 0.0 : c->options.timeout_s;
+}
+
 void OpInit(void* userdata, struct fuse_conn_info* conn) {
   auto* ctx = static_cast<Context*>(userdata);
   ctx->no_open = ctx->options.zero_message_open && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT);
   // Force readdirplus: in "auto" mode the kernel mixes in plain readdirs and then looks every
   // entry up anyway (see DESIGN.md section 4).
+  if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
   if (conn->capable & FUSE_CAP_READDIRPLUS) {
     conn->want |= FUSE_CAP_READDIRPLUS;
     conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
@@ -73,6 +80,7 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     }
     e.ino = e.attr.st_ino;
     e.generation = 1;
+    e.attr_timeout = AttrTimeout(c, e.ino);
     fuse_reply_entry(req, &e);
   });
 }
@@ -91,7 +99,7 @@ void OpGetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
     // The root's attributes are cached like all others: with default_permissions every path
     // walk checks them, and an uncached root costs a GETATTR per open (4x slower hot reads).
     // A dead daemon is detected with statfs instead (CheckMountpoint).
-    fuse_reply_attr(req, &st, Ctx(req)->options.timeout_s);
+    fuse_reply_attr(req, &st, AttrTimeout(Ctx(req), ino));
   });
 }
 
@@ -110,7 +118,7 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool 
         e.ino = st.st_ino;
         e.generation = 1;
         e.attr = st;
-        e.attr_timeout = c->options.timeout_s;
+        e.attr_timeout = AttrTimeout(c, e.ino);
         e.entry_timeout = c->options.timeout_s;
         need = fuse_add_direntry_plus(req, buf.data() + used, size - used, n.c_str(), &e,
                                       static_cast<off_t>(next));

@@ -1,5 +1,6 @@
 #include "store/store.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "common/log.h"
@@ -215,7 +216,7 @@ Status Store::ReadChunk(const InodeRecord& rec, uint64_t index, bool use_cache,
   if (s.ok()) {
     if (cache) {
       auto fresh = std::make_shared<std::string>(p.raw_bytes, '\0');
-      s = ThreadDecoder().Decode(p, dict_.get(), fresh->data());
+      s = TimedDecode(p, fresh->data());
       if (s.ok()) {
         *out = *fresh;
         cache->Insert(id, fresh);
@@ -223,7 +224,7 @@ Status Store::ReadChunk(const InodeRecord& rec, uint64_t index, bool use_cache,
       }
     } else {
       scratch->resize(p.raw_bytes);
-      s = ThreadDecoder().Decode(p, dict_.get(), scratch->data());
+      s = TimedDecode(p, scratch->data());
       if (s.ok()) *out = *scratch;
     }
   }
@@ -232,6 +233,17 @@ Status Store::ReadChunk(const InodeRecord& rec, uint64_t index, bool use_cache,
                          ")");
   }
   return Status::OK();
+}
+
+Status Store::TimedDecode(const PayloadView& p, char* dst) const {
+  auto t0 = std::chrono::steady_clock::now();
+  Status s = ThreadDecoder().Decode(p, dict_.get(), dst);
+  auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  decoded_chunks_.fetch_add(1, std::memory_order_relaxed);
+  decode_ns_.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+  return s;
 }
 
 Status Store::Read(const InodeRecord& rec, uint64_t offset, uint64_t size, ReadBuffer* buf,

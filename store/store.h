@@ -5,6 +5,7 @@
 // while the Store lives.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -73,6 +74,9 @@ class Store {
     return (rec.size + header_.chunk_bytes - 1) / header_.chunk_bytes;
   }
   ByteCache* cache() const { return cache_.get(); }
+  // Chunks decompressed since open, and the time spent on it.
+  uint64_t decoded_chunks() const { return decoded_chunks_.load(std::memory_order_relaxed); }
+  uint64_t decode_ns() const { return decode_ns_.load(std::memory_order_relaxed); }
 
   // Verifies the metadata tables completely (mounting checks them lazily, on first access).
   Status VerifyMetadata() const;
@@ -87,6 +91,8 @@ class Store {
   Status ReadChunk(const InodeRecord& rec, uint64_t index, bool use_cache, ByteCache::Value* pin,
                    std::string* scratch, std::string_view* out) const;
 
+  Status TimedDecode(const PayloadView& p, char* dst) const;
+
   std::unique_ptr<KvReader> kv_;
   StoreHeader header_{};
   PinnedValue layout_value_, inode_value_, inode_sums_, name_value_, name_sums_, dict_value_;
@@ -94,6 +100,7 @@ class Store {
   CheckedTable inodes_, names_;
   std::shared_ptr<Dictionary> dict_;
   std::shared_ptr<ByteCache> cache_;
+  mutable std::atomic<uint64_t> decoded_chunks_{0}, decode_ns_{0};
 };
 
 // True for the file types a store holds.

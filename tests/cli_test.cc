@@ -203,7 +203,20 @@ TEST_F(CliTest, BitFlipsAnywhereNeverCrash) {
 
 TEST(MountOptionsTest, ParsesEveryOption) {
   MountConfig c;
-  ASSERT_TRUE(ParseMountOptions("threads=4,allow_other,uid=7,gid=8,ro", &c).ok());
+  ASSERT_TRUE(ParseMountOptions("threads=4,allow_other,uid=7,gid=8,ro,cache_size=64M,push=1G,"
+                                "timeout=5,zero_open=0,preload=/train",
+                                &c)
+                  .ok());
+  EXPECT_EQ(c.cache_bytes, 64u << 20);
+  EXPECT_EQ(c.push_bytes, 1u << 30);
+  EXPECT_EQ(c.fuse.timeout_s, 5.0);
+  EXPECT_FALSE(c.fuse.zero_message_open);
+  EXPECT_EQ(c.fuse.preload_path, "/train");
+  MountConfig p;
+  ASSERT_TRUE(ParseMountOptions("preload", &p).ok());
+  EXPECT_EQ(p.fuse.preload_path, "/");
+  EXPECT_EQ(p.cache_bytes, MountConfig::kDefaultCache);
+  EXPECT_TRUE(p.fuse.zero_message_open);
   EXPECT_EQ(c.fuse.threads, 4);
   EXPECT_TRUE(c.fuse.allow_other);
   EXPECT_EQ(c.fs.uid, 7u);
@@ -215,12 +228,20 @@ TEST(MountOptionsTest, ParsesEveryOption) {
   ASSERT_TRUE(ParseMountOptions("debug", &d).ok());
   EXPECT_TRUE(d.fuse.debug);
   SetLogLevel("warn");
-  for (const char* bad : {"threads=0", "threads=x", "threads=", "uid=-1", "rw", "nonsense",
-                          "allow_other=1", "gid=99999999999"}) {
+  for (const char* bad :
+       {"threads=0", "threads=x", "threads=", "uid=-1", "rw", "nonsense", "allow_other=1",
+        "gid=99999999999", "cache_size=lots", "push=", "zero_open=2", "timeout=-1"}) {
     MountConfig e;
     Status s = ParseMountOptions(bad, &e);
     EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
   }
+}
+
+TEST(StatsCommandTest, NotAMount) {
+  TempDir dir;
+  CliRun r = Dsfs({"stats", dir.path()});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("is not a dsfs mount"), std::string::npos);
 }
 
 TEST(MountOptionsTest, CliRejectsBadOptionsBeforeMounting) {

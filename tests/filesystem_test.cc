@@ -136,5 +136,42 @@ TEST_F(FilesystemTest, ReadReadLinkStatFs) {
   EXPECT_TRUE(vfs.f_flag & ST_RDONLY);
 }
 
+TEST_F(FilesystemTest, StatsFileIsHiddenAndLive) {
+  // Not listed at the root, so ImageFolder(root) never sees it...
+  auto root = List(1);
+  EXPECT_EQ(root.count(".dsfs"), 0u);
+  // ...but reachable by name.
+  struct stat dir, st;
+  ASSERT_TRUE(fs_->Lookup(1, ".dsfs", &dir).ok());
+  EXPECT_TRUE(S_ISDIR(dir.st_mode));
+  EXPECT_TRUE(fs_->IsVirtual(dir.st_ino));
+  EXPECT_FALSE(fs_->IsVirtual(1));
+  auto listing = List(dir.st_ino);
+  EXPECT_EQ(listing.size(), 3u);
+  ASSERT_TRUE(fs_->Lookup(dir.st_ino, "stats", &st).ok());
+  EXPECT_EQ(st.st_ino, listing["stats"]);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), Filesystem::kStatsBytes);
+  EXPECT_TRUE(fs_->Lookup(dir.st_ino, "nope", &st).IsNotFound());
+  EXPECT_FALSE(fs_->Lookup(1, ".dsfs2", &st).ok());
+
+  ReadBuffer buf;
+  std::string_view out;
+  uint64_t f = Ino(Ino(1, "cls_b"), "3.jpg");
+  ASSERT_TRUE(fs_->Read(f, 0, 100000, &buf, &out).ok());
+  ASSERT_TRUE(fs_->Read(listing["stats"], 0, 1 << 20, &buf, &out).ok());
+  EXPECT_EQ(out.size(), Filesystem::kStatsBytes);
+  EXPECT_EQ(out.back(), '\n');
+  std::string json(out);
+  EXPECT_EQ(json.front(), '{');
+  EXPECT_NE(json.find("\"bytes_served\": 10000"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"read\": 2"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"files\": 3"), std::string::npos) << json;
+  // Reads at an offset return the rest.
+  ASSERT_TRUE(fs_->Read(listing["stats"], Filesystem::kStatsBytes - 1, 10, &buf, &out).ok());
+  EXPECT_EQ(out, "\n");
+  EXPECT_EQ(fs_->Read(dir.st_ino, 0, 10, &buf, &out).code(), Status::Code::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace dsfs

@@ -1860,5 +1860,64 @@ TEST(PackErrorsTest, NoSpaceLeftLeavesNothingBehind) {
   EXPECT_TRUE(left.empty()) << "left behind on the full filesystem: " << left.front();
 }
 
+// The stats file is hidden from listings, live, and shows that after a directory listing the
+// files were pushed into the page cache: reading them all then sends no READ to the daemon.
+TEST(PushAndStatsTest, ListedFilesAreReadWithoutRequests) {
+  SKIP_UNLESS_CAN_MOUNT();
+  TempDir dir;
+  std::string src = dir / "src", store = dir / "s.dsfs", mp = dir / "mnt";
+  MakeDir(src);
+  MakeDir(src + "/cls");
+  for (int i = 0; i < 300; ++i) {
+    PutFile(src + "/cls/" + std::to_string(i) + ".jpg", TextBytes(500 + i, i));
+  }
+  MakeDir(mp);
+  CommandResult r = Dsfs({"pack", "-q", src, store});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  MountGuard guard(mp);
+  r = guard.MountBackground(store, {"-o", "push=1G"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(mp)) {
+    names.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(names, std::set<std::string>{"cls"}) << "the .dsfs directory must stay hidden";
+  ASSERT_TRUE(std::filesystem::is_regular_file(mp + "/.dsfs/stats"));
+
+  auto stat_value = [&](const std::string& key) -> long {
+    CommandResult s = Dsfs({"stats", mp});
+    EXPECT_EQ(s.exit_code, 0) << Describe(s);
+    std::istringstream in(s.out);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind(key + ":", 0) == 0) return std::stol(line.substr(key.size() + 1));
+    }
+    ADD_FAILURE() << "no " << key << " in: " << s.out;
+    return -1;
+  };
+  size_t listed = 0;
+  for (const auto& e : std::filesystem::directory_iterator(mp + "/cls")) {
+    (void)e;
+    ++listed;
+  }
+  ASSERT_EQ(listed, 300u);
+  for (int tries = 0; tries < 100 && stat_value("push.files") < 300; ++tries) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_EQ(stat_value("push.files"), 300);
+  long reads_before = stat_value("requests.read");
+  for (int i = 0; i < 300; ++i) {
+    std::string data, error;
+    ASSERT_TRUE(ReadAll(mp + "/cls/" + std::to_string(i) + ".jpg", &data, &error)) << error;
+    EXPECT_EQ(data, TextBytes(500 + i, i));
+  }
+  // Only the stats file itself is read from the daemon (a READ or few per `dsfs stats`), not
+  // the 300 files.
+  EXPECT_LT(stat_value("requests.read") - reads_before, 10);
+  CommandResult j = Dsfs({"stats", "--json", mp});
+  EXPECT_EQ(j.out.front(), '{');
+}
+
 }  // namespace
 }  // namespace dsfs::testing

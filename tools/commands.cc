@@ -85,6 +85,12 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   auto* verify_cmd = app.add_subcommand("verify", "check every payload of STORE");
   verify_cmd->add_option("STORE", store_path)->required();
 
+  std::string stats_point;
+  bool stats_json = false;
+  auto* stats_cmd = app.add_subcommand("stats", "show the live counters of a mount");
+  stats_cmd->add_option("MOUNTPOINT", stats_point)->required();
+  stats_cmd->add_flag("--json", stats_json, "the raw JSON");
+
   std::vector<std::string> rev(args.rbegin(), args.rend());
   try {
     app.parse(rev);
@@ -132,6 +138,8 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     s = RunCat(store_path, path, out);
   } else if (*info_cmd) {
     s = RunInfo(store_path, json, out);
+  } else if (*stats_cmd) {
+    s = RunStats(stats_point, stats_json, out);
   } else if (*verify_cmd) {
     s = RunVerify(store_path, out);
   }

@@ -1,5 +1,7 @@
 #include "store/packer.h"
 
+#include <archive.h>
+#include <archive_entry.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -178,64 +180,86 @@ Status ReadSource(const std::string& path, uint64_t size, uint64_t offset, uint6
   return Status::OK();
 }
 
-// One payload to produce: chunk `chunk` of file `ino`.
-struct Unit {
-  uint32_t ino;
-  uint64_t chunk;
-};
-
+// A batch of consecutive payloads (chunks), compressed together by one worker.
 struct Batch {
-  std::vector<Unit> units;
+  uint64_t first_id = 0;
+  std::vector<std::string> raws;  // raw chunks
+  std::vector<uint8_t> use_dict;
   std::string records;       // encoded payload records, back to back
   std::vector<size_t> ends;  // end offset of each record in `records`
   uint64_t raw_bytes = 0;
   uint64_t files_completed = 0;  // files whose last chunk is in this batch
-  Status status;
+  Status status;                 // a producer error travels to the writer in its batch
+  bool full() const { return raws.size() >= kBatchPayloads || raw_bytes >= kBatchBytes; }
+  void Add(std::string raw, bool dict) {
+    raw_bytes += raw.size();
+    raws.push_back(std::move(raw));
+    use_dict.push_back(dict);
+  }
 };
 
-// Hands out batches of consecutive payloads in payload-id order and collects the encoded
-// batches back in that order, with a bound on how many are in flight.
-class Pipeline {
+// Compresses batches on worker threads and hands them back in submission order, with a bound
+// on how many are in flight (so memory stays bounded whatever the source's speed).
+class OrderedCompressor {
  public:
-  Pipeline(const Tree& tree, const std::vector<uint32_t>& files, uint32_t chunk_bytes,
-           size_t max_in_flight)
-      : tree_(tree), files_(files), chunk_(chunk_bytes), max_in_flight_(max_in_flight) {}
+  OrderedCompressor(int threads, int level, std::shared_ptr<const Dictionary> dict,
+                    size_t max_in_flight)
+      : max_in_flight_(max_in_flight) {
+    for (int t = 0; t < threads; ++t) {
+      workers_.emplace_back([this, level, dict] {
+        PayloadEncoder enc(level, dict);
+        for (;;) {
+          Batch b;
+          uint64_t seq;
+          {
+            std::unique_lock lock(mu_);
+            cv_work_.wait(lock, [&] { return aborted_ || !todo_.empty() || closed_; });
+            if (aborted_ || todo_.empty()) return;
+            seq = todo_.begin()->first;
+            b = std::move(todo_.begin()->second);
+            todo_.erase(todo_.begin());
+          }
+          for (size_t i = 0; b.status.ok() && i < b.raws.size(); ++i) {
+            b.status = enc.Encode(b.raws[i], b.use_dict[i], &b.records);
+            b.ends.push_back(b.records.size());
+          }
+          b.raws.clear();
+          std::lock_guard lock(mu_);
+          done_.emplace(seq, std::move(b));
+          cv_done_.notify_all();
+        }
+      });
+    }
+  }
+  ~OrderedCompressor() {
+    Abort();
+    for (auto& w : workers_) w.join();
+  }
 
-  // Worker side: the next batch to encode and its sequence number; false when none are left
-  // or the pack is aborted.
-  bool Claim(Batch* b, uint64_t* seq) {
+  // Producer side. Blocks while too many batches are in flight; false once aborted.
+  bool Submit(Batch b) {
     std::unique_lock lock(mu_);
     cv_space_.wait(lock, [&] { return aborted_ || next_seq_ - written_seq_ < max_in_flight_; });
-    if (aborted_ || file_ == files_.size()) return false;
-    b->units.clear();
-    b->raw_bytes = 0;
-    b->files_completed = 0;
-    while (file_ < files_.size() && b->units.size() < kBatchPayloads &&
-           b->raw_bytes < kBatchBytes) {
-      const InodeRecord& r = tree_.inodes[files_[file_] - 1];
-      uint64_t chunks = (r.size + chunk_ - 1) / chunk_;
-      b->units.push_back({files_[file_], chunk_index_});
-      b->raw_bytes += std::min<uint64_t>(chunk_, r.size - chunk_index_ * chunk_);
-      if (++chunk_index_ == chunks) {
-        chunk_index_ = 0;
-        ++file_;
-        ++b->files_completed;
-      }
-    }
-    *seq = next_seq_++;
+    if (aborted_) return false;
+    todo_.emplace(next_seq_++, std::move(b));
+    cv_work_.notify_one();
     return true;
   }
-  void Done(uint64_t seq, Batch&& b) {
+  void CloseInput() {
     std::lock_guard lock(mu_);
-    done_.emplace(seq, std::move(b));
+    closed_ = true;
+    cv_work_.notify_all();
     cv_done_.notify_all();
   }
-  // Writer side: waits for batch `written_seq_` (or a timeout, for progress reports).
-  bool Next(Batch* out, std::chrono::milliseconds wait) {
+  // Writer side: the next batch in order. False if none is ready within `wait`; *eof is set
+  // once the input is closed and every batch was handed out.
+  bool Next(Batch* out, std::chrono::milliseconds wait, bool* eof) {
     std::unique_lock lock(mu_);
-    if (!cv_done_.wait_for(lock, wait, [&] { return done_.count(written_seq_) > 0; })) {
-      return false;
-    }
+    auto ready = [&] { return done_.count(written_seq_) > 0; };
+    cv_done_.wait_for(lock, wait,
+                      [&] { return ready() || (closed_ && written_seq_ == next_seq_); });
+    *eof = !ready() && closed_ && written_seq_ == next_seq_;
+    if (!ready()) return false;
     auto it = done_.find(written_seq_);
     *out = std::move(it->second);
     done_.erase(it);
@@ -246,21 +270,19 @@ class Pipeline {
   void Abort() {
     std::lock_guard lock(mu_);
     aborted_ = true;
+    cv_work_.notify_all();
     cv_space_.notify_all();
+    cv_done_.notify_all();
   }
 
  private:
-  const Tree& tree_;
-  const std::vector<uint32_t>& files_;
-  const uint64_t chunk_;
   const size_t max_in_flight_;
   std::mutex mu_;  // guards everything below
-  std::condition_variable cv_space_, cv_done_;
-  size_t file_ = 0;
-  uint64_t chunk_index_ = 0;
+  std::condition_variable cv_work_, cv_space_, cv_done_;
+  std::map<uint64_t, Batch> todo_, done_;
   uint64_t next_seq_ = 0, written_seq_ = 0;
-  bool aborted_ = false;
-  std::map<uint64_t, Batch> done_;
+  bool closed_ = false, aborted_ = false;
+  std::vector<std::thread> workers_;
 };
 
 // After kGroupTargetBytes, a group ends where the next record would spill onto a new page:
@@ -274,20 +296,148 @@ bool GroupEndsBefore(size_t group_bytes, size_t next_bytes) {
   return pages_next > pages_now || group_bytes >= 4 * kGroupTargetBytes;
 }
 
-void EncodeBatch(const Tree& tree, uint32_t chunk_bytes, PayloadEncoder* enc, Batch* b) {
-  b->records.clear();
-  b->ends.clear();
-  std::string raw;
-  for (const Unit& u : b->units) {
-    const InodeRecord& r = tree.inodes[u.ino - 1];
-    uint64_t off = u.chunk * chunk_bytes;
-    uint64_t len = std::min<uint64_t>(chunk_bytes, r.size - off);
-    b->status = ReadSource(SourcePath(tree, u.ino), r.size, off, len, &raw);
-    if (!b->status.ok()) return;
-    b->status = enc->Encode(raw, r.size <= kDictMaxFileBytes, &b->records);
-    if (!b->status.ok()) return;
-    b->ends.push_back(b->records.size());
+// Drives a pack: the producer (a source-specific function, on its own thread) feeds the
+// compressor; this thread writes the records, grouped, in payload-id order, and reports
+// progress.
+class PackRun {
+ public:
+  PackRun(const PackOptions& options, KvWriter* writer,
+          const std::function<void(const PackProgress&)>& progress)
+      : options_(options), writer_(writer), progress_(progress) {
+    threads_ = options.threads > 0
+                   ? options.threads
+                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
+
+  PackProgress& progress() { return prog_; }
+  void Report(bool force) {
+    if (!progress_) return;
+    auto now = Clock::now();
+    if (!force && now - last_report_ < std::chrono::milliseconds(200)) return;
+    last_report_ = now;
+    progress_(prog_);
+  }
+  void LogPhase(const char* name) {
+    auto now = Clock::now();
+    Log()->info("pack: {} took {:.2f} s", name,
+                std::chrono::duration<double>(now - phase_start_).count());
+    phase_start_ = now;
+  }
+
+  // Runs `produce` (which Submits batches and returns its status) against a compressor using
+  // `dict`, writing everything it produces. Returns the first error.
+  Status Compress(std::shared_ptr<const Dictionary> dict,
+                  const std::function<Status(OrderedCompressor*)>& produce) {
+    prog_.phase = "compressing";
+    OrderedCompressor comp(threads_, options_.zstd_level, std::move(dict),
+                           static_cast<size_t>(threads_) * 4);
+    Status produced;
+    std::thread producer([&] {
+      produced = produce(&comp);
+      comp.CloseInput();
+    });
+    Status s;
+    GroupBuilder group;
+    for (;;) {
+      Batch b;
+      bool eof = false;
+      if (!comp.Next(&b, std::chrono::milliseconds(100), &eof)) {
+        if (eof) break;
+        Report(false);
+        continue;
+      }
+      s = b.status;
+      if (s.ok() && !b.ends.empty() && b.first_id != next_id_) {
+        s = Status::IOError("pack: payloads out of order");
+      }
+      size_t begin = 0;
+      for (size_t i = 0; s.ok() && i < b.ends.size(); ++i) {
+        std::string_view record = std::string_view(b.records).substr(begin, b.ends[i] - begin);
+        begin = b.ends[i];
+        if (group.count() > 0 && GroupEndsBefore(group.bytes(), record.size() + 4)) {
+          s = writer_->Put(PayloadKey(next_id_ - 1), group.Finish());
+        }
+        group.Add(record);
+        ++next_id_;
+      }
+      if (!s.ok()) break;
+      payload_bytes_ += b.records.size();
+      prog_.files_done += b.files_completed;
+      prog_.bytes_done += b.raw_bytes;
+      prog_.bytes_stored = payload_bytes_;
+      Report(false);
+    }
+    if (s.ok() && group.count() > 0) s = writer_->Put(PayloadKey(next_id_ - 1), group.Finish());
+    comp.Abort();  // on error: unblock the producer
+    producer.join();
+    if (!produced.ok()) return produced;
+    return s;
+  }
+
+  // Writes the metadata tables, dictionary and header, and commits.
+  Status Finish(const std::vector<InodeRecord>& inodes, const std::string& names,
+                const std::string& dict_bytes, PackStats* st) {
+    prog_.phase = "finishing";
+    Report(true);
+    InodeLayout layout = InodeLayout::For(inodes);
+    std::string inode_bytes(inodes.size() * layout.record_bytes(), '\0');
+    for (size_t i = 0; i < inodes.size(); ++i) {
+      layout.Encode(inodes[i], inode_bytes.data() + i * layout.record_bytes());
+    }
+    DSFS_RETURN_IF_ERROR(writer_->Put(kLayoutKey, layout.Serialize()));
+    DSFS_RETURN_IF_ERROR(writer_->Put(kInodeKey, inode_bytes));
+    DSFS_RETURN_IF_ERROR(
+        writer_->Put(kInodeSumKey, SegmentSums(inode_bytes, options_.segment_bytes)));
+    DSFS_RETURN_IF_ERROR(writer_->Put(kNameKey, names));
+    DSFS_RETURN_IF_ERROR(writer_->Put(kNameSumKey, SegmentSums(names, options_.segment_bytes)));
+    // The dictionary is stored uncompressed so readers use it in place.
+    if (!dict_bytes.empty())
+      DSFS_RETURN_IF_ERROR(writer_->Put(kDictKey, RawPayloadRecord(dict_bytes)));
+    StoreHeader h{};
+    h.created_unix_s = static_cast<uint64_t>(std::time(nullptr));
+    h.zstd_level = options_.zstd_level;
+    h.chunk_bytes = options_.chunk_bytes;
+    h.segment_bytes = options_.segment_bytes;
+    h.dict_bytes = static_cast<uint32_t>(dict_bytes.size());
+    h.inode_count = inodes.size();
+    h.file_count = st->files;
+    h.dir_count = st->dirs;
+    h.symlink_count = st->symlinks;
+    h.file_bytes = st->bytes_in;
+    h.payload_count = next_id_;
+    h.payload_bytes = payload_bytes_;
+    h.names_bytes = names.size();
+    SealHeader(&h);
+    DSFS_RETURN_IF_ERROR(
+        writer_->Put(kHeaderKey, std::string_view(reinterpret_cast<const char*>(&h), sizeof(h))));
+    DSFS_RETURN_IF_ERROR(writer_->Commit());
+    LogPhase("metadata and commit");
+    st->payload_bytes = payload_bytes_;
+    st->dict_bytes = h.dict_bytes;
+    st->seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    return Status::OK();
+  }
+
+ private:
+  const PackOptions& options_;
+  KvWriter* writer_;
+  std::function<void(const PackProgress&)> progress_;
+  int threads_;
+  PackProgress prog_;
+  Clock::time_point start_ = Clock::now(), phase_start_ = start_, last_report_ = start_;
+  uint64_t next_id_ = 0, payload_bytes_ = 0;
+};
+
+Status CheckOptions(const PackOptions& options) {
+  if (options.chunk_bytes < 4096 || options.segment_bytes < 4096 ||
+      options.chunk_bytes > kMaxPayloadBytes) {
+    return Status::InvalidArgument("chunk and segment sizes must be at least 4096 bytes");
+  }
+  if (options.zstd_level < 1 || options.zstd_level > ZSTD_maxCLevel()) {
+    return Status::InvalidArgument("compression level must be between 1 and " +
+                                   std::to_string(ZSTD_maxCLevel()));
+  }
+  return Status::OK();
 }
 
 Status TrainOnSamples(const Tree& tree, const std::vector<uint32_t>& files, uint32_t dict_bytes,
@@ -319,37 +469,391 @@ Status TrainOnSamples(const Tree& tree, const std::vector<uint32_t>& files, uint
   return TrainDictionary(samples, dict_bytes, dict);
 }
 
+// The tree of an archive as it streams in: entries arrive in any order, so inode numbers are
+// given only at the end (breadth-first, names sorted, as for a directory).
+class ArchiveTree {
+ public:
+  struct Node {
+    std::string name;
+    uint32_t parent = 0;
+    uint32_t mode = 0;
+    int64_t mtime_s = 0;
+    uint32_t mtime_ns = 0;
+    uint64_t size = 0;
+    uint64_t data = 0;               // first payload id, or symlink target offset in targets_
+    std::vector<uint32_t> children;  // directories only
+  };
+
+  ArchiveTree() {
+    Node root;
+    root.mode = S_IFDIR | 0755;
+    root.mtime_s = std::time(nullptr);
+    nodes_.push_back(root);
+    dirs_[""] = 0;
+  }
+
+  // Normalizes an archive path: no leading "/" or "./", no empty or "." parts. Refuses ".."
+  // (an archive must not place files outside its own tree).
+  static Status Normalize(std::string_view in, std::string* out) {
+    out->clear();
+    size_t pos = 0;
+    while (pos <= in.size()) {
+      size_t slash = in.find('/', pos);
+      if (slash == std::string_view::npos) slash = in.size();
+      std::string_view part = in.substr(pos, slash - pos);
+      pos = slash + 1;
+      if (part.empty() || part == ".") continue;
+      if (part == "..")
+        return Status::InvalidArgument("unsafe path in archive: " + std::string(in));
+      if (!out->empty()) *out += '/';
+      *out += part;
+    }
+    return Status::OK();
+  }
+
+  // The directory node at `path`, created (with its parents) if the archive has not listed it.
+  uint32_t Dir(const std::string& path, int64_t mtime_s) {
+    auto it = dirs_.find(path);
+    if (it != dirs_.end()) return it->second;
+    size_t slash = path.rfind('/');
+    uint32_t parent = Dir(slash == std::string::npos ? "" : path.substr(0, slash), mtime_s);
+    Node n;
+    n.name = slash == std::string::npos ? path : path.substr(slash + 1);
+    n.parent = parent;
+    n.mode = S_IFDIR | 0755;
+    n.mtime_s = mtime_s;
+    uint32_t id = Add(std::move(n));
+    dirs_[path] = id;
+    return id;
+  }
+
+  // A non-directory entry at `path` (its parent directories are created as needed).
+  uint32_t Leaf(const std::string& path, int64_t mtime_s) {
+    size_t slash = path.rfind('/');
+    Node n;
+    n.parent = Dir(slash == std::string::npos ? "" : path.substr(0, slash), mtime_s);
+    n.name = slash == std::string::npos ? path : path.substr(slash + 1);
+    return Add(std::move(n));
+  }
+
+  Node& node(uint32_t id) { return nodes_[id]; }
+  uint64_t AddTarget(std::string_view target) {
+    uint64_t off = targets_.size();
+    targets_.append(target);
+    return off;
+  }
+  void AddHardlink(uint32_t node, std::string target) {
+    hardlinks_.emplace_back(node, std::move(target));
+  }
+
+  // Numbers the tree breadth-first (entries sorted by name; of two entries with one name the
+  // later in the archive wins) and produces the inode records and name pool.
+  Status Build(std::vector<InodeRecord>* inodes, std::string* names, PackStats* st) {
+    for (Node& n : nodes_) {
+      if (n.children.empty()) continue;
+      std::stable_sort(n.children.begin(), n.children.end(),
+                       [&](uint32_t a, uint32_t b) { return nodes_[a].name < nodes_[b].name; });
+      // Keep the last of equal names (stable sort keeps archive order among them).
+      std::vector<uint32_t> unique;
+      for (size_t i = 0; i < n.children.size(); ++i) {
+        if (i + 1 < n.children.size() &&
+            nodes_[n.children[i]].name == nodes_[n.children[i + 1]].name) {
+          continue;
+        }
+        unique.push_back(n.children[i]);
+      }
+      n.children.swap(unique);
+    }
+    for (auto& [id, target] : hardlinks_) {
+      std::string path;
+      DSFS_RETURN_IF_ERROR(Normalize(target, &path));
+      uint32_t t = Find(path);
+      if (t == UINT32_MAX || !S_ISREG(nodes_[t].mode)) {
+        return Status::InvalidArgument("archive hard link to a missing file: " + target);
+      }
+      nodes_[id].mode = nodes_[t].mode;
+      nodes_[id].size = nodes_[t].size;
+      nodes_[id].data = nodes_[t].data;
+    }
+    std::vector<uint32_t> order{0};  // node ids in inode order
+    std::vector<uint32_t> ino_of(nodes_.size(), 0);
+    ino_of[0] = 1;
+    if (nodes_.size() >= UINT32_MAX - 1) {
+      return Status::InvalidArgument("too many entries for one store (over 4 billion)");
+    }
+    inodes->clear();
+    names->clear();
+    *st = PackStats{};
+    for (size_t i = 0; i < order.size(); ++i) {
+      const Node& n = nodes_[order[i]];
+      InodeRecord r{};
+      r.mode = n.mode;
+      r.mtime_s = n.mtime_s;
+      r.mtime_ns = n.mtime_ns;
+      r.parent = ino_of[n.parent];
+      r.name_off = names->size();
+      r.name_len = static_cast<uint32_t>(n.name.size());
+      names->append(n.name);
+      if (S_ISDIR(n.mode)) {
+        ++st->dirs;
+        r.size = n.children.size();
+        r.data = n.children.empty() ? 0 : order.size() + 1;
+        for (uint32_t c : n.children) {
+          ino_of[c] = static_cast<uint32_t>(order.size() + 1);
+          order.push_back(c);
+        }
+      } else if (S_ISLNK(n.mode)) {
+        ++st->symlinks;
+        r.size = n.size;
+        r.data = names->size();
+        names->append(targets_, n.data, n.size);
+      } else {
+        ++st->files;
+        st->bytes_in += n.size;
+        r.size = n.size;
+        r.data = n.data;
+      }
+      inodes->push_back(r);
+    }
+    return Status::OK();
+  }
+
+ private:
+  uint32_t Add(Node n) {
+    uint32_t id = static_cast<uint32_t>(nodes_.size());
+    nodes_[n.parent].children.push_back(id);
+    nodes_.push_back(std::move(n));
+    return id;
+  }
+  // The node at a normalized path (children must be sorted), or UINT32_MAX.
+  uint32_t Find(const std::string& path) {
+    uint32_t cur = 0;
+    size_t pos = 0;
+    while (pos < path.size()) {
+      size_t slash = path.find('/', pos);
+      if (slash == std::string::npos) slash = path.size();
+      std::string_view part = std::string_view(path).substr(pos, slash - pos);
+      pos = slash + 1;
+      const auto& kids = nodes_[cur].children;
+      auto it = std::lower_bound(
+          kids.begin(), kids.end(), part,
+          [&](uint32_t a, std::string_view p) { return std::string_view(nodes_[a].name) < p; });
+      if (it == kids.end() || nodes_[*it].name != part) return UINT32_MAX;
+      cur = *it;
+    }
+    return cur;
+  }
+
+  std::vector<Node> nodes_;
+  std::unordered_map<std::string, uint32_t> dirs_;
+  std::string targets_;
+  std::vector<std::pair<uint32_t, std::string>> hardlinks_;
+};
+
+struct ArchiveCloser {
+  void operator()(struct archive* a) const { archive_read_free(a); }
+};
+
+Status ArchiveError(struct archive* a, const std::string& src) {
+  const char* msg = archive_error_string(a);
+  int err = archive_errno(a);
+  std::string text = src + ": " + (msg ? msg : "cannot read archive");
+  if (err == ENOENT) return Status::NotFound(text);
+  return Status::IOError(text);
+}
+
 }  // namespace
+
+Status PackArchive(const std::string& src, const PackOptions& options, KvWriter* writer,
+                   const std::function<void(const PackProgress&)>& progress, PackStats* stats) {
+  DSFS_RETURN_IF_ERROR(CheckOptions(options));
+  std::unique_ptr<struct archive, ArchiveCloser> a(archive_read_new());
+  archive_read_support_filter_all(a.get());
+  // Real archive formats only: "all" would also take any text file for an mtree spec.
+  archive_read_support_format_tar(a.get());
+  archive_read_support_format_cpio(a.get());
+  archive_read_support_format_zip(a.get());
+  archive_read_support_format_7zip(a.get());
+  int rc = src == "-" ? archive_read_open_fd(a.get(), 0, 1 << 20)
+                      : archive_read_open_filename(a.get(), src.c_str(), 1 << 20);
+  if (rc != ARCHIVE_OK) return ArchiveError(a.get(), src == "-" ? "stdin" : src);
+  std::string name = src == "-" ? "stdin" : src;
+
+  PackRun run(options, writer, progress);
+  PackProgress& prog = run.progress();
+  ArchiveTree tree;
+  uint64_t next_id = 0;
+  bool at_end = false;
+  std::string path;
+
+  // Reads the next entry into the tree; file contents become chunks added to *b (ids from
+  // next_id). Returns OK with at_end set after the last entry.
+  auto read_entry = [&](Batch* b, const std::function<Status(Batch*)>& flush) -> Status {
+    struct archive_entry* e = nullptr;
+    int r = archive_read_next_header(a.get(), &e);
+    if (r == ARCHIVE_EOF) {
+      at_end = true;
+      return Status::OK();
+    }
+    if (r < ARCHIVE_WARN) return ArchiveError(a.get(), name);
+    const char* raw_path = archive_entry_pathname(e);
+    if (!raw_path) return Status::InvalidArgument(name + ": archive entry without a name");
+    DSFS_RETURN_IF_ERROR(ArchiveTree::Normalize(raw_path, &path));
+    int64_t mtime_s = archive_entry_mtime(e);
+    uint32_t mtime_ns = static_cast<uint32_t>(archive_entry_mtime_nsec(e));
+    mode_t mode = archive_entry_mode(e);
+    if (const char* link = archive_entry_hardlink(e)) {
+      if (path.empty()) return Status::InvalidArgument(name + ": hard link without a name");
+      uint32_t id = tree.Leaf(path, mtime_s);
+      tree.node(id).mode = S_IFREG | (mode & 07777);
+      tree.node(id).mtime_s = mtime_s;
+      tree.node(id).mtime_ns = mtime_ns;
+      tree.AddHardlink(id, link);
+      return Status::OK();
+    }
+    switch (archive_entry_filetype(e)) {
+      case AE_IFDIR: {
+        uint32_t id = tree.Dir(path, mtime_s);
+        tree.node(id).mode = S_IFDIR | (mode & 07777);
+        tree.node(id).mtime_s = mtime_s;
+        tree.node(id).mtime_ns = mtime_ns;
+        return Status::OK();
+      }
+      case AE_IFLNK: {
+        if (path.empty()) return Status::InvalidArgument(name + ": symlink without a name");
+        const char* target = archive_entry_symlink(e);
+        uint32_t id = tree.Leaf(path, mtime_s);
+        ArchiveTree::Node& n = tree.node(id);
+        n.mode = S_IFLNK | 0777;
+        n.mtime_s = mtime_s;
+        n.mtime_ns = mtime_ns;
+        n.size = target ? std::strlen(target) : 0;
+        n.data = tree.AddTarget(target ? target : "");
+        return Status::OK();
+      }
+      case AE_IFREG: {
+        if (path.empty()) return Status::InvalidArgument(name + ": file without a name");
+        uint32_t id = tree.Leaf(path, mtime_s);
+        uint64_t first = next_id;
+        uint64_t size = 0;
+        bool small = archive_entry_size_is_set(e) &&
+                     static_cast<uint64_t>(archive_entry_size(e)) <= kDictMaxFileBytes;
+        std::string chunk;
+        for (;;) {
+          chunk.resize(options.chunk_bytes);
+          size_t got = 0;
+          while (got < chunk.size()) {
+            la_ssize_t n = archive_read_data(a.get(), chunk.data() + got, chunk.size() - got);
+            if (n < 0) return ArchiveError(a.get(), name + ": " + path);
+            if (n == 0) break;
+            got += static_cast<size_t>(n);
+          }
+          chunk.resize(got);
+          if (got == 0) break;
+          size += got;
+          if (b->raws.empty()) b->first_id = next_id;
+          b->Add(std::move(chunk), small);
+          chunk = std::string();
+          ++next_id;
+          if (b->full()) DSFS_RETURN_IF_ERROR(flush(b));
+          if (got < options.chunk_bytes) break;
+        }
+        ArchiveTree::Node& n = tree.node(id);
+        n.mode = S_IFREG | (mode & 07777);
+        n.mtime_s = mtime_s;
+        n.mtime_ns = mtime_ns;
+        n.size = size;
+        n.data = size ? first : 0;
+        ++b->files_completed;
+        prog.bytes_total += size;
+        ++prog.files_total;
+        return Status::OK();
+      }
+      default:
+        Log()->warn("skipping {}: not a regular file, directory or symlink", path);
+        return Status::OK();
+    }
+  };
+
+  // The dictionary is trained on the first files of the stream (held back until then).
+  prog.phase = "training";
+  std::vector<Batch> held;
+  Batch b;
+  uint64_t sample_bytes = 0, want = uint64_t{options.dict_bytes} * kDictSampleFactor;
+  auto hold = [&](Batch* batch) {
+    held.push_back(std::move(*batch));
+    *batch = Batch();
+    return Status::OK();
+  };
+  while (!at_end && options.dict_bytes > 0 && sample_bytes < want) {
+    DSFS_RETURN_IF_ERROR(read_entry(&b, hold));
+    sample_bytes = 0;
+    for (const Batch& h : held) sample_bytes += h.raw_bytes;
+    sample_bytes += b.raw_bytes;
+  }
+  std::vector<std::string> samples;
+  for (const Batch& h : held) {
+    for (size_t i = 0; i < h.raws.size(); ++i) {
+      if (h.use_dict[i]) samples.push_back(h.raws[i]);
+    }
+  }
+  for (size_t i = 0; i < b.raws.size(); ++i) {
+    if (b.use_dict[i]) samples.push_back(b.raws[i]);
+  }
+  std::string dict_bytes;
+  DSFS_RETURN_IF_ERROR(TrainDictionary(samples, options.dict_bytes, &dict_bytes));
+  samples.clear();
+  std::shared_ptr<Dictionary> dict;
+  DSFS_RETURN_IF_ERROR(Dictionary::Create(dict_bytes, options.zstd_level, &dict));
+  run.LogPhase("reading samples and training");
+
+  DSFS_RETURN_IF_ERROR(run.Compress(dict, [&](OrderedCompressor* comp) -> Status {
+    bool aborted = false;
+    auto submit = [&](Batch* batch) {
+      if (!comp->Submit(std::move(*batch))) aborted = true;
+      *batch = Batch();
+      return aborted ? Status::IOError("aborted") : Status::OK();
+    };
+    for (Batch& h : held) {
+      if (!comp->Submit(std::move(h))) return Status::OK();
+    }
+    held.clear();
+    while (!at_end) {
+      Status s = read_entry(&b, submit);
+      if (aborted) return Status::OK();  // the writer failed; it reports why
+      if (!s.ok()) return s;
+      run.Report(false);
+    }
+    if (!b.raws.empty() || b.files_completed) comp->Submit(std::move(b));
+    return Status::OK();
+  }));
+  run.LogPhase("reading and compressing");
+  if (archive_read_close(a.get()) != ARCHIVE_OK) return ArchiveError(a.get(), name);
+
+  std::vector<InodeRecord> inodes;
+  std::string names;
+  PackStats st;
+  DSFS_RETURN_IF_ERROR(tree.Build(&inodes, &names, &st));
+  DSFS_RETURN_IF_ERROR(run.Finish(inodes, names, dict_bytes, &st));
+  if (stats) *stats = st;
+  return Status::OK();
+}
 
 Status PackDirectory(const std::string& src_in, const PackOptions& options, KvWriter* writer,
                      const std::function<void(const PackProgress&)>& progress, PackStats* stats) {
-  auto start = Clock::now();
-  if (options.chunk_bytes < 4096 || options.segment_bytes < 4096) {
-    return Status::InvalidArgument("chunk and segment sizes must be at least 4096 bytes");
-  }
-  if (options.zstd_level < 1 || options.zstd_level > ZSTD_maxCLevel()) {
-    return Status::InvalidArgument("compression level must be between 1 and " +
-                                   std::to_string(ZSTD_maxCLevel()));
-  }
+  DSFS_RETURN_IF_ERROR(CheckOptions(options));
   std::string src = src_in;
   while (src.size() > 1 && src.back() == '/') src.pop_back();
-
-  PackProgress prog;
-  auto last_report = Clock::now();
-  auto report = [&](bool force) {
-    if (!progress) return;
-    auto now = Clock::now();
-    if (!force && now - last_report < std::chrono::milliseconds(200)) return;
-    last_report = now;
-    progress(prog);
-  };
+  PackRun run(options, writer, progress);
+  PackProgress& prog = run.progress();
 
   Tree tree;
   prog.phase = "scanning";
   DSFS_RETURN_IF_ERROR(Walk(src, &tree, [&](uint64_t n) {
     prog.files_total = n;
-    report(false);
+    run.Report(false);
   }));
+  run.LogPhase("scanning");
 
   // Payload ids in inode order, so a directory's files are adjacent in the store.
   std::vector<uint32_t> files;
@@ -376,111 +880,44 @@ Status PackDirectory(const std::string& src_in, const PackOptions& options, KvWr
   prog.files_done = st.files - files.size();  // empty files need no work
   prog.bytes_total = st.bytes_in;
 
-  auto phase_start = start;
-  auto log_phase = [&](const char* name) {
-    auto now = Clock::now();
-    Log()->info("pack: {} took {:.2f} s", name,
-                std::chrono::duration<double>(now - phase_start).count());
-    phase_start = now;
-  };
-  log_phase("scanning");
   prog.phase = "training";
-  report(true);
+  run.Report(true);
   std::string dict_bytes;
   DSFS_RETURN_IF_ERROR(TrainOnSamples(tree, files, options.dict_bytes, &dict_bytes));
   std::shared_ptr<Dictionary> dict;
   DSFS_RETURN_IF_ERROR(Dictionary::Create(dict_bytes, options.zstd_level, &dict));
-  st.dict_bytes = static_cast<uint32_t>(dict_bytes.size());
-  log_phase("dictionary training");
+  run.LogPhase("dictionary training");
 
-  prog.phase = "compressing";
-  int threads = options.threads > 0
-                    ? options.threads
-                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  Pipeline pipe(tree, files, options.chunk_bytes, static_cast<size_t>(threads) * 4);
-  std::vector<std::thread> workers;
-  for (int t = 0; t < threads; ++t) {
-    workers.emplace_back([&] {
-      PayloadEncoder enc(options.zstd_level, dict);
-      Batch b;
-      uint64_t seq;
-      while (pipe.Claim(&b, &seq)) {
-        EncodeBatch(tree, options.chunk_bytes, &enc, &b);
-        pipe.Done(seq, std::move(b));
-        b = Batch();
-      }
-    });
-  }
-  Status s;
-  uint64_t id = 0;
-  GroupBuilder group;
-  while (s.ok() && id < next_id) {
+  DSFS_RETURN_IF_ERROR(run.Compress(dict, [&](OrderedCompressor* comp) -> Status {
+    uint64_t id = 0;
     Batch b;
-    if (!pipe.Next(&b, std::chrono::milliseconds(100))) {
-      report(false);
-      continue;
-    }
-    s = b.status;
-    size_t begin = 0;
-    for (size_t i = 0; s.ok() && i < b.ends.size(); ++i) {
-      std::string_view record = std::string_view(b.records).substr(begin, b.ends[i] - begin);
-      begin = b.ends[i];
-      if (group.count() > 0 && GroupEndsBefore(group.bytes(), record.size() + 4)) {
-        s = writer->Put(PayloadKey(id - 1), group.Finish());
+    for (uint32_t ino : files) {
+      const InodeRecord& r = tree.inodes[ino - 1];
+      std::string path = SourcePath(tree, ino);
+      for (uint64_t off = 0; off < r.size; off += options.chunk_bytes) {
+        if (b.raws.empty()) b.first_id = id;
+        std::string raw;
+        Status s = ReadSource(path, r.size, off,
+                              std::min<uint64_t>(options.chunk_bytes, r.size - off), &raw);
+        if (!s.ok()) {
+          b.status = s;
+          comp->Submit(std::move(b));
+          return Status::OK();  // the error reaches the writer in order, after earlier batches
+        }
+        b.Add(std::move(raw), r.size <= kDictMaxFileBytes);
+        ++id;
+        if (b.full()) {
+          if (!comp->Submit(std::move(b))) return Status::OK();
+          b = Batch();
+        }
       }
-      group.Add(record);
-      ++id;
+      ++b.files_completed;
     }
-    if (s.ok() && id == next_id && group.count() > 0) {
-      s = writer->Put(PayloadKey(id - 1), group.Finish());
-    }
-    st.payload_bytes += b.records.size();
-    prog.files_done += b.files_completed;
-    prog.bytes_done += b.raw_bytes;
-    prog.bytes_stored = st.payload_bytes;
-    report(false);
-  }
-  pipe.Abort();
-  for (auto& w : workers) w.join();
-  DSFS_RETURN_IF_ERROR(s);
-
-  log_phase("compressing");
-  prog.phase = "finishing";
-  report(true);
-  InodeLayout layout = InodeLayout::For(tree.inodes);
-  std::string inode_bytes(tree.inodes.size() * layout.record_bytes(), '\0');
-  for (size_t i = 0; i < tree.inodes.size(); ++i) {
-    layout.Encode(tree.inodes[i], inode_bytes.data() + i * layout.record_bytes());
-  }
-  DSFS_RETURN_IF_ERROR(writer->Put(kLayoutKey, layout.Serialize()));
-  DSFS_RETURN_IF_ERROR(writer->Put(kInodeKey, inode_bytes));
-  DSFS_RETURN_IF_ERROR(writer->Put(kInodeSumKey, SegmentSums(inode_bytes, options.segment_bytes)));
-  DSFS_RETURN_IF_ERROR(writer->Put(kNameKey, tree.names));
-  DSFS_RETURN_IF_ERROR(writer->Put(kNameSumKey, SegmentSums(tree.names, options.segment_bytes)));
-  if (!dict_bytes.empty()) {
-    // Stored uncompressed so readers use it in place; the record adds the checksum.
-    DSFS_RETURN_IF_ERROR(writer->Put(kDictKey, RawPayloadRecord(dict_bytes)));
-  }
-  StoreHeader h{};
-  h.created_unix_s = static_cast<uint64_t>(std::time(nullptr));
-  h.zstd_level = options.zstd_level;
-  h.chunk_bytes = options.chunk_bytes;
-  h.segment_bytes = options.segment_bytes;
-  h.dict_bytes = static_cast<uint32_t>(dict_bytes.size());
-  h.inode_count = tree.inodes.size();
-  h.file_count = st.files;
-  h.dir_count = st.dirs;
-  h.symlink_count = st.symlinks;
-  h.file_bytes = st.bytes_in;
-  h.payload_count = next_id;
-  h.payload_bytes = st.payload_bytes;
-  h.names_bytes = tree.names.size();
-  SealHeader(&h);
-  DSFS_RETURN_IF_ERROR(
-      writer->Put(kHeaderKey, std::string_view(reinterpret_cast<const char*>(&h), sizeof(h))));
-  DSFS_RETURN_IF_ERROR(writer->Commit());
-  log_phase("metadata and commit");
-  st.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (!b.raws.empty() || b.files_completed) comp->Submit(std::move(b));
+    return Status::OK();
+  }));
+  run.LogPhase("compressing");
+  DSFS_RETURN_IF_ERROR(run.Finish(tree.inodes, tree.names, dict_bytes, &st));
   if (stats) *stats = st;
   return Status::OK();
 }

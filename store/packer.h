@@ -43,4 +43,12 @@ struct PackStats {
 Status PackDirectory(const std::string& src, const PackOptions& options, KvWriter* writer,
                      const std::function<void(const PackProgress&)>& progress, PackStats* stats);
 
+// Same, from a tar (any variant), cpio, zip or 7z archive, compressed or not, at
+// `src`, or from standard input when `src` is "-". The archive is read once, front to back, so
+// a stream works: nothing is extracted to disk. Paths are normalized ("./a", "/a" -> "a");
+// entries with ".." are refused; missing parent directories are created (mode 0755); hard
+// links share their target's payload; of two entries with the same path the later wins.
+Status PackArchive(const std::string& src, const PackOptions& options, KvWriter* writer,
+                   const std::function<void(const PackProgress&)>& progress, PackStats* stats);
+
 }  // namespace dsfs

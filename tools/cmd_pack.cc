@@ -10,9 +10,16 @@
 namespace dsfs {
 
 Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err) {
+  // SRC is a directory, an archive file, or "-" for an archive on stdin.
   struct stat st;
-  if (::stat(cmd.src.c_str(), &st) != 0) return Status::FromErrno(errno, cmd.src);
-  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(cmd.src + ": not a directory");
+  bool archive = cmd.src == "-";
+  if (!archive) {
+    if (::stat(cmd.src.c_str(), &st) != 0) return Status::FromErrno(errno, cmd.src);
+    if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
+      return Status::InvalidArgument(cmd.src + ": not a directory or an archive");
+    }
+    archive = S_ISREG(st.st_mode);
+  }
   KvWriterOptions wo;
   wo.overwrite = cmd.force;
   // Sizing hint for the store: the source's apparent size is an upper bound of what it needs.
@@ -34,7 +41,8 @@ Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err) {
     err << line << std::flush;
   };
   PackStats stats;
-  Status s = PackDirectory(cmd.src, cmd.options, writer.get(), progress, &stats);
+  Status s = archive ? PackArchive(cmd.src, cmd.options, writer.get(), progress, &stats)
+                     : PackDirectory(cmd.src, cmd.options, writer.get(), progress, &stats);
   if (bar) err << "\r\033[K" << std::flush;
   DSFS_RETURN_IF_ERROR(s);
   writer.reset();

@@ -37,8 +37,11 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
 
   PackCommand pack;
   uint64_t dict_size = pack.options.dict_bytes, chunk_size = pack.options.chunk_bytes;
-  auto* pack_cmd = app.add_subcommand("pack", "pack directory SRC into a new store DST");
-  pack_cmd->add_option("SRC", pack.src, "source directory")->required();
+  auto* pack_cmd = app.add_subcommand(
+      "pack",
+      "pack SRC (a directory, a tar/cpio/zip archive, or - for an archive on stdin) into "
+      "a new store DST");
+  pack_cmd->add_option("SRC", pack.src, "source directory, archive file, or -")->required();
   pack_cmd->add_option("DST", pack.dst, "store file to create")->required();
   pack_cmd->add_flag("-f,--force", pack.force, "overwrite DST if it exists");
   pack_cmd->add_option("-l,--level", pack.options.zstd_level, "zstd compression level (1-22)")

@@ -59,6 +59,10 @@ class KvReader {
   virtual Status Seek(std::string_view key, std::string* found_key, PinnedValue* value) = 0;
   // Short name of the backend ("lmdb", "memory", ...), for `dsfs info`.
   virtual std::string_view Name() const = 0;
+  // Lets go of memory the backend holds only as a cache of the store (for a memory map: its
+  // resident pages, which the kernel keeps in its page cache anyway). Values returned before
+  // stay valid. Thread-safe.
+  virtual void ReleaseCachedMemory() {}
 };
 
 // Write side. Not thread-safe: one thread writes.

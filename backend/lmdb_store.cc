@@ -2,17 +2,23 @@
 
 #include <fcntl.h>
 #include <lmdb.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <utility>
 #include <vector>
+
+#include "common/log.h"
 
 namespace dsfs {
 namespace {
@@ -83,6 +89,36 @@ class LmdbReader final : public KvReader {
 
   std::string_view Name() const override { return "lmdb"; }
 
+  void ReleaseCachedMemory() override {
+    // A read-only shared file mapping: MADV_DONTNEED only drops this process's page-table
+    // entries (its RSS); the pages stay in the page cache and fault back in on the next touch.
+    if (map_addr_) {
+      int rc = ::madvise(map_addr_, map_len_, MADV_DONTNEED);
+      Log()->debug("released mapped pages of {}: {}", path_, rc == 0 ? "ok" : std::strerror(errno));
+    }
+  }
+
+  // LMDB does not say where it mapped the file (me_mapaddr is only set for MDB_FIXEDMAP):
+  // find the mapping of this file (device and inode) in /proc/self/maps.
+  void LocateMap(dev_t dev, ino_t ino) {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+      unsigned long start, end, offset, inode;
+      unsigned int major, minor;
+      char perms[8];
+      if (std::sscanf(line.c_str(), "%lx-%lx %7s %lx %x:%x %lu", &start, &end, perms, &offset,
+                      &major, &minor, &inode) != 7) {
+        continue;
+      }
+      if (inode == ino && makedev(major, minor) == dev && offset == 0) {
+        map_addr_ = reinterpret_cast<void*>(start);
+        map_len_ = end - start;
+        return;
+      }
+    }
+  }
+
  private:
   // One read transaction (and cursor) per thread, opened on first use and kept for the
   // reader's life: the store is immutable while served, and LMDB transactions must not be
@@ -124,6 +160,8 @@ class LmdbReader final : public KvReader {
   MDB_dbi dbi_;
   std::string path_;
   uint64_t id_;
+  void* map_addr_ = nullptr;  // the file's mapping, for ReleaseCachedMemory
+  size_t map_len_ = 0;
   std::mutex mu_;                                 // guards threads_
   std::vector<std::unique_ptr<Thread>> threads_;  // every thread's state, closed at the end
 };
@@ -278,7 +316,9 @@ Status OpenLmdbReader(const std::string& path, const KvReaderOptions& options,
     mdb_env_close(env);
     return LmdbError(rc, "opening the database", path);
   }
-  *reader = std::make_unique<LmdbReader>(env, dbi, path);
+  auto r = std::make_unique<LmdbReader>(env, dbi, path);
+  r->LocateMap(st.st_dev, st.st_ino);
+  *reader = std::move(r);
   return Status::OK();
 }
 

@@ -205,6 +205,7 @@ Status Store::ReadChunk(const InodeRecord& rec, uint64_t index, bool use_cache,
     s = Status::Corruption("payload record missing");
   }
   if (s.ok()) s = FindInGroup(v.data(), last_id, id, &record);
+  if (s.ok()) NoteBackendRead(record.size());
   PayloadView p;
   if (s.ok()) s = ParsePayload(record, &p);
   if (s.ok() && p.raw_bytes != expected) s = Status::Corruption("payload has the wrong size");
@@ -233,6 +234,17 @@ Status Store::ReadChunk(const InodeRecord& rec, uint64_t index, bool use_cache,
                          ")");
   }
   return Status::OK();
+}
+
+void Store::NoteBackendRead(uint64_t bytes) const {
+  // Scanning a store larger than RAM through a memory map would otherwise grow the daemon's
+  // RSS to the size of the store: every so often the backend lets go of mapped pages.
+  constexpr uint64_t kReleaseEveryBytes = 16ull << 20;
+  uint64_t total = read_since_release_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  if (total >= kReleaseEveryBytes &&
+      read_since_release_.compare_exchange_strong(total, 0, std::memory_order_relaxed)) {
+    kv_->ReleaseCachedMemory();
+  }
 }
 
 Status Store::TimedDecode(const PayloadView& p, char* dst) const {

@@ -92,6 +92,7 @@ class Store {
                    std::string* scratch, std::string_view* out) const;
 
   Status TimedDecode(const PayloadView& p, char* dst) const;
+  void NoteBackendRead(uint64_t bytes) const;
 
   std::unique_ptr<KvReader> kv_;
   StoreHeader header_{};
@@ -101,6 +102,8 @@ class Store {
   std::shared_ptr<Dictionary> dict_;
   std::shared_ptr<ByteCache> cache_;
   mutable std::atomic<uint64_t> decoded_chunks_{0}, decode_ns_{0};
+  // Bytes of payload read from the backend since it last released its cached memory.
+  mutable std::atomic<uint64_t> read_since_release_{0};
 };
 
 // True for the file types a store holds.

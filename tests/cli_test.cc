@@ -204,7 +204,7 @@ TEST_F(CliTest, BitFlipsAnywhereNeverCrash) {
 TEST(MountOptionsTest, ParsesEveryOption) {
   MountConfig c;
   ASSERT_TRUE(ParseMountOptions("threads=4,allow_other,uid=7,gid=8,ro,cache_size=64M,push=1G,"
-                                "timeout=5,zero_open=0,preload=/train",
+                                "timeout=5,zero_open=0,preload=/train,os_readahead=1",
                                 &c)
                   .ok());
   EXPECT_EQ(c.cache_bytes, 64u << 20);
@@ -212,11 +212,13 @@ TEST(MountOptionsTest, ParsesEveryOption) {
   EXPECT_EQ(c.fuse.timeout_s, 5.0);
   EXPECT_FALSE(c.fuse.zero_message_open);
   EXPECT_EQ(c.fuse.preload_path, "/train");
+  EXPECT_FALSE(c.store.random_access);
   MountConfig p;
   ASSERT_TRUE(ParseMountOptions("preload", &p).ok());
   EXPECT_EQ(p.fuse.preload_path, "/");
   EXPECT_EQ(p.cache_bytes, MountConfig::kDefaultCache);
   EXPECT_TRUE(p.fuse.zero_message_open);
+  EXPECT_TRUE(p.store.random_access);
   EXPECT_EQ(c.fuse.threads, 4);
   EXPECT_TRUE(c.fuse.allow_other);
   EXPECT_EQ(c.fs.uid, 7u);

@@ -51,6 +51,10 @@ Status ParseMountOptions(const std::string& list, MountConfig* config) {
     } else if (key == "timeout") {
       DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1000000000, &n));
       config->fuse.timeout_s = static_cast<double>(n);
+    } else if (key == "os_readahead") {
+      // Off by default (MDB_NORDAHEAD): random small reads must not pull in neighbours.
+      DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1, &n));
+      config->store.random_access = n == 0;
     } else if (key == "zero_open") {
       DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1, &n));
       config->fuse.zero_message_open = n == 1;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <thread>
 
@@ -63,6 +64,32 @@ TEST(LmdbTest, RoundTripGetAndSeek) {
   EXPECT_EQ(key, "a");
   EXPECT_TRUE(r->Seek("f", &key, &pv).IsNotFound());
   EXPECT_EQ(Entries(dir.path()), std::vector<std::string>{"s.db"});  // serving adds no lock file
+}
+
+TEST(LmdbTest, ReleasingMappedPagesKeepsValuesValid) {
+  TempDir dir;
+  std::map<std::string, std::string> kv;
+  for (int i = 0; i < 64; ++i) kv["k" + std::to_string(100 + i)] = RandomBytes(100000, i);
+  ASSERT_TRUE(WriteStore(dir / "s.db", kv).ok());
+  std::unique_ptr<KvReader> r;
+  ASSERT_TRUE(OpenKvReader(dir / "s.db", KvReaderOptions{}, &r).ok());
+  std::vector<PinnedValue> held(kv.size());
+  size_t i = 0;
+  for (const auto& [k, v] : kv) ASSERT_TRUE(r->Get(k, &held[i++]).ok());
+  auto rss_kb = [] {
+    std::ifstream f("/proc/self/status");
+    std::string line;
+    while (std::getline(f, line)) {
+      if (line.rfind("RssFile:", 0) == 0) return std::stol(line.substr(8));
+    }
+    return -1L;
+  };
+  long before = rss_kb();
+  r->ReleaseCachedMemory();
+  long after = rss_kb();
+  EXPECT_LT(after, before - 4000) << "6.4 MB of mapped values should leave RSS";
+  i = 0;
+  for (const auto& [k, v] : kv) EXPECT_EQ(held[i++].data(), v);  // faults back in
 }
 
 TEST(LmdbTest, ReadOnlyMediaNeedsNoWriteAccess) {

@@ -1,5 +1,8 @@
 #include "cache/prefetcher.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <chrono>
 
@@ -19,7 +22,14 @@ constexpr uint32_t kSequentialStreak = 2;
 
 Prefetcher::Prefetcher(const Store* store, const Options& options, PushFn push)
     : store_(store), options_(options), push_(std::move(push)) {
-  for (int i = 0; i < std::max(1, options_.threads); ++i) threads_.emplace_back([this] { Run(); });
+  for (int i = 0; i < std::max(1, options_.threads); ++i) {
+    threads_.emplace_back([this] {
+      // Background work: on a 2-core machine it must never delay the threads answering
+      // requests (a directory scan, a first read), only use the time they leave.
+      ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+      Run();
+    });
+  }
 }
 
 Prefetcher::~Prefetcher() {

@@ -63,6 +63,9 @@ class KvReader {
   // resident pages, which the kernel keeps in its page cache anyway). Values returned before
   // stay valid. Thread-safe.
   virtual void ReleaseCachedMemory() {}
+  // Hints that the bytes of `range` (inside a value this reader returned) are about to be
+  // read, so a backend reading from a cold file can fetch them in one request. Thread-safe.
+  virtual void WillNeed(std::string_view range) {}
 };
 
 // Write side. Not thread-safe: one thread writes.

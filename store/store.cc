@@ -183,6 +183,9 @@ Status Store::LookupPath(std::string_view path, uint32_t* ino, InodeRecord* rec)
   return Status::OK();
 }
 
+// Records above this size are announced to the backend before they are read (WillNeed).
+constexpr size_t kWillNeedBytes = 16 << 10;
+
 Status Store::ReadChunk(const InodeRecord& rec, uint64_t index, bool use_cache,
                         ByteCache::Value* pin, std::string* scratch, std::string_view* out) const {
   uint64_t chunk = header_.chunk_bytes;
@@ -205,7 +208,11 @@ Status Store::ReadChunk(const InodeRecord& rec, uint64_t index, bool use_cache,
     s = Status::Corruption("payload record missing");
   }
   if (s.ok()) s = FindInGroup(v.data(), last_id, id, &record);
-  if (s.ok()) NoteBackendRead(record.size());
+  if (s.ok()) {
+    NoteBackendRead(record.size());
+    // Small records sit in one or two pages; a large one is fetched in one go.
+    if (record.size() > kWillNeedBytes) kv_->WillNeed(record);
+  }
   PayloadView p;
   if (s.ok()) s = ParsePayload(record, &p);
   if (s.ok() && p.raw_bytes != expected) s = Status::Corruption("payload has the wrong size");

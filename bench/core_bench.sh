@@ -1,47 +1,53 @@
 #!/usr/bin/env bash
 # bench/core_bench.sh: the core benchmark of dsfs against its peers, in one run.
 #
-#   bench/core_bench.sh [--work DIR] [--build-dir DIR] [--photos N] [--datasets "fmnist photo32"]
+#   bench/core_bench.sh [--work DIR] [--build-dir DIR] [--photos N] [--datasets "fmnist photo32 seq1g"]
 #                       [--quick] [--skip-setup] [--skip-build] [--cold-limit N]
-#                       [--if-samples N] [--if-epochs N] [--hot-passes N]
+#                       [--if-subset N] [--if-epochs N] [--hot-passes N]
 #
-# (a) bench/setup.sh, then a Release build of the dsfs target into build/ (or --build-dir); a
-#     missing or failing dsfs is reported and the peers are measured all the same.
+# (a) bench/setup.sh, then `cmake --build` of the dsfs target in build/ (or --build-dir; a build
+#     dir that does not exist yet is configured RelWithDebInfo, an existing one keeps its build
+#     type); a missing or failing dsfs is reported and the peers are measured all the same.
+#     DSFS=/path/to/dsfs --skip-build measures another binary (e.g. a Release build of HEAD).
 #     dsfs-readbench is built on its own, under the work dir.
 # (b) the data sets under the work dir (default /var/tmp/dsfs-bench, or $BENCH_WORK):
-#     fmnist (Fashion-MNIST, 70,000 28x28 PNGs) and photo32 (150,000 32x32 JPEG photo crops).
-# (c) per data set, side by side: pack time and size of `dsfs pack` and of
-#     `mksquashfs -comp zstd` (default 128 KiB blocks); mount time of dsfs and squashfuse_ll;
-#     shuffled open+read+close files/s with 4 and 1 threads on the source directory (ext4),
-#     a tmpfs copy, squashfuse_ll and dsfs, hot (median of passes after a warm one) and cold
-#     (after drop_caches, FUSE daemons restarted); lstat files/s; ImageFolder images/s
-#     (2 workers) on all four.
+#     fmnist (Fashion-MNIST, 70,000 28x28 PNGs), photo32 (150,000 32x32 JPEG photo crops) and
+#     seq1g (one 1 GiB file: those JPEGs and PNGs concatenated, partly compressible).
+# (c) per data set, side by side on the source directory (ext4), a tmpfs copy, squashfuse_ll
+#     and dsfs: pack time and size (`dsfs pack`, `mksquashfs -comp zstd`); mount time;
+#     shuffled open+read+close files/s with 4 and 1 threads: hot (median of passes after a warm
+#     one), and first touch after drop_caches (FUSE daemons restarted) with a `find` over the
+#     tree first and without; `find` of the whole tree (cold and hot) and lstat files/s;
+#     ImageFolder (2 workers, batch 256, shuffled) images/s, first epoch after drop_caches (its
+#     scan is the `find`) and second epoch over the same images; for seq1g sequential read MB/s
+#     of the 1 GiB file, cold and hot; CPU seconds and peak RSS of every FUSE daemon.
+#     The report has a "targets" section (bench/targets.json: target, measured, met?).
 # Writes bench/results/core-<date>.md (and .jsonl with every raw figure) and prints the table.
 # Mounts only under WORK/mnt, unmounts them on exit, and kills only the PIDs it started.
 #
 # Environment: DSFS (the binary, default BUILD_DIR/dsfs), BENCH_BUILD_DIR, DSFS_PACK_OPTS,
-# DSFS_MOUNT_OPTS (an -o list), BENCH_WORK, BENCH_PHOTOS, BENCH_FMNIST_LIMIT, BENCH_DATASETS, BENCH_COLD_LIMIT,
-# BENCH_IF_SAMPLES, BENCH_IF_EPOCHS, BENCH_HOT_PASSES, BENCH_READ_TIMEOUT, BENCH_IF_TIMEOUT.
+# DSFS_MOUNT_OPTS (an -o list), BENCH_WORK, BENCH_PHOTOS, BENCH_FMNIST_LIMIT, BENCH_DATASETS,
+# BENCH_COLD_LIMIT, BENCH_IF_SUBSET, BENCH_IF_EPOCHS, BENCH_HOT_PASSES, BENCH_READ_TIMEOUT,
+# BENCH_IF_TIMEOUT, BENCH_SEQ_SIZE, DSFS_DESC (how the binary was built, for the report).
 set -uo pipefail
 export LC_ALL=C
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PY=/usr/bin/python3
 WORK=${BENCH_WORK:-/var/tmp/dsfs-bench}
 PHOTOS=${BENCH_PHOTOS:-150000}
 FMNIST_LIMIT=${BENCH_FMNIST_LIMIT:-0}
-DATASETS=${BENCH_DATASETS:-"fmnist photo32"}
-COLD_LIMIT=${BENCH_COLD_LIMIT:-0}        # files per cold pass (0: all)
-IF_SAMPLES=${BENCH_IF_SAMPLES:-25000}    # images per ImageFolder epoch (0: all)
+DATASETS=${BENCH_DATASETS:-"fmnist photo32 seq1g"}
+COLD_LIMIT=${BENCH_COLD_LIMIT:-50000}    # files per first-touch pass (0: all)
+IF_SUBSET=${BENCH_IF_SUBSET:-20000}      # images per ImageFolder epoch, the same each epoch (0: all)
 IF_EPOCHS=${BENCH_IF_EPOCHS:-2}
 HOT_PASSES=${BENCH_HOT_PASSES:-3}        # measured hot passes, after one warm pass
-READ_TIMEOUT=${BENCH_READ_TIMEOUT:-600}  # seconds for one dsfs-readbench run
-IF_TIMEOUT=${BENCH_IF_TIMEOUT:-900}      # seconds for one ImageFolder run
+IF_TIMEOUT=${BENCH_IF_TIMEOUT:-600}      # seconds for one ImageFolder run
+SEQ_SIZE=${BENCH_SEQ_SIZE:-1G}
 BUILD_DIR=${BENCH_BUILD_DIR:-$REPO/build}
 SKIP_SETUP=0
 SKIP_BUILD=0
 
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while (($#)); do
   case $1 in
     --work) WORK=$2; shift ;;
@@ -49,12 +55,12 @@ while (($#)); do
     --photos) PHOTOS=$2; shift ;;
     --datasets) DATASETS=$2; shift ;;
     --cold-limit) COLD_LIMIT=$2; shift ;;
-    --if-samples) IF_SAMPLES=$2; shift ;;
+    --if-subset) IF_SUBSET=$2; shift ;;
     --if-epochs) IF_EPOCHS=$2; shift ;;
     --hot-passes) HOT_PASSES=$2; shift ;;
     --skip-setup) SKIP_SETUP=1 ;;
     --skip-build) SKIP_BUILD=1 ;;
-    --quick) PHOTOS=20000; FMNIST_LIMIT=20000; IF_SAMPLES=10000; IF_EPOCHS=2; HOT_PASSES=2 ;;
+    --quick) PHOTOS=20000; FMNIST_LIMIT=20000; IF_SUBSET=5000; HOT_PASSES=2; COLD_LIMIT=10000; SEQ_SIZE=256M ;;
     -h|--help) usage 0 ;;
     *) echo "core_bench: unknown argument $1" >&2; usage 2 ;;
   esac
@@ -71,57 +77,14 @@ LOG=$LOGDIR/core-$STAMP.log
 MNT=$WORK/mnt
 mkdir -p "$RESULTS" "$LOGDIR" "$MNT" || exit 1
 : >"$JSONL"
-
-log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" | tee -a "$LOG" >&2; }
-# rec DS SYS METRIC JSON [NOTE]: one raw figure for the report
-rec() {
-  local note=${5:-}
-  note=${note//\\/}; note=${note//\"/\'}
-  printf '{"ds":"%s","sys":"%s","metric":"%s","data":%s,"note":"%s"}\n' \
-    "$1" "$2" "$3" "${4:-null}" "$note" >>"$JSONL"
-}
-# lines of JSON on stdin -> one JSON array
-jarray() { local a; a=$(grep '^{' | paste -sd, -); echo "[$a]"; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.4f", b - a }'; }
-
-# ---------------------------------------------------------------------------------------------
-# Mount bookkeeping: what this script mounted, and the PIDs it started.
-declare -A KIND=()   # mountpoint -> tmpfs | sqfs | dsfs
-declare -A PID_OF=() # mountpoint -> PID of the squashfuse_ll we started in the foreground
-
-is_mounted() { findmnt -rn --mountpoint "$1" >/dev/null 2>&1; }
-
-unmount() {
-  local m=$1 kind=${KIND[$1]:-} pid=${PID_OF[$1]:-} i
-  if is_mounted "$m"; then
-    case $kind in
-      dsfs) timeout 60 "$DSFS" umount "$m" >>"$LOG" 2>&1 || fusermount3 -u "$m" >>"$LOG" 2>&1 ;;
-      sqfs) fusermount3 -u "$m" >>"$LOG" 2>&1 ;;
-      *) umount "$m" >>"$LOG" 2>&1 ;;
-    esac
-    for ((i = 0; i < 100; i++)); do is_mounted "$m" || break; sleep 0.05; done
-    if is_mounted "$m"; then
-      log "unmount of $m failed; lazy unmount"
-      umount -l "$m" >>"$LOG" 2>&1
-    fi
-  fi
-  if [[ -n $pid ]]; then
-    for ((i = 0; i < 200; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-    if kill -0 "$pid" 2>/dev/null; then
-      log "squashfuse_ll $pid still running after unmount; killing it"
-      kill "$pid" 2>/dev/null
-    fi
-    wait "$pid" 2>/dev/null
-  fi
-  unset "KIND[$m]" "PID_OF[$m]"
-}
+# shellcheck source=bench/lib.sh
+source "$REPO/bench/lib.sh"
 
 cleanup_done=0
 cleanup() {
   ((cleanup_done)) && return
   cleanup_done=1
-  local m
-  for m in "${!KIND[@]}"; do unmount "$m"; done
+  bench_cleanup
   if [[ -s $JSONL ]]; then
     "$PY" "$REPO/bench/report.py" "$JSONL" --work "$WORK" --repo "$REPO" --out "$MD" \
       --log "$LOG" && { echo; cat "$MD"; echo; log "results: $MD"; }
@@ -130,56 +93,41 @@ cleanup() {
 trap cleanup EXIT
 trap 'log "interrupted"; exit 130' INT TERM
 
-# Waits until the mount answers (stat of its root goes through the file system).
-wait_mounted() {
-  local m=$1 pid=${2:-} i
-  for ((i = 0; i < 30000; i++)); do
-    mountpoint -q "$m" 2>/dev/null && return 0
-    if [[ -n $pid ]] && ! kill -0 "$pid" 2>/dev/null; then return 1; fi
-    sleep 0.002
-  done
-  return 1
+# remount_cold DS SYS ROOT KIND STORE PHASE: for a FUSE system, unmount; drop caches; mount again
+# (recording the mount time after drop_caches). Returns 1 when caches or the mount fail.
+remount_cold() {
+  local ds=$1 sys=$2 root=$3 kind=$4 store=$5 phase=$6
+  [[ -n $kind ]] && unmount "$root"
+  if ! drop_caches; then
+    rec "$ds" "$sys" "$phase" null "drop_caches not writable"
+    return 1
+  fi
+  if [[ -n $kind ]]; then
+    if ! mount_fs "$kind" "$store" "$root" "${DSFS_MOUNT_OPTS:-}" "$ds" "$phase"; then
+      rec "$ds" "$sys" "$phase" null "remount failed"
+      return 1
+    fi
+    rec "$ds" "$sys" mount_cold_s "$MOUNT_S"
+  fi
 }
 
-# mount_fs KIND STORE MOUNTPOINT: mounts, sets MOUNT_S (seconds until the mount answered).
-mount_fs() {
-  local kind=$1 store=$2 m=$3 t0 pid
-  mkdir -p "$m"
-  is_mounted "$m" && unmount "$m"
-  KIND[$m]=$kind
-  MOUNT_S=
-  t0=$EPOCHREALTIME
-  case $kind in
-    sqfs)
-      squashfuse_ll -f "$store" "$m" >>"$LOG" 2>&1 &
-      pid=$!
-      PID_OF[$m]=$pid
-      if wait_mounted "$m" "$pid"; then MOUNT_S=$(elapsed "$t0" "$EPOCHREALTIME"); return 0; fi
-      ;;
-    dsfs)
-      local opts=()
-      [[ -n ${DSFS_MOUNT_OPTS:-} ]] && opts=(-o "$DSFS_MOUNT_OPTS")
-      if timeout 120 "$DSFS" mount "$store" "$m" "${opts[@]}" >>"$LOG" 2>&1; then
-        local t1=$EPOCHREALTIME
-        if mountpoint -q "$m"; then MOUNT_S=$(elapsed "$t0" "$t1"); return 0; fi
-      fi
-      ;;
-  esac
-  log "mount of $store ($kind) on $m failed"
-  unmount "$m"
-  return 1
+# time_find ROOT: seconds for `find ROOT` (names only, as a scan does)
+time_find() {
+  local t0=$EPOCHREALTIME
+  find "$1" >/dev/null 2>>"$LOG"
+  elapsed "$t0" "$EPOCHREALTIME"
 }
 
-drop_caches() {
-  sync
-  echo 3 >/proc/sys/vm/drop_caches 2>/dev/null
+# dsfs_stats DS ROOT WHAT: the daemon's counters after a phase
+dsfs_stats() {
+  local out
+  out=$(timeout 10 cat "$2/.dsfs/stats" 2>/dev/null | tr -d '\n')
+  [[ $out == \{* ]] && rec "$1" dsfs "stats_$3" "$out"
 }
-
-RB=
-rb() { timeout -k 10 "$READ_TIMEOUT" "$RB" "$@" 2>>"$LOG"; }
 
 # hot_reads DS SYS ROOT LIST: 4 then 1 thread(s), a warm pass and HOT_PASSES measured passes
-# (the first pass of the 4-thread run is the first touch after mount for FUSE); then lstat.
+# (the first pass of the 4-thread run is the first touch after mount for FUSE); then lstat and
+# a hot `find`.
 hot_reads() {
   local ds=$1 sys=$2 root=$3 list=$4 t out
   for t in 4 1; do
@@ -190,47 +138,68 @@ hot_reads() {
   log "$ds/$sys: lstat, 4 threads, hot"
   out=$(rb "$root" --list "$list" --threads 4 --stat --passes 2 --label "$ds/$sys stat")
   rec "$ds" "$sys" stat_hot_t4 "$(jarray <<<"$out")"
+  find "$root" >/dev/null 2>&1
+  rec "$ds" "$sys" find_hot_s "$(time_find "$root")"
+  [[ $sys == dsfs ]] && dsfs_stats "$ds" "$root" hot
 }
 
-# cold_reads DS SYS ROOT LIST [KIND STORE]: per thread count, drop caches (and restart the FUSE
-# daemon) then one pass.
-cold_reads() {
-  local ds=$1 sys=$2 root=$3 list=$4 kind=${5:-} store=${6:-} t out lim=()
+# first_touch DS SYS ROOT LIST [KIND STORE]: per thread count (4, 1) and with / without a `find`
+# over the tree first: drop caches (and restart the FUSE daemon), [find], one read pass.
+first_touch() {
+  local ds=$1 sys=$2 root=$3 list=$4 kind=${5:-} store=${6:-} t f out lim=() metric
   ((COLD_LIMIT > 0)) && lim=(--limit "$COLD_LIMIT")
   for t in 4 1; do
-    [[ -n $kind ]] && unmount "$root"
-    if ! drop_caches; then
-      rec "$ds" "$sys" "read_cold_t$t" null "drop_caches not writable"
-      continue
-    fi
-    if [[ -n $kind ]]; then
-      if ! mount_fs "$kind" "$store" "$root"; then
-        rec "$ds" "$sys" "read_cold_t$t" null "remount failed"
-        continue
+    for f in find nofind; do
+      metric=read_first_${f}_t$t
+      remount_cold "$ds" "$sys" "$root" "$kind" "$store" "$metric" || continue
+      if [[ $f == find ]]; then
+        rec "$ds" "$sys" find_cold_s "$(time_find "$root")"
       fi
-      rec "$ds" "$sys" mount_cold_s "$MOUNT_S"
-    fi
-    log "$ds/$sys: read, $t thread(s), cold"
-    out=$(rb "$root" --list "$list" --threads "$t" --passes 1 "${lim[@]}" --label "$ds/$sys cold")
-    rec "$ds" "$sys" "read_cold_t$t" "$(jarray <<<"$out")"
+      log "$ds/$sys: read, $t thread(s), first touch, $f"
+      out=$(rb "$root" --list "$list" --threads "$t" --passes 1 "${lim[@]}" --label "$ds/$sys first $f")
+      rec "$ds" "$sys" "$metric" "$(jarray <<<"$out")"
+      [[ $sys == dsfs ]] && dsfs_stats "$ds" "$root" "$metric"
+    done
   done
 }
 
+# imagefolder DS SYS ROOT [KIND STORE]: drop caches (restart the daemon) unless tmpfs, then
+# IF_EPOCHS epochs over the same IF_SUBSET images.
 imagefolder() {
-  local ds=$1 sys=$2 root=$3 out args=(--epochs "$IF_EPOCHS" --workers 2 --batch 256)
-  ((IF_SAMPLES > 0)) && args+=(--samples "$IF_SAMPLES")
+  local ds=$1 sys=$2 root=$3 kind=${4:-} store=${5:-} out args=(--epochs "$IF_EPOCHS" --workers 2 --batch 256)
+  ((IF_SUBSET > 0)) && args+=(--subset "$IF_SUBSET")
+  if [[ $sys != tmpfs ]]; then
+    remount_cold "$ds" "$sys" "$root" "$kind" "$store" imagefolder || return
+  fi
   log "$ds/$sys: ImageFolder ${args[*]}"
   out=$(timeout -k 10 "$IF_TIMEOUT" "$PY" "$REPO/bench/imagefolder_read.py" "$root" "${args[@]}" \
     --label "$ds/$sys" 2>>"$LOG")
   rec "$ds" "$sys" imagefolder "$(jarray <<<"$out")"
+  [[ $sys == dsfs ]] && dsfs_stats "$ds" "$root" imagefolder
+}
+
+# seq_reads DS SYS FILE [KIND STORE ROOT]: sequential MB/s of one big file, cold (not tmpfs)
+# then 3 hot passes.
+seq_reads() {
+  local ds=$1 sys=$2 file=$3 kind=${4:-} store=${5:-} root=${6:-} out
+  if [[ $sys != tmpfs ]]; then
+    if remount_cold "$ds" "$sys" "$root" "$kind" "$store" seq_cold; then
+      log "$ds/$sys: sequential read, cold"
+      out=$(rb --seq "$file" --passes 1 --label "$ds/$sys seq cold")
+      rec "$ds" "$sys" seq_cold "$(jarray <<<"$out")"
+    fi
+  fi
+  log "$ds/$sys: sequential read, hot"
+  out=$(rb --seq "$file" --passes 4 --label "$ds/$sys seq hot")
+  rec "$ds" "$sys" seq_hot "$(jarray <<<"$out")"
 }
 
 # ---------------------------------------------------------------------------------------------
 # (a) setup and builds
 log "work dir $WORK, log $LOG"
-rec _ run config "$(printf '{"work":"%s","photos":%d,"fmnist_limit":%d,"datasets":"%s","cold_limit":%d,"if_samples":%d,"if_epochs":%d,"hot_passes":%d,"dsfs":"%s","dsfs_pack_opts":"%s","dsfs_mount_opts":"%s"}' \
-  "$WORK" "$PHOTOS" "$FMNIST_LIMIT" "$DATASETS" "$COLD_LIMIT" "$IF_SAMPLES" "$IF_EPOCHS" "$HOT_PASSES" \
-  "$DSFS" "${DSFS_PACK_OPTS:-}" "${DSFS_MOUNT_OPTS:-}")"
+rec _ run config "$(printf '{"work":"%s","photos":%d,"fmnist_limit":%d,"datasets":"%s","cold_limit":%d,"if_subset":%d,"if_epochs":%d,"hot_passes":%d,"seq_size":"%s","dsfs":"%s","dsfs_pack_opts":"%s","dsfs_mount_opts":"%s"}' \
+  "$WORK" "$PHOTOS" "$FMNIST_LIMIT" "$DATASETS" "$COLD_LIMIT" "$IF_SUBSET" "$IF_EPOCHS" "$HOT_PASSES" \
+  "$SEQ_SIZE" "$DSFS" "${DSFS_PACK_OPTS:-}" "${DSFS_MOUNT_OPTS:-}")"
 
 if ((!SKIP_SETUP)); then
   log "bench/setup.sh"
@@ -239,8 +208,10 @@ fi
 
 DSFS_STATE=ok
 if ((!SKIP_BUILD)) && [[ -f $REPO/CMakeLists.txt ]]; then
-  log "building dsfs (Release) into $BUILD_DIR"
-  if ! { cmake -S "$REPO" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
+  log "building dsfs into $BUILD_DIR"
+  cfg=()
+  [[ -f $BUILD_DIR/CMakeCache.txt ]] || cfg=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
+  if ! { cmake -S "$REPO" -B "$BUILD_DIR" -G Ninja "${cfg[@]}" &&
     timeout 1800 cmake --build "$BUILD_DIR" --target dsfs; } >>"$LOG" 2>&1; then
     log "dsfs build failed (see $LOG)"
     DSFS_STATE="build failed"
@@ -253,20 +224,15 @@ if [[ $DSFS_STATE == ok && ! -x $DSFS ]]; then
 fi
 log "dsfs: $DSFS_STATE"
 if [[ -x $DSFS ]]; then
-  rec _ dsfs binary "$(printf '{"path":"%s","version":"%s","built":"%s"}' "$DSFS" \
-    "$("$DSFS" --version 2>/dev/null | head -1 | tr -d '"\\')" "$(date -r "$DSFS" '+%F %T')")"
+  build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$(dirname "$DSFS")/CMakeCache.txt" 2>/dev/null)
+  rec _ dsfs binary "$(printf '{"path":"%s","version":"%s","built":"%s","build_type":"%s"}' "$DSFS" \
+    "$("$DSFS" --version 2>/dev/null | head -1 | tr -d '"\\')" "$(date -r "$DSFS" '+%F %T')" "$build_type")"
 fi
 rec _ dsfs state '"'"${DSFS_STATE//\"/}"'"'
+[[ -n ${DSFS_DESC:-} ]] && rec _ dsfs desc "\"${DSFS_DESC//\"/\'}\""
 
-RBBUILD=$WORK/readbench-build
-log "building dsfs-readbench into $RBBUILD"
-if { cmake -S "$REPO/bench" -B "$RBBUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
-  cmake --build "$RBBUILD"; } >>"$LOG" 2>&1; then
-  RB=$RBBUILD/dsfs-readbench
-else
-  log "dsfs-readbench did not build (see $LOG); no read figures"
-  RB=false
-fi
+log "building the bench tools (dsfs-readbench, dsfs-gentar)"
+build_readbench
 
 # ---------------------------------------------------------------------------------------------
 # (b) data sets
@@ -274,6 +240,7 @@ src_of() {
   case $1 in
     fmnist) if ((FMNIST_LIMIT > 0)); then echo "$WORK/fmnist_$FMNIST_LIMIT"; else echo "$WORK/fmnist"; fi ;;
     photo32) if ((PHOTOS == 150000)); then echo "$WORK/photo32"; else echo "$WORK/photo32_$PHOTOS"; fi ;;
+    seq1g) if [[ $SEQ_SIZE == 1G ]]; then echo "$WORK/seq1g"; else echo "$WORK/seq_$SEQ_SIZE"; fi ;;
   esac
 }
 make_dataset() {
@@ -282,6 +249,10 @@ make_dataset() {
   case $ds in
     fmnist) "$PY" "$REPO/bench/datasets.py" fashion-mnist "$src" --limit "$FMNIST_LIMIT" ;;
     photo32) "$PY" "$REPO/bench/datasets.py" photo-crops "$src" --count "$PHOTOS" ;;
+    seq1g)
+      make_dataset photo32 && make_dataset fmnist &&
+        "$PY" "$REPO/bench/datasets.py" blob "$src" --from "$(src_of photo32)" \
+          --from "$(src_of fmnist)" --size "$SEQ_SIZE" ;;
     *) echo "unknown data set $ds" >&2; return 1 ;;
   esac
 }
@@ -289,7 +260,8 @@ make_dataset() {
 # ---------------------------------------------------------------------------------------------
 # (c) measurements
 run_dataset() {
-  local ds=$1 src list n t0 out sz
+  local ds=$1 src list n t0 out sz seq=0 bigfile=
+  [[ $ds == seq1g ]] && seq=1
   src=$(src_of "$ds")
   log "== $ds: building $src"
   if ! make_dataset "$ds" >>"$LOG" 2>&1; then
@@ -302,6 +274,7 @@ run_dataset() {
   list=$WORK/$name.list
   rb "$src" --write-list "$list" || { rec "$ds" ext4 files null "listing failed"; return; }
   n=$(wc -l <"$list")
+  ((seq)) && bigfile=$(head -1 "$list")
   rec "$ds" ext4 files "$n"
   rec "$ds" ext4 bytes "$(find "$src" -type f -printf '%s\n' | awk '{ s += $1 } END { printf "%d", s }')"
   rec "$ds" _ loadavg "\"$(cut -d' ' -f1-3 /proc/loadavg)\""
@@ -339,10 +312,20 @@ run_dataset() {
     rec "$ds" dsfs pack_s null "dsfs $DSFS_STATE"
   fi
 
+  # measure SYS ROOT [KIND STORE]: everything for one system
+  measure() {
+    local sys=$1 root=$2 kind=${3:-} store=${4:-}
+    if ((seq)); then
+      seq_reads "$ds" "$sys" "$root/$bigfile" "$kind" "$store" "$root"
+      return
+    fi
+    hot_reads "$ds" "$sys" "$root" "$list"
+    [[ $sys != tmpfs ]] && first_touch "$ds" "$sys" "$root" "$list" "$kind" "$store"
+    imagefolder "$ds" "$sys" "$root" "$kind" "$store"
+  }
+
   # ext4, the source directory
-  hot_reads "$ds" ext4 "$src" "$list"
-  imagefolder "$ds" ext4 "$src"
-  cold_reads "$ds" ext4 "$src" "$list"
+  measure ext4 "$src"
 
   # tmpfs copy
   local tm=$MNT/tmpfs-$ds
@@ -356,8 +339,7 @@ run_dataset() {
     if cp -a "$src/." "$tm/" >>"$LOG" 2>&1; then
       rec "$ds" tmpfs copy_s "$(elapsed "$t0" "$EPOCHREALTIME")"
       rec "$ds" tmpfs size_bytes "$(df -B1 --output=used "$tm" | tail -1 | tr -d ' ')"
-      hot_reads "$ds" tmpfs "$tm" "$list"
-      imagefolder "$ds" tmpfs "$tm"
+      measure tmpfs "$tm"
     else
       rec "$ds" tmpfs copy_s null "copy failed"
     fi
@@ -366,33 +348,22 @@ run_dataset() {
     rec "$ds" tmpfs copy_s null "tmpfs mount failed"
   fi
 
-  # squashfuse_ll
-  local sm=$MNT/sqfs-$ds
-  if [[ -n $sq ]]; then
-    if mount_fs sqfs "$sq" "$sm"; then
-      rec "$ds" sqfs mount_s "$MOUNT_S"
-      hot_reads "$ds" sqfs "$sm" "$list"
-      imagefolder "$ds" sqfs "$sm"
-      cold_reads "$ds" sqfs "$sm" "$list" sqfs "$sq"
-      unmount "$sm"
+  # squashfuse_ll and dsfs: a first mount with the store file in the page cache (mount time,
+  # hot reads), then the cold phases remount after drop_caches.
+  local sys img m
+  for sys in sqfs dsfs; do
+    if [[ $sys == sqfs ]]; then img=$sq; else img=$store; ((dsfs_ok)) || img=; fi
+    [[ -n $img ]] || continue
+    m=$MNT/$sys-$ds
+    cat "$img" >/dev/null
+    if mount_fs "$sys" "$img" "$m" "${DSFS_MOUNT_OPTS:-}" "$ds" hot; then
+      rec "$ds" "$sys" mount_s "$MOUNT_S"
+      measure "$sys" "$m" "$sys" "$img"
+      unmount "$m"
     else
-      rec "$ds" sqfs mount_s null "squashfuse_ll mount failed"
+      rec "$ds" "$sys" mount_s null "$sys mount failed"
     fi
-  fi
-
-  # dsfs
-  local dm=$MNT/dsfs-$ds
-  if ((dsfs_ok)); then
-    if mount_fs dsfs "$store" "$dm"; then
-      rec "$ds" dsfs mount_s "$MOUNT_S"
-      hot_reads "$ds" dsfs "$dm" "$list"
-      imagefolder "$ds" dsfs "$dm"
-      cold_reads "$ds" dsfs "$dm" "$list" dsfs "$store"
-      unmount "$dm"
-    else
-      rec "$ds" dsfs mount_s null "dsfs mount failed"
-    fi
-  fi
+  done
   rec "$ds" _ loadavg_end "\"$(cut -d' ' -f1-3 /proc/loadavg)\""
   log "== $ds done"
 }
@@ -403,4 +374,3 @@ for ds in $DATASETS; do
 done
 rec _ run total_s "$(elapsed "$T_START" "$EPOCHREALTIME")"
 log "all done in $(elapsed "$T_START" "$EPOCHREALTIME") s"
-exit 0

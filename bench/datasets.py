@@ -13,6 +13,15 @@
       baseline, some progressive, some 4:4:4 and 4:2:2, a few grayscale. File i depends only
       on (seed, i, the photo list), so a tree is the same on every machine.
 
+  blob OUT --from DIR [--from DIR ...] [--size 1G] [--seed S]
+      One large file OUT/shard_000.bin of SIZE bytes: the files under the DIRs (e.g. the photo32
+      JPEGs and Fashion-MNIST PNGs), concatenated in a new shuffled order on each round until
+      SIZE is reached, like an uncompressed tar/WebDataset shard of images: partly compressible.
+
+  random-files OUT [--count N] [--file-size 64K] [--seed S]
+      N files of SIZE pseudo-random bytes (incompressible) in 100 directories:
+      OUT/dir_XXX/file_XXXXXXX.bin. For the cache budget benchmark.
+
   sources
       Lists the photographs photo-crops would use and whether they are installed.
 
@@ -317,6 +326,66 @@ def cmd_photo_crops(a):
     finish(a.out, partial, params, files, nbytes, t0)
 
 
+# ----------------------------------------------------------------------------------------------
+# One large file; many random files
+
+def parse_size(text):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper().rstrip("B").rstrip("I")
+    return int(float(t[:-1]) * mult[t[-1]]) if t and t[-1] in mult else int(t)
+
+
+def cmd_blob(a):
+    size = parse_size(a.size)
+    params = {"kind": "blob", "size": size, "seed": a.seed,
+              "from": [os.path.basename(d.rstrip("/")) for d in a.sources], "version": 1}
+    t0 = time.monotonic()
+    partial = begin(a.out, params, a.force)
+    if partial is None:
+        return
+    paths = []
+    for d in a.sources:
+        for root, _, names in os.walk(d):
+            paths += [os.path.join(root, n) for n in names]
+    paths.sort()
+    if not paths:
+        sys.exit(f"datasets: no files under {a.sources}")
+    blobs = []
+    for p in paths:
+        with open(p, "rb") as f:
+            blobs.append(f.read())
+    rng = random.Random(f"dsfs-blob:{a.seed}")
+    written = 0
+    with open(os.path.join(partial, "shard_000.bin"), "wb") as out:
+        while written < size:
+            order = list(range(len(blobs)))
+            rng.shuffle(order)
+            for i in order:
+                b = blobs[i][: size - written]
+                out.write(b)
+                written += len(b)
+                if written >= size:
+                    break
+    finish(a.out, partial, params, 1, written, t0)
+
+
+def cmd_random_files(a):
+    fsize = parse_size(a.file_size)
+    params = {"kind": "random-files", "count": a.count, "file_size": fsize, "seed": a.seed,
+              "version": 1}
+    t0 = time.monotonic()
+    partial = begin(a.out, params, a.force)
+    if partial is None:
+        return
+    rng = np.random.default_rng(a.seed)
+    for c in range(N_CLASSES):
+        os.makedirs(os.path.join(partial, f"dir_{c:03d}"))
+    for i in range(a.count):
+        with open(os.path.join(partial, f"dir_{i % N_CLASSES:03d}", f"file_{i:07d}.bin"), "wb") as f:
+            f.write(rng.integers(0, 256, fsize, dtype=np.uint8).tobytes())
+    finish(a.out, partial, params, a.count, a.count * fsize, t0)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -328,6 +397,18 @@ def main():
     p.add_argument("--count", type=int, default=150000)
     p.add_argument("--size", type=int, default=32)
     p.add_argument("--seed", type=int, default=1)
+    b = sub.add_parser("blob", help="one large file of concatenated images")
+    b.add_argument("out")
+    b.add_argument("--from", dest="sources", action="append", required=True)
+    b.add_argument("--size", default="1G")
+    b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--force", action="store_true", help="rebuild even if complete")
+    r = sub.add_parser("random-files", help="many files of random bytes")
+    r.add_argument("out")
+    r.add_argument("--count", type=int, default=11000)
+    r.add_argument("--file-size", default="64K")
+    r.add_argument("--seed", type=int, default=1)
+    r.add_argument("--force", action="store_true", help="rebuild even if complete")
     for s in (f, p):
         s.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                        help="worker processes (default: 2)")
@@ -335,7 +416,8 @@ def main():
     sub.add_parser("sources", help="list the photographs photo-crops uses")
     a = ap.parse_args()
     {"fashion-mnist": cmd_fashion_mnist, "photo-crops": cmd_photo_crops,
-     "sources": cmd_sources}[a.cmd](a)
+     "sources": cmd_sources,
+     "blob": cmd_blob, "random-files": cmd_random_files}[a.cmd](a)
 
 
 if __name__ == "__main__":

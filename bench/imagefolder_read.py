@@ -2,7 +2,7 @@
 """Reads an ImageFolder tree the way an unmodified torchvision training script does.
 
   /usr/bin/python3 bench/imagefolder_read.py ROOT [--epochs 2] [--workers 2] [--batch 256]
-                                              [--samples N] [--seed S] [--label TEXT]
+                                              [--samples N | --subset N] [--seed S] [--label TEXT]
 
 ImageFolder(ROOT, transform=ToTensor()) and DataLoader(shuffle=True, num_workers, batch_size),
 nothing else: the default PIL loader, no persistent workers, no pinning. Prints JSON lines: one
@@ -10,6 +10,9 @@ for the directory scan (the ImageFolder constructor) and one per epoch with imag
 epoch's time runs from creating the DataLoader iterator (worker start included, as in training)
 to the last batch. --samples N draws only N random images per epoch (RandomSampler with
 num_samples), to bound a run on a slow file system; shuffle=True is the same sampler with N = all.
+--subset N fixes N random images (seeded) once and reads them in a new order each epoch
+(SubsetRandomSampler), so that the second epoch reads exactly the files of the first: a bounded
+run whose second epoch is a true hot epoch. The scan still covers the whole tree.
 """
 import argparse
 import json
@@ -17,7 +20,7 @@ import sys
 import time
 
 import torch
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader, RandomSampler, SubsetRandomSampler
 from torchvision.datasets import ImageFolder
 from torchvision.transforms import ToTensor
 
@@ -29,6 +32,8 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--samples", type=int, default=0, help="images per epoch (default: all)")
+    ap.add_argument("--subset", type=int, default=0,
+                    help="the same N random images every epoch (default: all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--label", default="")
     a = ap.parse_args()
@@ -42,7 +47,12 @@ def main():
     print(json.dumps({"event": "scan", "root": a.root, **extra, "images": len(ds),
                       "classes": len(ds.classes), "scan_s": round(scan, 4)}), flush=True)
 
-    if a.samples and a.samples < len(ds):
+    if a.subset and a.subset < len(ds):
+        g = torch.Generator().manual_seed(a.seed + 1)
+        subset = torch.randperm(len(ds), generator=g)[: a.subset].tolist()
+        loader = DataLoader(ds, batch_size=a.batch, sampler=SubsetRandomSampler(subset),
+                            num_workers=a.workers)
+    elif a.samples and a.samples < len(ds):
         sampler = RandomSampler(ds, num_samples=a.samples)
         loader = DataLoader(ds, batch_size=a.batch, sampler=sampler, num_workers=a.workers)
     else:

@@ -25,4 +25,12 @@ echo "== dsfs mount $WORK/fashion-mnist.db $MNT"
 trap '"$DSFS" umount "$MNT" || umount -l "$MNT"' EXIT
 ls "$MNT"
 echo "== unmodified torchvision ImageFolder + DataLoader (2 workers, batch 256) over the mount"
-/usr/bin/python3 bench/imagefolder_read.py "$MNT" --epochs 2 --workers 2 --batch 256 --label dsfs
+/usr/bin/python3 bench/imagefolder_read.py "$MNT" --epochs 2 --workers 2 --batch 256 --label dsfs \
+  | tee "$WORK/imagefolder.jsonl"
+/usr/bin/python3 - "$WORK/imagefolder.jsonl" <<'PY'
+import json, sys
+epochs = [json.loads(l) for l in open(sys.argv[1]) if '"epoch"' in l]
+print("== Fashion-MNIST through dsfs, unmodified ImageFolder + DataLoader: " +
+      ", ".join(f"epoch {e['epoch']}: {e['images_per_s']:.0f} images/s" for e in epochs))
+PY
+"$DSFS" stats "$MNT" | grep -E "^requests\.read:|^push\.files:|^cache\.hits:"

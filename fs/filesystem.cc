@@ -199,23 +199,29 @@ std::string Filesystem::StatsJson() const {
   auto n = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   const RequestCounters& c = counters_;
   std::string j = "{";
-  auto field = [&](std::string_view key, uint64_t v) {
+  // Starts member `key`: the caller appends its value.
+  auto key = [&](std::string_view k) {
     if (j.back() != '{') j += ", ";
     j += "\"";
-    j += key;
-    j += "\": " + std::to_string(v);
+    j += k;
+    j += "\": ";
   };
-  auto open_obj = [&](std::string_view key) {
-    if (j.back() != '{') j += ", ";
-    j += "\"";
-    j += key;
-    j += "\": {";
+  auto field = [&](std::string_view k, uint64_t v) {
+    key(k);
+    j += std::to_string(v);
   };
-  double uptime =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "\"uptime_s\": %.1f", uptime);
-  j += buf;
+  auto seconds = [&](std::string_view k, double s) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.3f", s);
+    key(k);
+    j += buf;
+  };
+  auto open_obj = [&](std::string_view k) {
+    key(k);
+    j += "{";
+  };
+  seconds("uptime_s",
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
   open_obj("requests");
   field("lookup", n(c.lookup));
   field("getattr", n(c.getattr));
@@ -240,9 +246,7 @@ std::string Filesystem::StatsJson() const {
   j += "}";
   open_obj("decompress");
   field("chunks", store_->decoded_chunks());
-  std::snprintf(buf, sizeof(buf), ", \"seconds\": %.3f",
-                static_cast<double>(store_->decode_ns()) / 1e9);
-  j += buf;
+  seconds("seconds", static_cast<double>(store_->decode_ns()) / 1e9);
   j += "}";
   if (prefetcher_) {
     Prefetcher::Stats ps = prefetcher_->stats();

@@ -20,10 +20,7 @@
 #include "common/log.h"
 
 namespace dsfs {
-namespace {
-
-// mountinfo escapes space, tab, newline and backslash as \ooo.
-std::string Unescape(const std::string& s) {
+std::string UnescapeMountinfo(const std::string& s) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] == '\\' && i + 3 < s.size()) {
@@ -44,6 +41,8 @@ std::string Unescape(const std::string& s) {
   }
   return out;
 }
+
+namespace {
 
 // Absolute path without resolving the last component (which may be a dead FUSE mount).
 std::string AbsolutePath(const std::string& path) {
@@ -112,7 +111,7 @@ bool IsMountpoint(const std::string& path) {
   while (std::getline(in, line)) {
     std::istringstream ls(line);
     std::string id, parent, dev, root, mp;
-    if (ls >> id >> parent >> dev >> root >> mp && Unescape(mp) == abs) return true;
+    if (ls >> id >> parent >> dev >> root >> mp && UnescapeMountinfo(mp) == abs) return true;
   }
   return false;
 }

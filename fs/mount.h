@@ -36,6 +36,9 @@ Status MountStore(const MountConfig& config);
 // Unmounts a dsfs mount (also one whose daemon was killed). `lazy` detaches a busy mount.
 Status Unmount(const std::string& mountpoint, bool lazy);
 
+// Undoes /proc/self/mountinfo's escaping of space, tab, newline and backslash (\ooo).
+std::string UnescapeMountinfo(const std::string& s);
+
 // True if `path` is a mountpoint listed in /proc/self/mountinfo.
 bool IsMountpoint(const std::string& path);
 

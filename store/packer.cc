@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/path.h"
 #include "store/codec.h"
 #include "store/format.h"
 
@@ -78,8 +79,7 @@ Status Walk(const std::string& src, Tree* tree, const std::function<void(uint64_
   while (!queue.empty()) {
     uint32_t dir_ino = queue.front();
     queue.pop_front();
-    std::string path = std::move(tree->dir_paths[dir_ino]);
-    tree->dir_paths[dir_ino] = path;  // still needed to read the files in it
+    const std::string path = tree->dir_paths[dir_ino];  // kept: its files are read later
     int dfd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0) return Status::FromErrno(errno, "cannot open directory " + path);
     DIR* d = ::fdopendir(dfd);
@@ -496,13 +496,7 @@ class ArchiveTree {
   // (an archive must not place files outside its own tree).
   static Status Normalize(std::string_view in, std::string* out) {
     out->clear();
-    size_t pos = 0;
-    while (pos <= in.size()) {
-      size_t slash = in.find('/', pos);
-      if (slash == std::string_view::npos) slash = in.size();
-      std::string_view part = in.substr(pos, slash - pos);
-      pos = slash + 1;
-      if (part.empty() || part == ".") continue;
+    for (std::string_view part : PathParts(in)) {
       if (part == "..")
         return Status::InvalidArgument("unsafe path in archive: " + std::string(in));
       if (!out->empty()) *out += '/';
@@ -628,12 +622,7 @@ class ArchiveTree {
   // The node at a normalized path (children must be sorted), or UINT32_MAX.
   uint32_t Find(const std::string& path) {
     uint32_t cur = 0;
-    size_t pos = 0;
-    while (pos < path.size()) {
-      size_t slash = path.find('/', pos);
-      if (slash == std::string::npos) slash = path.size();
-      std::string_view part = std::string_view(path).substr(pos, slash - pos);
-      pos = slash + 1;
+    for (std::string_view part : PathParts(path)) {
       const auto& kids = nodes_[cur].children;
       auto it = std::lower_bound(
           kids.begin(), kids.end(), part,

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/path.h"
 
 namespace dsfs {
 namespace {
@@ -163,13 +164,7 @@ Status Store::LookupPath(std::string_view path, uint32_t* ino, InodeRecord* rec)
   uint32_t cur = kRootIno;
   InodeRecord r;
   DSFS_RETURN_IF_ERROR(GetInode(cur, &r));
-  size_t pos = 0;
-  while (pos <= path.size()) {
-    size_t slash = path.find('/', pos);
-    if (slash == std::string_view::npos) slash = path.size();
-    std::string_view part = path.substr(pos, slash - pos);
-    pos = slash + 1;
-    if (part.empty() || part == ".") continue;
+  for (std::string_view part : PathParts(path)) {
     if (part == "..") {
       cur = r.parent;
       DSFS_RETURN_IF_ERROR(GetInode(cur, &r));

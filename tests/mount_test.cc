@@ -8,6 +8,8 @@
 // itself a child subreaper, so the daemon that `dsfs mount` forks is re-parented to it: the
 // tests know exactly which processes they started, reap them, and never signal anything else.
 
+#include "fs/mount.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -223,29 +225,6 @@ std::vector<std::string> DirNames(const std::string& dir) {
 
 // ---------------------------------------------------------------------------------------------
 // Mounts and processes
-
-// mountinfo escapes space, tab, newline and backslash in paths as \ooo.
-std::string UnescapeMountinfo(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 3 < s.size()) {
-      int v = 0;
-      bool ok = true;
-      for (int k = 1; k <= 3; ++k) {
-        char c = s[i + k];
-        if (c < '0' || c > '7') ok = false;
-        v = v * 8 + (c - '0');
-      }
-      if (ok) {
-        out += static_cast<char>(v);
-        i += 3;
-        continue;
-      }
-    }
-    out += s[i];
-  }
-  return out;
-}
 
 struct MountEntry {
   std::string mountpoint, mount_options, fstype, source;

@@ -49,9 +49,12 @@ std::string JsonString(std::string_view s) {
   return out + "\"";
 }
 
-// Visits every inode below `dir` depth-first in listing order with its path.
-Status Walk(const Store& store, uint32_t dir, const std::string& prefix,
-            const std::function<Status(uint32_t, const InodeRecord&, const std::string&)>& visit) {
+// Visits the entries of `dir` in listing order with their names and paths (prefix + "/" +
+// name), and, when `recursive`, everything below them depth-first.
+using Visitor =
+    std::function<Status(const InodeRecord&, std::string_view name, const std::string& path)>;
+Status Walk(const Store& store, uint32_t dir, const std::string& prefix, bool recursive,
+            const Visitor& visit) {
   InodeRecord d;
   DSFS_RETURN_IF_ERROR(store.GetInode(dir, &d));
   uint32_t first, count;
@@ -62,8 +65,8 @@ Status Walk(const Store& store, uint32_t dir, const std::string& prefix,
     DSFS_RETURN_IF_ERROR(store.GetInode(first + i, &r));
     DSFS_RETURN_IF_ERROR(store.GetName(r, &name));
     std::string path = prefix + "/" + std::string(name);
-    DSFS_RETURN_IF_ERROR(visit(first + i, r, path));
-    if (IsDir(r)) DSFS_RETURN_IF_ERROR(Walk(store, first + i, path, visit));
+    DSFS_RETURN_IF_ERROR(visit(r, name, path));
+    if (recursive && IsDir(r)) DSFS_RETURN_IF_ERROR(Walk(store, first + i, path, true, visit));
   }
   return Status::OK();
 }
@@ -96,21 +99,11 @@ Status RunLs(const std::string& store_path, const std::string& path, bool long_f
     return Status::OK();
   };
   if (!IsDir(rec)) return print(rec, path);
-  if (recursive) {
-    std::string prefix = path == "/" ? "" : path;
-    return Walk(*store, ino, prefix,
-                [&](uint32_t, const InodeRecord& r, const std::string& p) { return print(r, p); });
-  }
-  uint32_t first, count;
-  DSFS_RETURN_IF_ERROR(store->DirEntries(ino, rec, &first, &count));
-  for (uint32_t i = 0; i < count; ++i) {
-    InodeRecord r;
-    std::string_view name;
-    DSFS_RETURN_IF_ERROR(store->GetInode(first + i, &r));
-    DSFS_RETURN_IF_ERROR(store->GetName(r, &name));
-    DSFS_RETURN_IF_ERROR(print(r, std::string(name)));
-  }
-  return Status::OK();
+  // -R prints paths from the listed directory down; a plain listing prints names.
+  return Walk(*store, ino, path == "/" ? "" : path, recursive,
+              [&](const InodeRecord& r, std::string_view name, const std::string& p) {
+                return print(r, recursive ? p : std::string(name));
+              });
 }
 
 Status RunCat(const std::string& store_path, const std::string& path, std::ostream& out) {
@@ -193,8 +186,8 @@ Status RunVerify(const std::string& store_path, std::ostream& out) {
     return Status::Corruption(store_path + ": metadata is damaged");
   }
   uint64_t files = 0, bytes = 0, bad = 0;
-  Status s = Walk(*store, Store::kRootIno, "",
-                  [&](uint32_t, const InodeRecord& r, const std::string& path) -> Status {
+  Status s = Walk(*store, Store::kRootIno, "", true,
+                  [&](const InodeRecord& r, std::string_view, const std::string& path) -> Status {
                     if (!IsReg(r)) return Status::OK();
                     ++files;
                     bytes += r.size;

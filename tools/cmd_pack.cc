@@ -22,8 +22,6 @@ Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err) {
   }
   KvWriterOptions wo;
   wo.overwrite = cmd.force;
-  // Sizing hint for the store: the source's apparent size is an upper bound of what it needs.
-  wo.expected_bytes = 0;
   std::unique_ptr<KvWriter> writer;
   DSFS_RETURN_IF_ERROR(NewLmdbWriter(cmd.dst, wo, &writer));
 

@@ -229,8 +229,10 @@ std::string SegmentSums(std::string_view data, uint32_t segment_bytes) {
 }
 
 Status CheckedTable::Init(std::string_view name, std::string_view data, std::string_view sums,
-                          uint32_t segment_bytes) {
+                          uint32_t segment_bytes,
+                          std::function<void(std::string_view)> will_need) {
   name_ = name;
+  will_need_ = std::move(will_need);
   if (segment_bytes == 0) return Status::Corruption("store header: zero segment size");
   uint64_t segments = (data.size() + segment_bytes - 1) / segment_bytes;
   if (sums.size() != segments * sizeof(uint64_t)) {
@@ -252,6 +254,7 @@ Status CheckedTable::Check(uint64_t off, uint64_t len) const {
   if (len == 0) return Status::OK();
   uint64_t first = off / segment_bytes_;
   uint64_t last = (off + len - 1) / segment_bytes_;
+  WillNeed(off, len);
   for (uint64_t s = first; s <= last; ++s) {
     if (verified_[s].load(std::memory_order_acquire)) continue;
     uint64_t start = s * segment_bytes_;
@@ -265,6 +268,18 @@ Status CheckedTable::Check(uint64_t off, uint64_t len) const {
     verified_[s].store(1, std::memory_order_release);
   }
   return Status::OK();
+}
+
+void CheckedTable::WillNeed(uint64_t off, uint64_t len) const {
+  if (!will_need_ || len == 0 || off > data_.size() || len > data_.size() - off) return;
+  uint64_t first = off / segment_bytes_;
+  uint64_t last = (off + len - 1) / segment_bytes_;
+  while (first <= last && verified_[first].load(std::memory_order_acquire)) ++first;
+  while (last > first && verified_[last].load(std::memory_order_acquire)) --last;
+  if (first > last) return;
+  uint64_t start = first * segment_bytes_;
+  uint64_t end = std::min<uint64_t>((last + 1) * segment_bytes_, data_.size());
+  will_need_(data_.substr(start, end - start));
 }
 
 }  // namespace dsfs

@@ -30,6 +30,7 @@
 #include <atomic>
 #include <bit>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -161,10 +162,17 @@ Status ParseHeader(std::string_view bytes, StoreHeader* h);
 // thread-safe; a segment may be verified twice by racing threads, which is harmless.
 class CheckedTable {
  public:
+  // `will_need`, when set, is told about byte ranges of `data` about to be read (the backend
+  // starts reading them from disk in one request instead of a page fault at a time).
   Status Init(std::string_view name, std::string_view data, std::string_view sums,
-              uint32_t segment_bytes);
+              uint32_t segment_bytes,
+              std::function<void(std::string_view)> will_need = nullptr);
   // OK if [off, off + len) lies in the table and every segment it touches matches its checksum.
   Status Check(uint64_t off, uint64_t len) const;
+  // Announces that [off, off + len) will be checked soon: the not yet verified segments it
+  // touches are passed to `will_need` in one range. Verifies nothing; ranges out of the table
+  // are ignored (Check reports them).
+  void WillNeed(uint64_t off, uint64_t len) const;
   // Verifies every segment (dsfs verify).
   Status CheckAll() const { return data_.empty() ? Status::OK() : Check(0, data_.size()); }
   const char* data() const { return data_.data(); }
@@ -177,6 +185,7 @@ class CheckedTable {
   uint64_t segments_ = 0;
   uint32_t segment_bytes_ = 0;
   std::unique_ptr<std::atomic<uint8_t>[]> verified_;
+  std::function<void(std::string_view)> will_need_;
 };
 
 // Computes the per-segment checksums of `data` (what "I.sum" and "N.sum" hold).

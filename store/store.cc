@@ -72,9 +72,11 @@ Status Store::Init() {
   if (name_value_.size() != h.names_bytes) {
     return Status::Corruption("name table size does not match the header");
   }
+  auto will_need = [kv = kv_.get()](std::string_view range) { kv->WillNeed(range); };
+  DSFS_RETURN_IF_ERROR(inodes_.Init("inode", inode_value_.data(), inode_sums_.data(),
+                                    h.segment_bytes, will_need));
   DSFS_RETURN_IF_ERROR(
-      inodes_.Init("inode", inode_value_.data(), inode_sums_.data(), h.segment_bytes));
-  DSFS_RETURN_IF_ERROR(names_.Init("name", name_value_.data(), name_sums_.data(), h.segment_bytes));
+      names_.Init("name", name_value_.data(), name_sums_.data(), h.segment_bytes, will_need));
   std::string_view dict_bytes;
   if (h.dict_bytes > 0) {
     DSFS_RETURN_IF_ERROR(get(kDictKey, &dict_value_));
@@ -128,7 +130,27 @@ Status Store::DirEntries(uint32_t dir, const InodeRecord& rec, uint32_t* first,
   }
   *first = static_cast<uint32_t>(rec.data);
   *count = static_cast<uint32_t>(rec.size);
+  WillNeedEntries(*first, *count);
   return Status::OK();
+}
+
+void Store::WillNeedEntries(uint32_t first, uint32_t count) const {
+  // A lookup's binary search or a listing touches the whole range: one read from a cold disk
+  // instead of a page fault per step. Huge directories are left to per-segment requests.
+  constexpr uint64_t kMaxBytes = 1 << 20;
+  const uint64_t rb = layout_.record_bytes();
+  const uint64_t off = static_cast<uint64_t>(first - 1) * rb;
+  if (count * rb > kMaxBytes) return;
+  inodes_.WillNeed(off, count * rb);
+  // Names follow inode order: the entries' names lie between the first's and the last's.
+  // (Unverified records are only a hint here; every use of them goes through Check.)
+  InodeRecord a, b;
+  if (!layout_.Decode(inodes_.data() + off, &a).ok() ||
+      !layout_.Decode(inodes_.data() + off + (count - 1) * rb, &b).ok() ||
+      b.name_off < a.name_off || b.name_off - a.name_off > kMaxBytes) {
+    return;
+  }
+  names_.WillNeed(a.name_off, b.name_off - a.name_off + b.name_len);
 }
 
 Status Store::Lookup(uint32_t dir, std::string_view name, uint32_t* ino, InodeRecord* rec) const {

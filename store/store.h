@@ -91,6 +91,8 @@ class Store {
   Status ReadChunk(const InodeRecord& rec, uint64_t index, bool use_cache, ByteCache::Value* pin,
                    std::string* scratch, std::string_view* out) const;
 
+  // Asks the backend to read the metadata of entries [first, first + count) ahead.
+  void WillNeedEntries(uint32_t first, uint32_t count) const;
   Status TimedDecode(const PayloadView& p, char* dst) const;
   void NoteBackendRead(uint64_t bytes) const;
 

@@ -6,11 +6,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <thread>
+#include <utility>
 
 #include "backend/faulty_store.h"
 #include "backend/mem_store.h"
 #include "cache/byte_cache.h"
+#include "store/packer.h"
 #include "tests/test_util.h"
 
 namespace dsfs {
@@ -363,6 +366,82 @@ TEST(StorePackTest, SpecialFilesAreSkipped) {
   std::unique_ptr<Store> store;
   ASSERT_TRUE(PackToMemory(dir / "src", PackOptions{}, &table, &store).ok());
   EXPECT_EQ(store->header().inode_count, 2u);
+}
+
+
+// Records the ranges a store announces before reading them.
+class WillNeedRecorder : public KvReader {
+ public:
+  explicit WillNeedRecorder(std::unique_ptr<KvReader> base) : base_(std::move(base)) {}
+  Status Get(std::string_view key, PinnedValue* value) override { return base_->Get(key, value); }
+  Status Seek(std::string_view key, std::string* found_key, PinnedValue* value) override {
+    return base_->Seek(key, found_key, value);
+  }
+  std::string_view Name() const override { return "recorder"; }
+  void WillNeed(std::string_view range) override {
+    std::lock_guard lock(mu_);
+    ranges_.push_back(range);
+  }
+  std::vector<std::string_view> Take() {
+    std::lock_guard lock(mu_);
+    return std::exchange(ranges_, {});
+  }
+
+ private:
+  std::unique_ptr<KvReader> base_;
+  std::mutex mu_;
+  std::vector<std::string_view> ranges_;
+};
+
+bool Covers(const std::vector<std::string_view>& ranges, const char* p, size_t n) {
+  return std::any_of(ranges.begin(), ranges.end(), [&](std::string_view r) {
+    return p >= r.data() && p + n <= r.data() + r.size();
+  });
+}
+
+TEST(StoreMetadataTest, LookupAnnouncesTheDirectoryOnceThenNothing) {
+  // A cold lookup fetches the directory's records and names in one request each, instead of
+  // faulting in a page per binary-search step; once verified, nothing more is announced.
+  TempDir dir;
+  for (int i = 0; i < 3000; ++i) {
+    WriteFile(dir / ("src/big/file-with-a-long-name-" + std::to_string(i)), "x");
+  }
+  auto table = std::make_shared<MemTable>();
+  PackOptions options;
+  options.segment_bytes = 4096;  // many segments per table
+  ASSERT_TRUE(PackDirectory(dir / "src", options, NewMemWriter(table).get(), nullptr, nullptr).ok());
+  auto recorder = std::make_unique<WillNeedRecorder>(NewMemReader(table));
+  WillNeedRecorder* rec = recorder.get();
+  std::unique_ptr<Store> store;
+  ASSERT_TRUE(Store::Open(std::move(recorder), &store).ok());
+  rec->Take();
+
+  uint32_t big, ino;
+  InodeRecord r, mid, last;
+  ASSERT_TRUE(store->LookupPath("big", &big, &r).ok());
+  uint32_t begin = static_cast<uint32_t>(r.data), count = static_cast<uint32_t>(r.size);
+  ASSERT_EQ(count, 3000u);
+  rec->Take();
+  ASSERT_TRUE(store->Lookup(big, "file-with-a-long-name-1234", &ino, &r).ok());
+  std::vector<std::string_view> ranges = rec->Take();
+  // The names of the entries (past the segment already verified on the way to "big") were
+  // announced in one range, though the search read only a few of them.
+  ASSERT_TRUE(store->GetInode(begin + 500, &mid).ok());
+  ASSERT_TRUE(store->GetInode(begin + count - 1, &last).ok());
+  std::string_view mid_name, last_name;
+  ASSERT_TRUE(store->GetName(mid, &mid_name).ok());
+  ASSERT_TRUE(store->GetName(last, &last_name).ok());
+  EXPECT_TRUE(
+      Covers(ranges, mid_name.data(), last_name.data() + last_name.size() - mid_name.data()));
+
+  // Every segment the search touched is verified now: looking the name up again announces
+  // nothing new for them.
+  for (int i = 0; i < 3000; ++i) {
+    ASSERT_TRUE(store->Lookup(big, "file-with-a-long-name-" + std::to_string(i), &ino, &r).ok());
+  }
+  rec->Take();
+  ASSERT_TRUE(store->Lookup(big, "file-with-a-long-name-1234", &ino, &r).ok());
+  EXPECT_TRUE(rec->Take().empty());
 }
 
 }  // namespace

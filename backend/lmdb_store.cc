@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -104,7 +105,12 @@ class LmdbReader final : public KvReader {
     uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
     uintptr_t begin = reinterpret_cast<uintptr_t>(range.data()) & ~(page - 1);
     uintptr_t end = reinterpret_cast<uintptr_t>(range.data()) + range.size();
-    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_WILLNEED);
+    // The kernel reads at most the device's readahead window per call (128 KiB by default)
+    // and drops the rest of a larger request: ask in steps of that size.
+    constexpr uintptr_t kStep = 128 << 10;
+    for (uintptr_t p = begin; p < end; p += kStep) {
+      ::madvise(reinterpret_cast<void*>(p), std::min(kStep, end - p), MADV_WILLNEED);
+    }
   }
 
   // LMDB does not say where it mapped the file (me_mapaddr is only set for MDB_FIXEDMAP):

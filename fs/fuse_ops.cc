@@ -1,12 +1,14 @@
 #include "fs/fuse_ops.h"
 
 #include <fuse_lowlevel.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/log.h"
@@ -341,6 +343,14 @@ Status ServeFuse(Filesystem* fs, const std::string& mountpoint, const FuseOption
       Log()->warn("preload: {}: not a directory in the store", options.preload_path);
     }
   }
+  // Keep the metadata hot: read the tree's tables ahead in the background, so a cold scan or
+  // stat storm after mounting does not wait on one page fault after another. Bounded so a
+  // store with huge metadata does not push everything else out of the page cache.
+  std::thread warm([store = &fs->store()] {
+    uint64_t ram = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+    uint64_t bytes = store->WillNeedMetadata(ram / 8);
+    Log()->debug("metadata read ahead: {} bytes", bytes);
+  });
   if (on_mounted) on_mounted();
   struct fuse_loop_config* cfg = fuse_loop_cfg_create();
   fuse_loop_cfg_set_clone_fd(cfg, 0);
@@ -348,6 +358,7 @@ Status ServeFuse(Filesystem* fs, const std::string& mountpoint, const FuseOption
   fuse_loop_cfg_set_idle_threads(cfg, static_cast<unsigned>(std::max(1, options.threads)));
   int rc = fuse_session_loop_mt(se, cfg);
   fuse_loop_cfg_destroy(cfg);
+  warm.join();
   Prefetcher::Stats ps = prefetcher->stats();
   Log()->info("unmounting: pushed {} files ({} bytes, {} retries, {} failures), readahead {} files",
               ps.pushed_files, ps.pushed_bytes, ps.push_retries, ps.push_failures,

@@ -182,6 +182,14 @@ Status Store::Lookup(uint32_t dir, std::string_view name, uint32_t* ino, InodeRe
   return Status::NotFound("no such file or directory");
 }
 
+uint64_t Store::WillNeedMetadata(uint64_t max_bytes) const {
+  uint64_t bytes = inodes_.size() + names_.size();
+  if (bytes > max_bytes) return 0;
+  inodes_.WillNeed(0, inodes_.size());
+  names_.WillNeed(0, names_.size());
+  return bytes;
+}
+
 Status Store::LookupPath(std::string_view path, uint32_t* ino, InodeRecord* rec) const {
   uint32_t cur = kRootIno;
   InodeRecord r;

@@ -78,6 +78,11 @@ class Store {
   uint64_t decoded_chunks() const { return decoded_chunks_.load(std::memory_order_relaxed); }
   uint64_t decode_ns() const { return decode_ns_.load(std::memory_order_relaxed); }
 
+  // Asks the backend to read the whole tree's metadata (inode and name tables) ahead, if they
+  // take at most `max_bytes`: lookups and listings then find it in memory. Returns the bytes
+  // announced (0 if over the limit).
+  uint64_t WillNeedMetadata(uint64_t max_bytes) const;
+
   // Verifies the metadata tables completely (mounting checks them lazily, on first access).
   Status VerifyMetadata() const;
   // Reads and checks every chunk of regular file `rec`.

@@ -7,15 +7,15 @@
 
 namespace dsfs {
 
-std::string PayloadKey(uint64_t id) {
+std::string PayloadKey(uint64_t id, char space) {
   std::string key(9, '\0');
-  key[0] = 'P';
+  key[0] = space;
   for (int i = 0; i < 8; ++i) key[1 + i] = static_cast<char>((id >> (56 - 8 * i)) & 0xff);
   return key;
 }
 
-bool ParsePayloadKey(std::string_view key, uint64_t* id) {
-  if (key.size() != 9 || key[0] != 'P') return false;
+bool ParsePayloadKey(std::string_view key, uint64_t* id, char space) {
+  if (key.size() != 9 || key[0] != space) return false;
   uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(key[1 + i]);
   *id = v;
@@ -96,6 +96,10 @@ InodeLayout InodeLayout::For(const std::vector<InodeRecord>& records) {
     max[kMtime] = std::max(max[kMtime], static_cast<uint64_t>(r.mtime_s - l.min_mtime_s_));
     max[kMtimeNs] = std::max<uint64_t>(max[kMtimeNs], r.mtime_ns);
     max[kParent] = std::max<uint64_t>(max[kParent], r.parent);
+    max[kImage] = std::max<uint64_t>(max[kImage], r.image);
+    max[kWidth] = std::max<uint64_t>(max[kWidth], r.width);
+    max[kHeight] = std::max<uint64_t>(max[kHeight], r.height);
+    max[kPixels] = std::max(max[kPixels], r.pixels);
     if (std::find(l.modes_.begin(), l.modes_.end(), r.mode) == l.modes_.end()) {
       l.modes_.push_back(r.mode);
     }
@@ -128,23 +132,24 @@ std::string InodeLayout::Serialize() const {
   return out;
 }
 
-Status InodeLayout::Parse(std::string_view bytes, InodeLayout* layout) {
+Status InodeLayout::Parse(std::string_view bytes, uint32_t version, InodeLayout* layout) {
   InodeLayout l;
-  if (bytes.size() < kFields + 8 + 4 + 8) return Status::Corruption("inode layout too short");
+  const size_t fields = version == 1 ? kFieldsV1 : kFields;
+  if (bytes.size() < fields + 8 + 4 + 8) return Status::Corruption("inode layout too short");
   uint64_t sum;
   std::memcpy(&sum, bytes.data() + bytes.size() - 8, 8);
   if (XXH3_64bits(bytes.data(), bytes.size() - 8) != sum) {
     return Status::Corruption("inode layout checksum mismatch");
   }
-  std::memcpy(l.bits_, bytes.data(), kFields);
-  std::memcpy(&l.min_mtime_s_, bytes.data() + kFields, 8);
+  std::memcpy(l.bits_, bytes.data(), fields);
+  std::memcpy(&l.min_mtime_s_, bytes.data() + fields, 8);
   uint32_t n;
-  std::memcpy(&n, bytes.data() + kFields + 8, 4);
-  if (bytes.size() != kFields + 8 + 4 + 4ull * n + 8) {
+  std::memcpy(&n, bytes.data() + fields + 8, 4);
+  if (bytes.size() != fields + 8 + 4 + 4ull * n + 8) {
     return Status::Corruption("inode layout has the wrong size");
   }
   l.modes_.resize(n);
-  std::memcpy(l.modes_.data(), bytes.data() + kFields + 12, 4ull * n);
+  std::memcpy(l.modes_.data(), bytes.data() + fields + 12, 4ull * n);
   for (int f = 0; f < kFields; ++f) {
     if (l.bits_[f] > 64) return Status::Corruption("inode layout has an impossible width");
   }
@@ -165,7 +170,11 @@ void InodeLayout::Encode(const InodeRecord& r, char* dst) const {
                                static_cast<uint64_t>(r.mtime_s - min_mtime_s_),
                                r.mtime_ns,
                                mode_index,
-                               r.parent};
+                               r.parent,
+                               r.image,
+                               r.width,
+                               r.height,
+                               r.pixels};
   for (int f = 0; f < kFields; ++f) PutBits(p, offset_[f], bits_[f], v[f]);
 }
 
@@ -179,9 +188,17 @@ Status InodeLayout::Decode(const char* src, InodeRecord* r) const {
   uint64_t ns = GetBits(buf, offset_[kMtimeNs], bits_[kMtimeNs]);
   uint64_t mode = GetBits(buf, offset_[kMode], bits_[kMode]);
   uint64_t parent = GetBits(buf, offset_[kParent], bits_[kParent]);
-  if (name_len > UINT32_MAX || parent > UINT32_MAX || ns >= 1000000000 || mode >= modes_.size()) {
+  uint64_t image = GetBits(buf, offset_[kImage], bits_[kImage]);
+  uint64_t width = GetBits(buf, offset_[kWidth], bits_[kWidth]);
+  uint64_t height = GetBits(buf, offset_[kHeight], bits_[kHeight]);
+  if (name_len > UINT32_MAX || parent > UINT32_MAX || ns >= 1000000000 || mode >= modes_.size() ||
+      image > 3 || width > UINT32_MAX || height > UINT32_MAX) {
     return Status::Corruption("inode record out of range");
   }
+  r->image = static_cast<uint8_t>(image);
+  r->width = static_cast<uint32_t>(width);
+  r->height = static_cast<uint32_t>(height);
+  r->pixels = GetBits(buf, offset_[kPixels], bits_[kPixels]);
   r->name_len = static_cast<uint32_t>(name_len);
   r->mtime_s = min_mtime_s_ + static_cast<int64_t>(GetBits(buf, offset_[kMtime], bits_[kMtime]));
   r->mtime_ns = static_cast<uint32_t>(ns);
@@ -203,9 +220,10 @@ Status ParseHeader(std::string_view bytes, StoreHeader* h) {
   }
   uint32_t version;
   std::memcpy(&version, bytes.data() + 8, sizeof(version));
-  if (version != kFormatVersion) {
+  if (version < kOldestFormatVersion || version > kFormatVersion) {
     return Status::NotSupported("store format version " + std::to_string(version) +
-                                " is not supported (this dsfs reads version " +
+                                " is not supported (this dsfs reads versions " +
+                                std::to_string(kOldestFormatVersion) + " to " +
                                 std::to_string(kFormatVersion) + ")");
   }
   if (bytes.size() != sizeof(StoreHeader)) {

@@ -1,4 +1,4 @@
-// The dsfs store format, version 1: what the records in the key-value store mean.
+// The dsfs store format, version 2: what the records in the key-value store mean.
 //
 // Keys (all in one key-value namespace):
 //   "H"           StoreHeader
@@ -7,6 +7,11 @@
 //   "N", "N.sum"  name pool: names and symlink targets, concatenated; same checksums
 //   "Z"           zstd dictionary, as a payload record (absent if dict_bytes == 0)
 //   "P"+be64(id)  payload group ending with payload `id` (see below)
+//   "Q"+be64(id)  pixel group ending with pixel record `id`: decoded images (pack --predecode),
+//                 grouped and encoded like payloads, numbered on their own
+//
+// Version 2 added the image fields of inode records (kind, size in pixels, pixel records);
+// version 1 stores are read as stores without image information.
 //
 // File contents are payload records, one per chunk of chunk_bytes, numbered by payload id.
 // Consecutive records are stored together in groups of about kGroupTargetBytes, keyed by the
@@ -43,7 +48,8 @@ static_assert(std::endian::native == std::endian::little, "dsfs stores are littl
 namespace dsfs {
 
 inline constexpr char kStoreMagic[8] = {'D', 'S', 'F', 'S', 'T', 'O', 'R', 'E'};
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;
+inline constexpr uint32_t kOldestFormatVersion = 1;
 
 inline constexpr std::string_view kHeaderKey = "H";
 inline constexpr std::string_view kLayoutKey = "L";
@@ -53,10 +59,14 @@ inline constexpr std::string_view kNameKey = "N";
 inline constexpr std::string_view kNameSumKey = "N.sum";
 inline constexpr std::string_view kDictKey = "Z";
 
-// Key of the payload group ending with `id`: 'P' and the id big-endian, so keys sort by id.
-std::string PayloadKey(uint64_t id);
-// Parses a payload group key; false if `key` is not one.
-bool ParsePayloadKey(std::string_view key, uint64_t* id);
+// Record spaces: file contents and decoded pixels.
+inline constexpr char kPayloadSpace = 'P';
+inline constexpr char kPixelSpace = 'Q';
+// Key of the group of `space` ending with record `id`: the space letter and the id big-endian,
+// so keys sort by id.
+std::string PayloadKey(uint64_t id, char space = kPayloadSpace);
+// Parses a group key of `space`; false if `key` is not one.
+bool ParsePayloadKey(std::string_view key, uint64_t* id, char space = kPayloadSpace);
 
 inline constexpr uint32_t kGroupTargetBytes = 64 << 10;
 
@@ -95,7 +105,10 @@ struct StoreHeader {
   uint64_t payload_count;  // payload records
   uint64_t payload_bytes;  // bytes of payload records as stored
   uint64_t names_bytes;
-  uint64_t reserved[10];  // zero; room for later fields
+  uint64_t image_count;        // files the views decode (version 2)
+  uint64_t pixel_count;        // pixel records ("Q"; pack --predecode)
+  uint64_t pixel_bytes;        // bytes of pixel records as stored
+  uint64_t reserved[7];        // zero; room for later fields
   uint64_t checksum;      // xxh3-64 of all bytes above
 };
 static_assert(sizeof(StoreHeader) == 192);
@@ -111,6 +124,11 @@ struct InodeRecord {
   uint32_t mode;  // st_mode: type and permission bits
   uint32_t name_len;
   uint32_t parent;  // inode number of the parent (root: itself)
+  // Regular files: ImageKind (image/image.h) and, for decodable images, the size in pixels and
+  // the first of their pixel records + 1 (0: not predecoded). All zero in version 1 stores.
+  uint8_t image;
+  uint32_t width, height;
+  uint64_t pixels;
 };
 
 // Inode records are stored bit-packed, each field as wide as its largest value in this store
@@ -124,7 +142,8 @@ class InodeLayout {
   static InodeLayout For(const std::vector<InodeRecord>& records);
   // Serialized form (the "L" record), checksummed.
   std::string Serialize() const;
-  static Status Parse(std::string_view bytes, InodeLayout* layout);
+  // `version`: the store's format version (version 1 layouts have no image fields).
+  static Status Parse(std::string_view bytes, uint32_t version, InodeLayout* layout);
 
   uint32_t record_bytes() const { return record_bytes_; }
   // REQUIRES: `rec` is one of the records the layout was made For; dst has record_bytes().
@@ -133,7 +152,22 @@ class InodeLayout {
   Status Decode(const char* src, InodeRecord* rec) const;
 
  private:
-  enum Field { kSize, kData, kNameOff, kNameLen, kMtime, kMtimeNs, kMode, kParent, kFields };
+  enum Field {
+    kSize,
+    kData,
+    kNameOff,
+    kNameLen,
+    kMtime,
+    kMtimeNs,
+    kMode,
+    kParent,
+    kFieldsV1,
+    kImage = kFieldsV1,
+    kWidth,
+    kHeight,
+    kPixels,
+    kFields
+  };
   void Finish();
   uint8_t bits_[kFields] = {};
   uint32_t offset_[kFields] = {};

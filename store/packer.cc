@@ -23,6 +23,7 @@
 
 #include "common/log.h"
 #include "common/path.h"
+#include "image/image.h"
 #include "store/codec.h"
 #include "store/format.h"
 
@@ -180,6 +181,22 @@ Status ReadSource(const std::string& path, uint64_t size, uint64_t offset, uint6
   return Status::OK();
 }
 
+// A JPEG or PNG file whose chunks are all in one batch: decoded by the worker.
+struct ImageJob {
+  uint32_t handle;  // the producer's name for the file (inode number or archive node)
+  size_t first_raw, raws;
+  std::string path;  // for the log line if the views must serve it as is
+};
+struct ImageResult {
+  uint32_t handle;
+  ImageKind kind;
+  uint32_t width = 0, height = 0;
+  std::string pixel_records;       // encoded pixel records (predecode), back to back
+  std::vector<size_t> pixel_ends;  // end offset of each
+  uint64_t pixel_raw_bytes = 0;
+  std::string path, why;  // kUnsupported: what was refused
+};
+
 // A batch of consecutive payloads (chunks), compressed together by one worker.
 struct Batch {
   uint64_t first_id = 0;
@@ -190,6 +207,8 @@ struct Batch {
   uint64_t raw_bytes = 0;
   uint64_t files_completed = 0;  // files whose last chunk is in this batch
   Status status;                 // a producer error travels to the writer in its batch
+  std::vector<ImageJob> images;
+  std::vector<ImageResult> image_results;
   bool full() const { return raws.size() >= kBatchPayloads || raw_bytes >= kBatchBytes; }
   void Add(std::string raw, bool dict) {
     raw_bytes += raw.size();
@@ -198,15 +217,50 @@ struct Batch {
   }
 };
 
+// Decodes the image of `job` (its chunks are in `b`): what the views can make of it and, with
+// an encoder (predecode), its pixels as encoded records of at most `chunk_bytes` raw bytes.
+ImageResult AnalyzeImage(const Batch& b, const ImageJob& job, PayloadEncoder* enc,
+                         uint32_t chunk_bytes, Status* status) {
+  ImageResult r;
+  r.handle = job.handle;
+  std::string joined;
+  std::string_view data = b.raws[job.first_raw];
+  if (job.raws > 1) {
+    for (size_t i = 0; i < job.raws; ++i) joined += b.raws[job.first_raw + i];
+    data = joined;
+  }
+  DecodedImage img;
+  Status s = DecodeImage(data, &img);
+  if (!s.ok()) {
+    r.kind = ImageKind::kUnsupported;
+    r.path = job.path;
+    r.why = s.ToString();
+    return r;
+  }
+  r.kind = SniffImage(data);
+  r.width = img.width;
+  r.height = img.height;
+  if (enc) {
+    for (size_t off = 0; off < img.rgb.size(); off += chunk_bytes) {
+      std::string_view part = std::string_view(img.rgb).substr(off, chunk_bytes);
+      *status = enc->Encode(part, false, &r.pixel_records);
+      if (!status->ok()) return r;
+      r.pixel_ends.push_back(r.pixel_records.size());
+    }
+    r.pixel_raw_bytes = img.rgb.size();
+  }
+  return r;
+}
+
 // Compresses batches on worker threads and hands them back in submission order, with a bound
 // on how many are in flight (so memory stays bounded whatever the source's speed).
 class OrderedCompressor {
  public:
   OrderedCompressor(int threads, int level, std::shared_ptr<const Dictionary> dict,
-                    size_t max_in_flight)
+                    size_t max_in_flight, bool predecode, uint32_t chunk_bytes)
       : max_in_flight_(max_in_flight) {
     for (int t = 0; t < threads; ++t) {
-      workers_.emplace_back([this, level, dict] {
+      workers_.emplace_back([this, level, dict, predecode, chunk_bytes] {
         PayloadEncoder enc(level, dict);
         for (;;) {
           Batch b;
@@ -223,6 +277,12 @@ class OrderedCompressor {
             b.status = enc.Encode(b.raws[i], b.use_dict[i], &b.records);
             b.ends.push_back(b.records.size());
           }
+          for (const ImageJob& job : b.images) {
+            if (!b.status.ok()) break;
+            b.image_results.push_back(
+                AnalyzeImage(b, job, predecode ? &enc : nullptr, chunk_bytes, &b.status));
+          }
+          b.images.clear();
           b.raws.clear();
           std::lock_guard lock(mu_);
           done_.emplace(seq, std::move(b));
@@ -326,11 +386,16 @@ class PackRun {
 
   // Runs `produce` (which Submits batches and returns its status) against a compressor using
   // `dict`, writing everything it produces. Returns the first error.
+  // `on_image` gets what became of every image job, with the pixel record id + 1 of its first
+  // stored pixel record (0: none), on this thread.
+  using ImageFn = std::function<void(const ImageResult&, uint64_t pixels)>;
   Status Compress(std::shared_ptr<const Dictionary> dict,
-                  const std::function<Status(OrderedCompressor*)>& produce) {
+                  const std::function<Status(OrderedCompressor*)>& produce,
+                  const ImageFn& on_image) {
     prog_.phase = "compressing";
     OrderedCompressor comp(threads_, options_.zstd_level, std::move(dict),
-                           static_cast<size_t>(threads_) * 4);
+                           static_cast<size_t>(threads_) * 4, options_.predecode,
+                           options_.chunk_bytes);
     Status produced;
     std::thread producer([&] {
       produced = produce(&comp);
@@ -360,6 +425,9 @@ class PackRun {
         group.Add(record);
         ++next_id_;
       }
+      for (size_t i = 0; s.ok() && i < b.image_results.size(); ++i) {
+        s = WriteImage(b.image_results[i], on_image);
+      }
       if (!s.ok()) break;
       payload_bytes_ += b.records.size();
       prog_.files_done += b.files_completed;
@@ -368,10 +436,39 @@ class PackRun {
       Report(false);
     }
     if (s.ok() && group.count() > 0) s = writer_->Put(PayloadKey(next_id_ - 1), group.Finish());
+    if (s.ok() && pixel_group_.count() > 0) {
+      s = writer_->Put(PayloadKey(next_pixel_id_ - 1, kPixelSpace), pixel_group_.Finish());
+    }
     comp.Abort();  // on error: unblock the producer
     producer.join();
     if (!produced.ok()) return produced;
     return s;
+  }
+
+  // Stores an image's pixel records and reports it.
+  Status WriteImage(const ImageResult& r, const ImageFn& on_image) {
+    uint64_t pixels = 0;
+    if (r.kind == ImageKind::kUnsupported) {
+      ++images_as_is_;
+      Log()->warn("{}: {}: the views serve it as it is", r.path, r.why);
+    } else {
+      ++images_;
+    }
+    if (!r.pixel_ends.empty()) pixels = next_pixel_id_ + 1;
+    size_t begin = 0;
+    for (size_t end : r.pixel_ends) {
+      std::string_view record = std::string_view(r.pixel_records).substr(begin, end - begin);
+      begin = end;
+      if (pixel_group_.count() > 0 && GroupEndsBefore(pixel_group_.bytes(), record.size() + 4)) {
+        DSFS_RETURN_IF_ERROR(
+            writer_->Put(PayloadKey(next_pixel_id_ - 1, kPixelSpace), pixel_group_.Finish()));
+      }
+      pixel_group_.Add(record);
+      ++next_pixel_id_;
+    }
+    pixel_bytes_ += r.pixel_records.size();
+    on_image(r, pixels);
+    return Status::OK();
   }
 
   // Writes the metadata tables, dictionary and header, and commits.
@@ -407,12 +504,18 @@ class PackRun {
     h.payload_count = next_id_;
     h.payload_bytes = payload_bytes_;
     h.names_bytes = names.size();
+    h.image_count = images_;
+    h.pixel_count = next_pixel_id_;
+    h.pixel_bytes = pixel_bytes_;
     SealHeader(&h);
     DSFS_RETURN_IF_ERROR(
         writer_->Put(kHeaderKey, std::string_view(reinterpret_cast<const char*>(&h), sizeof(h))));
     DSFS_RETURN_IF_ERROR(writer_->Commit());
     LogPhase("metadata and commit");
     st->payload_bytes = payload_bytes_;
+    st->images = images_;
+    st->images_as_is = images_as_is_;
+    st->pixel_bytes = pixel_bytes_;
     st->dict_bytes = h.dict_bytes;
     st->seconds = std::chrono::duration<double>(Clock::now() - start_).count();
     return Status::OK();
@@ -426,6 +529,8 @@ class PackRun {
   PackProgress prog_;
   Clock::time_point start_ = Clock::now(), phase_start_ = start_, last_report_ = start_;
   uint64_t next_id_ = 0, payload_bytes_ = 0;
+  GroupBuilder pixel_group_;
+  uint64_t next_pixel_id_ = 0, pixel_bytes_ = 0, images_ = 0, images_as_is_ = 0;
 };
 
 Status CheckOptions(const PackOptions& options) {
@@ -482,6 +587,9 @@ class ArchiveTree {
     uint64_t size = 0;
     uint64_t data = 0;               // first payload id, or symlink target offset in targets_
     std::vector<uint32_t> children;  // directories only
+    uint8_t image = 0;               // InodeRecord's image fields
+    uint32_t width = 0, height = 0;
+    uint64_t pixels = 0;
   };
 
   ArchiveTree() {
@@ -568,6 +676,10 @@ class ArchiveTree {
       nodes_[id].mode = nodes_[t].mode;
       nodes_[id].size = nodes_[t].size;
       nodes_[id].data = nodes_[t].data;
+      nodes_[id].image = nodes_[t].image;
+      nodes_[id].width = nodes_[t].width;
+      nodes_[id].height = nodes_[t].height;
+      nodes_[id].pixels = nodes_[t].pixels;
     }
     std::vector<uint32_t> order{0};  // node ids in inode order
     std::vector<uint32_t> ino_of(nodes_.size(), 0);
@@ -606,6 +718,10 @@ class ArchiveTree {
         st->bytes_in += n.size;
         r.size = n.size;
         r.data = n.data;
+        r.image = n.image;
+        r.width = n.width;
+        r.height = n.height;
+        r.pixels = n.pixels;
       }
       inodes->push_back(r);
     }
@@ -727,6 +843,8 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
         uint64_t size = 0;
         bool small = archive_entry_size_is_set(e) &&
                      static_cast<uint64_t>(archive_entry_size(e)) <= kDictMaxFileBytes;
+        bool image = false;
+        size_t first_raw = b->raws.size();
         std::string chunk;
         for (;;) {
           chunk.resize(options.chunk_bytes);
@@ -739,14 +857,19 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
           }
           chunk.resize(got);
           if (got == 0) break;
+          if (size == 0) image = SniffImage(chunk) != ImageKind::kNone;
           size += got;
           if (b->raws.empty()) b->first_id = next_id;
           b->Add(std::move(chunk), small);
           chunk = std::string();
           ++next_id;
-          if (b->full()) DSFS_RETURN_IF_ERROR(flush(b));
+          // An image's chunks stay in one batch (the worker decodes it whole), up to a limit.
+          if (image && size > kMaxImageFileBytes) image = false;
+          if (b->full() && !image) DSFS_RETURN_IF_ERROR(flush(b));
+          if (b->raws.empty()) first_raw = 0;
           if (got < options.chunk_bytes) break;
         }
+        if (image) b->images.push_back({id, first_raw, b->raws.size() - first_raw, path});
         ArchiveTree::Node& n = tree.node(id);
         n.mode = S_IFREG | (mode & 07777);
         n.mtime_s = mtime_s;
@@ -756,6 +879,7 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
         ++b->files_completed;
         prog.bytes_total += size;
         ++prog.files_total;
+        if (b->full()) DSFS_RETURN_IF_ERROR(flush(b));
         return Status::OK();
       }
       default:
@@ -815,6 +939,12 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
     }
     if (!b.raws.empty() || b.files_completed) comp->Submit(std::move(b));
     return Status::OK();
+  }, [&](const ImageResult& r, uint64_t pixels) {
+    ArchiveTree::Node& n = tree.node(r.handle);
+    n.image = static_cast<uint8_t>(r.kind);
+    n.width = r.width;
+    n.height = r.height;
+    n.pixels = pixels;
   }));
   run.LogPhase("reading and compressing");
   if (archive_read_close(a.get()) != ARCHIVE_OK) return ArchiveError(a.get(), name);
@@ -881,29 +1011,47 @@ Status PackDirectory(const std::string& src_in, const PackOptions& options, KvWr
     uint64_t id = 0;
     Batch b;
     for (uint32_t ino : files) {
-      const InodeRecord& r = tree.inodes[ino - 1];
+      const uint64_t size = tree.inodes[ino - 1].size;
       std::string path = SourcePath(tree, ino);
-      for (uint64_t off = 0; off < r.size; off += options.chunk_bytes) {
+      bool image = false;
+      size_t first_raw = b.raws.size();
+      for (uint64_t off = 0; off < size; off += options.chunk_bytes) {
         if (b.raws.empty()) b.first_id = id;
         std::string raw;
-        Status s = ReadSource(path, r.size, off,
-                              std::min<uint64_t>(options.chunk_bytes, r.size - off), &raw);
+        Status s = ReadSource(path, size, off,
+                              std::min<uint64_t>(options.chunk_bytes, size - off), &raw);
         if (!s.ok()) {
           b.status = s;
           comp->Submit(std::move(b));
           return Status::OK();  // the error reaches the writer in order, after earlier batches
         }
-        b.Add(std::move(raw), r.size <= kDictMaxFileBytes);
+        if (off == 0) {
+          image = size <= kMaxImageFileBytes && SniffImage(raw) != ImageKind::kNone;
+        }
+        b.Add(std::move(raw), size <= kDictMaxFileBytes);
         ++id;
-        if (b.full()) {
+        // An image's chunks stay in one batch: the worker decodes it whole.
+        if (b.full() && !image) {
           if (!comp->Submit(std::move(b))) return Status::OK();
           b = Batch();
         }
       }
+      if (image) b.images.push_back({ino, first_raw, b.raws.size() - first_raw, path});
       ++b.files_completed;
+      if (b.full()) {
+        if (!comp->Submit(std::move(b))) return Status::OK();
+        b = Batch();
+      }
     }
     if (!b.raws.empty() || b.files_completed) comp->Submit(std::move(b));
     return Status::OK();
+  }, [&](const ImageResult& r, uint64_t pixels) {
+    // The producer reads only the size and names of records: these fields are the writer's.
+    InodeRecord& rec = tree.inodes[r.handle - 1];
+    rec.image = static_cast<uint8_t>(r.kind);
+    rec.width = r.width;
+    rec.height = r.height;
+    rec.pixels = pixels;
   }));
   run.LogPhase("compressing");
   DSFS_RETURN_IF_ERROR(run.Finish(tree.inodes, tree.names, dict_bytes, &st));

@@ -16,6 +16,8 @@ struct PackOptions {
   uint32_t chunk_bytes = 256 << 10;   // large files are split into independently read chunks
   uint32_t segment_bytes = 64 << 10;  // metadata checksum granularity
   int threads = 0;                    // compression threads; 0 = one per core
+  // Also store every image's decoded pixels (compressed), so the views never decode.
+  bool predecode = false;
 };
 
 struct PackProgress {
@@ -27,16 +29,23 @@ struct PackProgress {
   const char* phase = "";  // "scanning", "training", "compressing", "finishing"
 };
 
+// JPEG and PNG files up to this size are decoded at pack time (larger ones: served as is).
+inline constexpr uint64_t kMaxImageFileBytes = 32 << 20;
+
 struct PackStats {
   uint64_t files = 0, dirs = 0, symlinks = 0, skipped = 0;
   uint64_t bytes_in = 0;       // sum of regular file sizes
   uint64_t payload_bytes = 0;  // stored payload records
+  uint64_t images = 0;         // JPEG/PNG files the views decode
+  uint64_t images_as_is = 0;   // JPEG/PNG files the views serve as they are (see image.h)
+  uint64_t pixel_bytes = 0;    // stored pixel records (predecode)
   uint32_t dict_bytes = 0;
   double seconds = 0;
 };
 
 // Walks `src` (never following symlinks; storing them as symlinks), compresses file contents on
-// `options.threads` threads and writes a complete store to `writer`, then commits it. Special
+// `options.threads` threads (and decodes every JPEG and PNG up to kMaxImageFileBytes, to record
+// whether and at what size the views can serve it decoded) and writes a complete store to `writer`, then commits it. Special
 // files (devices, fifos, sockets) are skipped with a warning. Errors name the path involved; on
 // error nothing is committed. `progress` (may be empty) is called from the calling thread a few
 // times a second.

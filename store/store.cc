@@ -61,7 +61,7 @@ Status Store::Init() {
     return gs;
   };
   DSFS_RETURN_IF_ERROR(get(kLayoutKey, &layout_value_));
-  DSFS_RETURN_IF_ERROR(InodeLayout::Parse(layout_value_.data(), &layout_));
+  DSFS_RETURN_IF_ERROR(InodeLayout::Parse(layout_value_.data(), h.version, &layout_));
   DSFS_RETURN_IF_ERROR(get(kInodeKey, &inode_value_));
   DSFS_RETURN_IF_ERROR(get(kInodeSumKey, &inode_sums_));
   DSFS_RETURN_IF_ERROR(get(kNameKey, &name_value_));
@@ -215,8 +215,38 @@ Status Store::ReadChunk(const InodeRecord& rec, uint64_t index, bool use_cache,
                         ByteCache::Value* pin, std::string* scratch, std::string_view* out) const {
   uint64_t chunk = header_.chunk_bytes;
   uint64_t expected = std::min<uint64_t>(chunk, rec.size - index * chunk);
-  uint64_t id = rec.data + index;
-  ByteCache* cache = use_cache ? cache_.get() : nullptr;
+  Status s = ReadRecord(kPayloadSpace, rec.data + index, expected,
+                        use_cache ? cache_.get() : nullptr, pin, scratch, out);
+  if (!s.ok()) {
+    return s.WithContext("payload " + std::to_string(rec.data + index) + " (chunk " +
+                         std::to_string(index) + ")");
+  }
+  return s;
+}
+
+Status Store::ReadPixels(const InodeRecord& rec, std::string* rgb) const {
+  if (!IsDecodableImage(rec) || rec.pixels == 0) {
+    return Status::InvalidArgument("no stored pixels");
+  }
+  uint64_t total = uint64_t{rec.width} * rec.height * 3;
+  uint64_t chunk = header_.chunk_bytes;
+  rgb->clear();
+  rgb->reserve(total);
+  std::string scratch;
+  for (uint64_t i = 0; i * chunk < total; ++i) {
+    ByteCache::Value pin;
+    std::string_view data;
+    Status s = ReadRecord(kPixelSpace, rec.pixels - 1 + i, std::min(chunk, total - i * chunk),
+                          nullptr, &pin, &scratch, &data);
+    if (!s.ok()) return s.WithContext("pixel record " + std::to_string(rec.pixels - 1 + i));
+    rgb->append(data);
+  }
+  return Status::OK();
+}
+
+Status Store::ReadRecord(char space, uint64_t id, uint64_t expected, ByteCache* cache,
+                         ByteCache::Value* pin, std::string* scratch,
+                         std::string_view* out) const {
   if (cache) {
     if (ByteCache::Value v = cache->Get(id)) {
       *out = *v;
@@ -228,8 +258,8 @@ Status Store::ReadChunk(const InodeRecord& rec, uint64_t index, bool use_cache,
   std::string key;
   std::string_view record;
   uint64_t last_id = 0;
-  Status s = kv_->Seek(PayloadKey(id), &key, &v);
-  if (s.IsNotFound() || (s.ok() && !ParsePayloadKey(key, &last_id))) {
+  Status s = kv_->Seek(PayloadKey(id, space), &key, &v);
+  if (s.IsNotFound() || (s.ok() && !ParsePayloadKey(key, &last_id, space))) {
     s = Status::Corruption("payload record missing");
   }
   if (s.ok()) s = FindInGroup(v.data(), last_id, id, &record);
@@ -261,11 +291,7 @@ Status Store::ReadChunk(const InodeRecord& rec, uint64_t index, bool use_cache,
       if (s.ok()) *out = *scratch;
     }
   }
-  if (!s.ok()) {
-    return s.WithContext("payload " + std::to_string(id) + " (chunk " + std::to_string(index) +
-                         ")");
-  }
-  return Status::OK();
+  return s;
 }
 
 void Store::NoteBackendRead(uint64_t bytes) const {

@@ -67,6 +67,9 @@ class Store {
   // buf->bytes). Corruption if a payload fails its checksum: never returns wrong bytes.
   Status Read(const InodeRecord& rec, uint64_t offset, uint64_t size, ReadBuffer* buf,
               std::string_view* out) const;
+  // The decoded pixels stored for image `rec` at pack time (--predecode): height rows of
+  // width * 3 bytes. InvalidArgument if it has none; Corruption if they fail their checksum.
+  Status ReadPixels(const InodeRecord& rec, std::string* rgb) const;
   // Decompresses chunk `index` of `rec` into the cache if it is not there (readahead).
   Status Prefetch(const InodeRecord& rec, uint64_t index) const;
   // Number of chunks of regular file `rec`.
@@ -98,6 +101,10 @@ class Store {
 
   // Asks the backend to read the metadata of entries [first, first + count) ahead.
   void WillNeedEntries(uint32_t first, uint32_t count) const;
+  // Record `id` of `space` ("P" payloads, "Q" pixels), decompressed, of `expected` bytes; the
+  // cache (may be null) is looked up and filled by id.
+  Status ReadRecord(char space, uint64_t id, uint64_t expected, ByteCache* cache,
+                    ByteCache::Value* pin, std::string* scratch, std::string_view* out) const;
   Status TimedDecode(const PayloadView& p, char* dst) const;
   void NoteBackendRead(uint64_t bytes) const;
 
@@ -117,5 +124,9 @@ class Store {
 inline bool IsDir(const InodeRecord& r) { return (r.mode & 0170000) == 0040000; }
 inline bool IsReg(const InodeRecord& r) { return (r.mode & 0170000) == 0100000; }
 inline bool IsLink(const InodeRecord& r) { return (r.mode & 0170000) == 0120000; }
+// A regular file the views serve decoded (ImageKind kJpeg or kPng, with its size recorded).
+inline bool IsDecodableImage(const InodeRecord& r) {
+  return IsReg(r) && (r.image == 1 || r.image == 2) && r.width > 0 && r.height > 0;
+}
 
 }  // namespace dsfs

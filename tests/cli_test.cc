@@ -117,7 +117,7 @@ TEST_F(CliTest, LsCatInfoVerify) {
   r = Dsfs({"info", "--json", store_});
   ASSERT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("\"files\": 103"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("\"format_version\": 1"), std::string::npos);
+  EXPECT_NE(r.out.find("\"format_version\": 2"), std::string::npos);
   r = Dsfs({"verify", store_});
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("verified 103 files"), std::string::npos);

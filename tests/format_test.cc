@@ -45,11 +45,13 @@ TEST(FormatTest, HeaderRejectsBadMagicVersionAndChecksum) {
   bad_magic[0] = 'X';
   EXPECT_EQ(ParseHeader(bad_magic, &parsed).code(), Status::Code::kInvalidArgument);
 
-  StoreHeader v2 = SampleHeader();
-  v2.version = 2;
-  Status s = ParseHeader(Bytes(v2), &parsed);
-  EXPECT_EQ(s.code(), Status::Code::kNotSupported);
-  EXPECT_NE(s.message().find("version 2"), std::string::npos);
+  for (uint32_t version : {0u, kFormatVersion + 1}) {
+    StoreHeader future = SampleHeader();
+    future.version = version;
+    Status s = ParseHeader(Bytes(future), &parsed);
+    EXPECT_EQ(s.code(), Status::Code::kNotSupported);
+    EXPECT_NE(s.message().find("version " + std::to_string(version)), std::string::npos);
+  }
 
   std::string flipped = b;
   flipped[40] ^= 1;
@@ -60,14 +62,15 @@ TEST(FormatTest, HeaderRejectsBadMagicVersionAndChecksum) {
 
 TEST(FormatTest, InodeLayoutRoundTripsExtremes) {
   std::vector<InodeRecord> recs;
-  recs.push_back({0, 0, 0, 100, 0, 040755, 0, 1});
-  recs.push_back({1ull << 40, 123456789, 77, -5, 999999999, 0100644, 255, 1});
-  recs.push_back({5, 0xffffffffffffull, 1ull << 33, 1700000000, 1, 0120777, 17, 2});
-  recs.push_back({~0ull, ~0ull, ~0ull, INT64_MAX / 2, 0, 0100600, 4096, 0xfffffffe});
+  recs.push_back({0, 0, 0, 100, 0, 040755, 0, 1, 0, 0, 0, 0});
+  recs.push_back({1ull << 40, 123456789, 77, -5, 999999999, 0100644, 255, 1, 1, 32, 32, 0});
+  recs.push_back({5, 0xffffffffffffull, 1ull << 33, 1700000000, 1, 0120777, 17, 2, 2, 65535, 7, 1});
+  recs.push_back(
+      {~0ull, ~0ull, ~0ull, INT64_MAX / 2, 0, 0100600, 4096, 0xfffffffe, 3, 0, 0, ~0ull});
   InodeLayout layout = InodeLayout::For(recs);
   std::string bytes = layout.Serialize();
   InodeLayout parsed;
-  ASSERT_TRUE(InodeLayout::Parse(bytes, &parsed).ok());
+  ASSERT_TRUE(InodeLayout::Parse(bytes, kFormatVersion, &parsed).ok());
   std::string buf(parsed.record_bytes(), '\0');
   for (const auto& r : recs) {
     layout.Encode(r, buf.data());
@@ -81,6 +84,10 @@ TEST(FormatTest, InodeLayoutRoundTripsExtremes) {
     EXPECT_EQ(d.mtime_ns, r.mtime_ns);
     EXPECT_EQ(d.mode, r.mode);
     EXPECT_EQ(d.parent, r.parent);
+    EXPECT_EQ(d.image, r.image);
+    EXPECT_EQ(d.width, r.width);
+    EXPECT_EQ(d.height, r.height);
+    EXPECT_EQ(d.pixels, r.pixels);
   }
 }
 
@@ -88,27 +95,28 @@ TEST(FormatTest, InodeLayoutIsNarrowForSmallTrees) {
   std::vector<InodeRecord> recs;
   for (uint32_t i = 0; i < 1000; ++i) {
     recs.push_back(
-        {i * 10u % 4000, i, i * 15ull, 1700000000 + i % 60, 0, 0100644, 15, i / 100 + 1});
+        {i * 10u % 4000, i, i * 15ull, 1700000000 + i % 60, 0, 0100644, 15, i / 100 + 1, 0, 0,
+         0, 0});
   }
   EXPECT_LE(InodeLayout::For(recs).record_bytes(), 12u);
 }
 
 TEST(FormatTest, InodeLayoutRejectsDamage) {
-  std::vector<InodeRecord> recs = {{1, 2, 3, 4, 5, 0100644, 6, 1}};
+  std::vector<InodeRecord> recs = {{1, 2, 3, 4, 5, 0100644, 6, 1, 0, 0, 0, 0}};
   std::string bytes = InodeLayout::For(recs).Serialize();
   InodeLayout parsed;
   for (size_t i = 0; i < bytes.size(); ++i) {
     std::string bad = bytes;
     bad[i] ^= 0x40;
-    EXPECT_FALSE(InodeLayout::Parse(bad, &parsed).ok()) << "flip at " << i;
+    EXPECT_FALSE(InodeLayout::Parse(bad, kFormatVersion, &parsed).ok()) << "flip at " << i;
   }
-  EXPECT_FALSE(InodeLayout::Parse(bytes.substr(0, 10), &parsed).ok());
+  EXPECT_FALSE(InodeLayout::Parse(bytes.substr(0, 10), kFormatVersion, &parsed).ok());
 }
 
 TEST(FormatTest, InodeDecodeRejectsModeIndexOutOfRange) {
-  std::vector<InodeRecord> recs = {{0, 0, 0, 0, 0, 0100644, 0, 1},
-                                   {0, 0, 0, 0, 0, 040755, 0, 1},
-                                   {0, 0, 0, 0, 0, 0120777, 0, 1}};
+  std::vector<InodeRecord> recs = {{0, 0, 0, 0, 0, 0100644, 0, 1, 0, 0, 0, 0},
+                                   {0, 0, 0, 0, 0, 040755, 0, 1, 0, 0, 0, 0},
+                                   {0, 0, 0, 0, 0, 0120777, 0, 1, 0, 0, 0, 0}};
   InodeLayout layout = InodeLayout::For(recs);  // 3 modes: index field is 2 bits wide
   std::string buf(layout.record_bytes(), '\xff');
   InodeRecord d;

@@ -110,6 +110,12 @@ Status LogToFile(const std::string& path) {
   return Status::OK();
 }
 
+void LogToStderr() {
+  std::lock_guard<std::mutex> lock(g_sink_mu);
+  g_file_sink.reset();
+  ReplaceSinks(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+}
+
 void LogToSyslogUnlessFile() {
   std::lock_guard<std::mutex> lock(g_sink_mu);
   if (g_file_sink) return;

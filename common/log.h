@@ -36,6 +36,8 @@ bool IsLogLevel(std::string_view name);
 // Sends the log to the file at `path` (appending; created 0640 if missing) instead of where it
 // went. IOError if it cannot be opened; the log is then unchanged.
 [[nodiscard]] Status LogToFile(const std::string& path);
+// Sends the log to stderr again (the default).
+void LogToStderr();
 // Sends the log to syslog (facility daemon, tagged "dsfs[PID]") unless it goes to a file.
 void LogToSyslogUnlessFile();
 // Closes and reopens the log file (after logrotate moved it); a no-op unless logging to a file.

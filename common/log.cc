@@ -1,14 +1,17 @@
 #include "common/log.h"
 
 #include <fcntl.h>
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/sinks/syslog_sink.h>
+#include <sys/stat.h>
 #include <syslog.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -16,6 +19,56 @@ namespace dsfs {
 namespace {
 
 constexpr const char* kPattern = "[%Y-%m-%d %H:%M:%S.%e] [%l] %v";
+
+// True if stderr is the journal's stream (a systemd service's stderr): journald documents
+// $JOURNAL_STREAM as "DEVICE:INODE" of that stream.
+bool StderrIsJournal() {
+  const char* env = std::getenv("JOURNAL_STREAM");
+  struct stat st;
+  if (!env || ::fstat(2, &st) != 0) return false;
+  unsigned long long dev = 0, ino = 0;
+  if (std::sscanf(env, "%llu:%llu", &dev, &ino) != 2) return false;
+  return dev == static_cast<unsigned long long>(st.st_dev) &&
+         ino == static_cast<unsigned long long>(st.st_ino);
+}
+
+// "%*": the syslog priority of the level, as journald reads from a "<N>" line prefix.
+class SyslogPriorityFlag : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    int priority = LOG_DEBUG;
+    switch (msg.level) {
+      case spdlog::level::critical:
+        priority = LOG_CRIT;
+        break;
+      case spdlog::level::err:
+        priority = LOG_ERR;
+        break;
+      case spdlog::level::warn:
+        priority = LOG_WARNING;
+        break;
+      case spdlog::level::info:
+        priority = LOG_INFO;
+        break;
+      default:
+        break;
+    }
+    dest.push_back(static_cast<char>('0' + priority));
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<SyslogPriorityFlag>();
+  }
+};
+
+// Under systemd, stderr lines go to the journal, which stamps them itself: each line gets
+// only a "<N>" priority prefix, so `journalctl -p err` works.
+void UseJournalFormatIfStderrIsJournal(spdlog::logger* logger) {
+  if (!StderrIsJournal()) return;
+  auto formatter = std::make_unique<spdlog::pattern_formatter>();
+  formatter->add_flag<SyslogPriorityFlag>('*').set_pattern("<%*>%v");
+  logger->set_formatter(std::move(formatter));
+}
 
 // A file sink that can be reopened by name: after logrotate renames the file, SIGHUP makes the
 // daemon write to a new one. (spdlog's basic_file_sink keeps its descriptor for good.)
@@ -84,6 +137,7 @@ std::shared_ptr<spdlog::logger> Log() {
     if (!logger) {
       logger = spdlog::stderr_color_mt("dsfs");
       logger->set_pattern(kPattern);
+      UseJournalFormatIfStderrIsJournal(logger.get());
       logger->set_level(spdlog::level::warn);
     }
   });
@@ -114,6 +168,7 @@ void LogToStderr() {
   std::lock_guard<std::mutex> lock(g_sink_mu);
   g_file_sink.reset();
   ReplaceSinks(std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+  UseJournalFormatIfStderrIsJournal(Log().get());
 }
 
 void LogToSyslogUnlessFile() {

@@ -3,8 +3,9 @@
 // code.
 //
 // Where the log goes: stderr by default (in the foreground, and under systemd, whose journal
-// captures a service's stderr), a file (`-o log_file=PATH`, reopened on SIGHUP so logrotate can
-// move it away), or syslog (a background daemon that has no stderr left).
+// captures a service's stderr: there, lines carry a "<N>" priority prefix instead of a time), a
+// file (`-o log_file=PATH`, reopened on SIGHUP so logrotate can move it away), or syslog (a
+// background daemon that has no stderr left).
 //
 // Errors that can repeat once per request (a damaged payload read a million times) go through
 // LogRepeated: one line per message per interval, then a "repeated K times" summary.

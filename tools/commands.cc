@@ -50,7 +50,9 @@ constexpr const char* kServiceHelp = R"(Running as a service:
             like `dsfs mount`; `mount /mnt/ds`, `umount /mnt/ds` and systemd .mount units work)
   systemd:  dsfs@.service, instance = the escaped mountpoint (systemd-escape -p /mnt/ds), reads
             STORE= and OPTIONS= from /etc/dsfs/INSTANCE.conf; systemctl start dsfs@mnt-ds
-See README.md, "Running as a service".)";
+  by hand:  mount -t fuse.dsfs -o ro,cache_size=8G /data/ds.db /mnt/ds
+  cmake --install puts bin/dsfs, /sbin/mount.fuse.dsfs (mount(8) looks in /sbin only) and
+  lib/systemd/system/dsfs@.service in place. See README.md, "Running as a service".)";
 
 const char* kHelperUsage =
     "usage: mount.fuse.dsfs STORE MOUNTPOINT [-s] [-f] [-n] [-v] [-o OPTIONS]\n"

@@ -1,6 +1,7 @@
 #include "fs/fuse_ops.h"
 
 #include <fuse_lowlevel.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -323,6 +324,9 @@ Status ServeFuse(Filesystem* fs, const std::string& mountpoint, const FuseOption
     fuse_session_destroy(se);
     return Status::IOError("cannot install signal handlers");
   }
+  // libfuse ends the session on SIGHUP; dsfs reopens its log instead (ServiceMonitor). Until
+  // the monitor runs, a SIGHUP is ignored rather than fatal.
+  ::signal(SIGHUP, SIG_IGN);
   if (fuse_session_mount(se, mountpoint.c_str()) != 0) {
     fuse_remove_signal_handlers(se);
     fuse_session_destroy(se);

@@ -2223,6 +2223,93 @@ TEST(ServiceTest, RepeatedReadErrorsAreLoggedWithACount) {
             << " log lines, " << repeated + 1 << " errors counted\n";
 }
 
+// The argv systemd would run for `key` (ExecStop, ExecStopPost) of this build's
+// dsfs@.service for the instance whose mountpoint is `mp`: the leading "-" dropped, words
+// split with single quotes grouping, "$$" made "$" and %f replaced.
+std::vector<std::string> UnitCommand(const std::string& key, const std::string& mp) {
+  std::istringstream in(ReadFile(std::string(DSFS_BUILD_DIR) + "/systemd/dsfs@.service"));
+  std::string line, value;
+  while (std::getline(in, line)) {
+    if (line.rfind(key + "=", 0) == 0) value = line.substr(key.size() + 1);
+  }
+  if (!value.empty() && value[0] == '-') value.erase(0, 1);
+  std::vector<std::string> argv;
+  std::string word;
+  bool quoted = false, in_word = false;
+  for (char c : value) {
+    if (c == '\'') {
+      quoted = !quoted;
+      in_word = true;
+    } else if (c == ' ' && !quoted) {
+      if (in_word) argv.push_back(word);
+      word.clear();
+      in_word = false;
+    } else {
+      word += c;
+      in_word = true;
+    }
+  }
+  if (in_word) argv.push_back(word);
+  for (std::string& a : argv) {
+    for (size_t p; (p = a.find("$$")) != std::string::npos;) a.replace(p, 2, "$");
+    for (size_t p; (p = a.find("%f")) != std::string::npos;) a.replace(p, 2, mp);
+  }
+  return argv;
+}
+
+// What systemd runs to stop dsfs@.service: ExecStop unmounts and the daemon exits 0;
+// ExecStopPost clears the dead mount of a daemon that was killed, so a restart can mount.
+TEST(ServiceTest, UnitStopCommandsUnmountAndClearADeadMount) {
+  SKIP_UNLESS_CAN_MOUNT();
+  SmallStore s;
+  ASSERT_EQ(s.pack.exit_code, 0) << Describe(s.pack);
+  std::vector<std::string> stop = UnitCommand("ExecStop", s.mp);
+  std::vector<std::string> stop_post = UnitCommand("ExecStopPost", s.mp);
+  ASSERT_EQ(stop, (std::vector<std::string>{DsfsBinary(), "umount", s.mp}));
+  ASSERT_EQ(stop_post.size(), 5u) << ::testing::PrintToString(stop_post);
+  MountGuard guard(s.mp);
+  {
+    pid_t pid = Spawn({DsfsBinary(), "mount", "--foreground", s.store, s.mp, "-o", "ro,"}, {},
+                      s.dir / "stderr.txt");
+    ASSERT_GT(pid, 0);
+    guard.Own(pid);
+    ASSERT_TRUE(WaitUntil([&] { return MountAnswers(s.mp); }, milliseconds(15000)));
+    CommandResult r = RunCommand(stop, 30);
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_EQ(ExitCode(pid, milliseconds(5000)), 0) << ReadFile(s.dir / "stderr.txt");
+    guard.Forget(pid);
+    EXPECT_FALSE(IsMounted(s.mp));
+  }
+  {
+    pid_t pid =
+        Spawn({DsfsBinary(), "mount", "--foreground", s.store, s.mp}, {}, s.dir / "stderr.txt");
+    ASSERT_GT(pid, 0);
+    guard.Own(pid);
+    ASSERT_TRUE(WaitUntil([&] { return MountAnswers(s.mp); }, milliseconds(15000)));
+    ASSERT_EQ(::kill(pid, SIGKILL), 0);
+    WaitChild(pid, milliseconds(5000));
+    guard.Forget(pid);
+    ASSERT_TRUE(IsMounted(s.mp)) << "kill -9 leaves a dead mount";
+    auto with_result = [&](const std::string& result) {
+      std::vector<std::string> argv = {"env", "SERVICE_RESULT=" + result};
+      argv.insert(argv.end(), stop_post.begin(), stop_post.end());
+      return RunCommand(argv, 30);
+    };
+    // After a clean stop there is nothing to clear: the command does nothing.
+    CommandResult r = with_result("success");
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_TRUE(IsMounted(s.mp));
+    r = with_result("signal");
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_FALSE(IsMounted(s.mp)) << "ExecStopPost left the dead mount";
+    // Restart=on-failure: the next start mounts.
+    r = guard.MountBackground(s.store);
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    std::string data, error;
+    ASSERT_TRUE(ReadAll(s.mp + "/a.txt", &data, &error)) << error;
+  }
+}
+
 // mount(8) runs /sbin/mount.fuse.dsfs SOURCE MOUNTPOINT [-n] -o OPTIONS: here the helper is a
 // link in a temporary directory, run with that argv convention.
 TEST(MountHelperTest, HelperMountsWithFstabOptions) {

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <ctime>
 
+#include "common/units.h"
+
 namespace dsfs {
 
 Filesystem::Filesystem(std::unique_ptr<Store> store, const FsOptions& options)
@@ -276,6 +278,25 @@ std::string Filesystem::StatsJson() const {
   field("file_bytes", h.file_bytes);
   j += "}}";
   return j;
+}
+
+std::string Filesystem::StatusLine() const {
+  auto n = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  const RequestCounters& c = counters_;
+  uint64_t requests = n(c.lookup) + n(c.getattr) + n(c.readdir) + n(c.open) + n(c.read) +
+                      n(c.readlink) + n(c.statfs);
+  std::string line = "serving: " + std::to_string(requests) + " requests, " +
+                     FormatBytes(n(c.bytes_read)) + " read, " + std::to_string(n(c.errors)) +
+                     " errors; ";
+  if (ByteCache* cache = store_->cache()) {
+    ByteCache::Stats cs = cache->stats();
+    uint64_t lookups = cs.hits + cs.misses;
+    line += "cache " + FormatBytes(cs.bytes) + " of " + FormatBytes(cs.capacity_bytes) + ", " +
+            std::to_string(lookups == 0 ? 0 : cs.hits * 100 / lookups) + "% hits";
+  } else {
+    line += "no cache";
+  }
+  return line;
 }
 
 }  // namespace dsfs

@@ -1,10 +1,12 @@
 #include "fs/fuse_ops.h"
 
 #include <fuse_lowlevel.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "fs/service.h"
 
 namespace dsfs {
 namespace {
@@ -31,16 +34,22 @@ void Guard(fuse_req_t req, const char* op, F&& body) {
   try {
     body();
   } catch (const std::exception& e) {
-    Log()->error("{}: unexpected exception: {}", op, e.what());
+    LogRepeated(spdlog::level::err, "{}: unexpected exception: {}", op, e.what());
     fuse_reply_err(req, EIO);
   } catch (...) {
-    Log()->error("{}: unexpected exception", op);
+    LogRepeated(spdlog::level::err, "{}: unexpected exception", op);
     fuse_reply_err(req, EIO);
   }
 }
 
+// A damaged record answers EIO on every read of it: logged through the repeat limiter, so a
+// training loop that reads it a million times leaves a line and a count, not a million lines.
 int ErrnoOf(const Status& s, const char* op, fuse_ino_t ino) {
-  if (s.IsCorruption()) Log()->error("{} on inode {}: {}", op, ino, s.message());
+  if (s.IsCorruption()) {
+    LogRepeated(spdlog::level::err, "{} on inode {}: {}", op, ino, s.message());
+  } else if (!s.IsNotFound()) {
+    Log()->debug("{} on inode {}: {}", op, ino, s.message());
+  }
   return s.ToErrno();
 }
 
@@ -317,6 +326,9 @@ Status ServeFuse(Filesystem* fs, const std::string& mountpoint, const FuseOption
     fuse_session_destroy(se);
     return Status::IOError("cannot install signal handlers");
   }
+  // libfuse ends the session on SIGHUP; dsfs reopens its log instead (ServiceMonitor). Until
+  // the monitor runs, a SIGHUP is ignored rather than fatal.
+  ::signal(SIGHUP, SIG_IGN);
   if (fuse_session_mount(se, mountpoint.c_str()) != 0) {
     fuse_remove_signal_handlers(se);
     fuse_session_destroy(se);
@@ -352,12 +364,21 @@ Status ServeFuse(Filesystem* fs, const std::string& mountpoint, const FuseOption
     Log()->debug("metadata read ahead: {} bytes", bytes);
   });
   if (on_mounted) on_mounted();
+  ServiceMonitor::Options mo;
+  mo.mountpoint = mountpoint;
+  mo.notify = options.notify_systemd;
+  mo.status_interval = std::chrono::milliseconds(
+      static_cast<int64_t>(std::max(0.05, options.status_interval_s) * 1000));
+  ServiceMonitor monitor(mo, [fs] { return fs->StatusLine(); });
+  Status ms = monitor.Start();
+  if (!ms.ok()) Log()->warn("service monitor: {}", ms.message());
   struct fuse_loop_config* cfg = fuse_loop_cfg_create();
   fuse_loop_cfg_set_clone_fd(cfg, 0);
   fuse_loop_cfg_set_max_threads(cfg, static_cast<unsigned>(std::max(1, options.threads)));
   fuse_loop_cfg_set_idle_threads(cfg, static_cast<unsigned>(std::max(1, options.threads)));
   int rc = fuse_session_loop_mt(se, cfg);
   fuse_loop_cfg_destroy(cfg);
+  monitor.Stopping();
   warm.join();
   Prefetcher::Stats ps = prefetcher->stats();
   Log()->info("unmounting: pushed {} files ({} bytes, {} retries, {} failures), readahead {} files",
@@ -367,7 +388,9 @@ Status ServeFuse(Filesystem* fs, const std::string& mountpoint, const FuseOption
   fs->SetPrefetcher(nullptr);
   ctx.prefetcher = nullptr;
   prefetcher.reset();
+  // Closes the device first: a readiness probe still waiting fails instead of hanging Stop.
   fuse_session_unmount(se);
+  monitor.Stop();
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
   if (rc != 0) Log()->info("FUSE session loop returned {}", rc);

@@ -24,11 +24,16 @@ struct FuseOptions {
   bool allow_other = false;  // let other users in (kernel checks the stored modes)
   bool debug = false;        // libfuse request tracing to stderr
   std::string fsname;        // shown in /proc/mounts (the store path)
+  // Report to systemd ($NOTIFY_SOCKET): READY=1 once the mount answers, STATUS= every
+  // status_interval_s, STOPPING=1 on the way out (see fs/service.h).
+  bool notify_systemd = false;
+  double status_interval_s = 5;
 };
 
 // Mounts `fs` at `mountpoint`, calls `on_mounted` once the kernel mount exists, then serves
-// requests until the filesystem is unmounted or SIGINT/SIGTERM/SIGHUP arrives; unmounts on the
-// way out. Errors are returned before `on_mounted` is called.
+// requests until the filesystem is unmounted or SIGINT/SIGTERM arrives; unmounts on the way
+// out. SIGHUP reopens the log file and does not end the session. Errors are returned before
+// `on_mounted` is called.
 Status ServeFuse(Filesystem* fs, const std::string& mountpoint, const FuseOptions& options,
                  const std::function<void()>& on_mounted);
 

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <malloc.h>
-#include <spdlog/sinks/syslog_sink.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -151,7 +150,11 @@ Status MountStore(const MountConfig& config_in) {
   // The daemon changes to "/": make both paths absolute first.
   config.store_path = AbsolutePath(config.store_path);
   config.mountpoint = AbsolutePath(config.mountpoint);
-  if (config.foreground) return Serve(config, nullptr);
+  if (config.foreground) {
+    // The process that serves is the one systemd started (Type=notify): it reports readiness.
+    config.fuse.notify_systemd = true;
+    return Serve(config, nullptr);
+  }
 
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return Status::FromErrno(errno, "pipe");
@@ -174,11 +177,9 @@ Status MountStore(const MountConfig& config_in) {
         ::dup2(null, 2);
         if (null > 2) ::close(null);
       }
-      // A daemon's stderr goes nowhere: log to syslog (the journal) instead.
-      auto logger = Log();
-      logger->sinks().clear();
-      logger->sinks().push_back(
-          std::make_shared<spdlog::sinks::syslog_sink_mt>("dsfs", LOG_PID, LOG_DAEMON, true));
+      // A daemon's stderr goes nowhere: log to syslog (the journal) instead, unless the log
+      // goes to a file (-o log_file).
+      LogToSyslogUnlessFile();
     });
     if (!reported) {
       WriteAll(fds[1], "ERR " + s.message() + "\n");

@@ -19,6 +19,10 @@ struct MountConfig {
   uint64_t cache_bytes = kDefaultCache;
   // Bytes pushed into the kernel page cache after listings; kDefaultCache = a quarter of RAM.
   uint64_t push_bytes = kDefaultCache;
+  // Logging: a level name ("" = as set by --log-level) and a file to append to ("" = stderr in
+  // the foreground, syslog for the background daemon). Applied by the dsfs command.
+  std::string log_level;
+  std::string log_file;
   FuseOptions fuse;
   FsOptions fs;
   StoreOptions store;
@@ -29,8 +33,9 @@ struct MountConfig {
 // by a killed daemon), each with a one-line message that says what to do.
 Status CheckMountpoint(const std::string& mountpoint);
 
-// Opens the store and mounts it. In the foreground, serves until unmounted or signalled. In the
-// background, returns OK only once the daemon's mount answers requests, or the daemon's error.
+// Opens the store and mounts it. In the foreground, serves until unmounted or signalled (and
+// reports to systemd if $NOTIFY_SOCKET is set, see fs/service.h). In the background, returns
+// OK only once the daemon's mount answers requests, or the daemon's error.
 Status MountStore(const MountConfig& config);
 
 // Unmounts a dsfs mount (also one whose daemon was killed). `lazy` detaches a busy mount.

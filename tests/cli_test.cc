@@ -253,5 +253,159 @@ TEST(MountOptionsTest, CliRejectsBadOptionsBeforeMounting) {
   EXPECT_NE(r.err.find("unknown mount option 'nonsense'"), std::string::npos);
 }
 
+TEST(MountOptionsTest, LoggingAndStatusOptions) {
+  MountConfig c;
+  ASSERT_TRUE(
+      ParseMountOptions("log_level=info,log_file=rel/dsfs.log,status_interval=0.5", &c).ok());
+  EXPECT_EQ(c.log_level, "info");
+  // The daemon changes to "/": a relative log file is made absolute from here.
+  EXPECT_EQ(c.log_file, (std::filesystem::current_path() / "rel/dsfs.log").string());
+  EXPECT_EQ(c.fuse.status_interval_s, 0.5);
+  MountConfig d;
+  ASSERT_TRUE(ParseMountOptions("", &d).ok());
+  EXPECT_EQ(d.log_level, "");
+  EXPECT_EQ(d.log_file, "");
+  EXPECT_EQ(d.fuse.status_interval_s, 5.0);
+  for (const char* bad : {"log_level=loud", "log_level=", "log_file=", "status_interval=0",
+                          "status_interval=x", "status_interval=1e9", "status_interval=-1"}) {
+    MountConfig e;
+    Status s = ParseMountOptions(bad, &e);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
+    std::string key = std::string(bad).substr(0, std::string(bad).find('='));
+    EXPECT_NE(s.message().find(key), std::string::npos) << s.message();
+  }
+}
+
+TEST(MountOptionsTest, BadLogLevelsAreOneLineUsageErrors) {
+  TempDir dir;
+  CliRun r = Dsfs({"mount", "-o", "log_level=loud", dir / "s.db", dir.path()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("dsfs: error: mount option log_level=loud: not one of trace"),
+            std::string::npos)
+      << r.err;
+  r = Dsfs({"--log-level", "loud", "info", dir / "s.db"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "dsfs: error: unknown log level 'loud'\n");
+}
+
+// fstab and `mount -o` hand every filesystem the same generic options: the helper skips them.
+TEST(FstabOptionsTest, GenericOptionsAreSkippedAndRwIsRefused) {
+  MountConfig c;
+  std::vector<std::string> ignored;
+  ASSERT_TRUE(ParseFstabMountOptions(
+                  "defaults,ro,noatime,cache_size=64M,nofail,_netdev,x-systemd.automount,"
+                  "x-systemd.device-timeout=10,noauto,auto,user,users,nouser,nosuid,nodev,noexec,"
+                  "exec,suid,dev,relatime,allow_other,comment=x,async",
+                  false, &c, &ignored)
+                  .ok());
+  EXPECT_EQ(c.cache_bytes, 64u << 20);
+  EXPECT_TRUE(c.fuse.allow_other);
+  EXPECT_EQ(ignored.size(), 20u);
+  EXPECT_NE(std::find(ignored.begin(), ignored.end(), "x-systemd.device-timeout=10"),
+            ignored.end());
+  EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "cache_size=64M"), ignored.end());
+
+  for (const char* bad : {"rw", "ro,rw", "remount", "bind", "bogus", "cache_size=lots"}) {
+    MountConfig e;
+    Status s = ParseFstabMountOptions(bad, false, &e, nullptr);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
+  }
+  Status rw = ParseFstabMountOptions("rw", false, &c, nullptr);
+  EXPECT_NE(rw.message().find("read-only"), std::string::npos) << rw.message();
+  // mount -s (sloppy): unknown options are skipped, malformed known ones still fail.
+  MountConfig s;
+  ignored.clear();
+  ASSERT_TRUE(ParseFstabMountOptions("bogus,threads=3,other=1", true, &s, &ignored).ok());
+  EXPECT_EQ(s.fuse.threads, 3);
+  EXPECT_EQ(ignored, (std::vector<std::string>{"bogus", "other=1"}));
+  EXPECT_FALSE(ParseFstabMountOptions("threads=x", true, &s, nullptr).ok());
+  EXPECT_FALSE(ParseFstabMountOptions("rw", true, &s, nullptr).ok());
+}
+
+// mount(8) runs `mount.fuse.dsfs SOURCE MOUNTPOINT [-s] [-f] [-n] [-v] [-o OPTIONS]`.
+TEST(MountHelperTest, ParsesTheArgvOfMount) {
+  MountHelperArgs h;
+  ASSERT_TRUE(ParseMountHelperArgs({"/data/s.db", "/mnt/ds", "-n", "-v", "-o",
+                                    "ro,cache_size=8G,nofail", "-s", "-o", "threads=3"},
+                                   &h)
+                  .ok());
+  EXPECT_EQ(h.config.store_path, "/data/s.db");
+  EXPECT_EQ(h.config.mountpoint, "/mnt/ds");
+  EXPECT_FALSE(h.config.foreground) << "the helper returns once the daemon serves";
+  EXPECT_EQ(h.config.cache_bytes, 8ull << 30);
+  EXPECT_EQ(h.config.fuse.threads, 3);
+  EXPECT_TRUE(h.verbose);
+  EXPECT_FALSE(h.fake);
+  EXPECT_EQ(h.ignored, std::vector<std::string>{"nofail"});
+
+  MountHelperArgs g;
+  ASSERT_TRUE(
+      ParseMountHelperArgs({"-nvf", "-t", "fuse.dsfs", "-oro,push=0", "s.db", "mnt"}, &g).ok());
+  EXPECT_TRUE(g.fake);
+  EXPECT_TRUE(g.verbose);
+  EXPECT_EQ(g.config.push_bytes, 0u);
+  EXPECT_EQ(g.config.store_path, "s.db");
+
+  for (std::vector<std::string> bad :
+       std::vector<std::vector<std::string>>{{"s.db"},
+                                             {"s.db", "mnt", "extra"},
+                                             {"s.db", "mnt", "-o"},
+                                             {"s.db", "mnt", "-o", "rw"},
+                                             {"s.db", "mnt", "-w"},
+                                             {"s.db", "mnt", "-t", "ext4"},
+                                             {"s.db", "mnt", "-N", "/proc/1/ns/mnt"},
+                                             {"s.db", "mnt", "-x"},
+                                             {"s.db", "mnt", "-o", "log_level=loud"}}) {
+    MountHelperArgs e;
+    EXPECT_FALSE(ParseMountHelperArgs(bad, &e).ok()) << ::testing::PrintToString(bad);
+  }
+}
+
+TEST(MountHelperTest, ErrorsAreOneLineWithMountExitCodes) {
+  TempDir dir;
+  std::ostringstream out, err;
+  EXPECT_EQ(MountHelperMain("mount.fuse.dsfs", {dir / "s.db", dir.path(), "-o", "rw"}, out, err),
+            1);
+  EXPECT_EQ(Lines(err.str()), 1) << err.str();
+  EXPECT_NE(err.str().find("dsfs: error: dsfs mounts are read-only"), std::string::npos)
+      << err.str();
+  // A store that is not there: the mount itself fails (mount(8)'s code 32).
+  std::ostringstream out2, err2;
+  EXPECT_EQ(
+      MountHelperMain("mount.fuse.dsfs", {dir / "missing.db", dir.path(), "-o", "ro"}, out2, err2),
+      32);
+  EXPECT_EQ(Lines(err2.str()), 1) << err2.str();
+  EXPECT_NE(err2.str().find("missing.db"), std::string::npos) << err2.str();
+  // -f (fake): the arguments are checked, nothing is mounted.
+  std::ostringstream out3, err3;
+  EXPECT_EQ(
+      MountHelperMain("mount.fuse.dsfs", {"-f", dir / "s.db", dir.path(), "-o", "ro"}, out3, err3),
+      0);
+  EXPECT_EQ(err3.str(), "");
+  std::ostringstream out4, err4;
+  EXPECT_EQ(MountHelperMain("mount.fuse.dsfs", {"--help"}, out4, err4), 0);
+  EXPECT_NE(out4.str().find("usage: mount.fuse.dsfs STORE MOUNTPOINT"), std::string::npos);
+  SetLogLevel("warn");
+}
+
+// The installed binary explains the service setup and every mount option.
+TEST(HelpTest, HelpTellsHowToRunItAsAService) {
+  CliRun r = Dsfs({"--help"});
+  EXPECT_EQ(r.code, 0);
+  for (const char* needle : {"fuse.dsfs", "mount.fuse.dsfs", "dsfs@.service", "/etc/dsfs/",
+                             "systemd-escape", "--log-level"}) {
+    EXPECT_NE(r.out.find(needle), std::string::npos) << needle << " not in:\n" << r.out;
+  }
+  r = Dsfs({"mount", "--help"});
+  EXPECT_EQ(r.code, 0);
+  for (const char* needle :
+       {"cache_size=", "push=", "preload", "threads=", "timeout=", "zero_open=", "os_readahead=",
+        "allow_other", "uid=N,gid=N", "log_level=", "log_file=", "status_interval=", "debug",
+        "NOTIFY_SOCKET", "READY=1", "STOPPING=1", "SIGHUP", "SIGTERM", "fuse.dsfs"}) {
+    EXPECT_NE(r.out.find(needle), std::string::npos) << needle << " not in:\n" << r.out;
+  }
+}
+
 }  // namespace
 }  // namespace dsfs

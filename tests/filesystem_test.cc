@@ -173,5 +173,25 @@ TEST_F(FilesystemTest, StatsFileIsHiddenAndLive) {
   EXPECT_EQ(fs_->Read(dir.st_ino, 0, 10, &buf, &out).code(), Status::Code::kInvalidArgument);
 }
 
+// The STATUS= line systemd shows: requests served, bytes read, errors and the cache fill.
+TEST_F(FilesystemTest, StatusLineCountsRequests) {
+  EXPECT_EQ(fs_->StatusLine(), "serving: 0 requests, 0 B read, 0 errors; no cache");
+  ReadBuffer buf;
+  std::string_view out;
+  uint64_t f = Ino(Ino(1, "cls_b"), "3.jpg");  // two lookups
+  ASSERT_TRUE(fs_->Read(f, 0, 100000, &buf, &out).ok());
+  EXPECT_EQ(fs_->StatusLine(), "serving: 3 requests, 10.0 kB read, 0 errors; no cache");
+
+  // With a RAM cache: its fill and hit rate.
+  std::shared_ptr<MemTable> table;
+  std::unique_ptr<Store> store;
+  ASSERT_TRUE(PackToMemory(dir_ / "src", PackOptions{}, &table, &store).ok());
+  std::unique_ptr<Store> cached;
+  ASSERT_TRUE(Store::Open(NewMemReader(table), &cached, std::make_shared<ByteCache>(1000000)).ok());
+  Filesystem fs(std::move(cached), FsOptions{});
+  std::string line = fs.StatusLine();
+  EXPECT_NE(line.find("cache 0 B of 1.0 MB, 0% hits"), std::string::npos) << line;
+}
+
 }  // namespace
 }  // namespace dsfs

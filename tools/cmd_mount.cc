@@ -1,6 +1,8 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cstdio>
+#include <filesystem>
 
 #include "common/log.h"
 #include "common/units.h"
@@ -18,6 +20,45 @@ Status ParseNumber(std::string_view key, std::string_view value, uint64_t max, u
   }
   *out = v;
   return Status::OK();
+}
+
+std::string FormatNumber(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+Status ParseSeconds(std::string_view key, std::string_view value, double min, double max,
+                    double* out) {
+  double v = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || ptr != value.data() + value.size() || value.empty() || !(v >= min) ||
+      !(v <= max)) {
+    return Status::InvalidArgument("mount option " + std::string(key) + "=" + std::string(value) +
+                                   ": not a number of seconds from " + FormatNumber(min) + " to " +
+                                   FormatNumber(max));
+  }
+  *out = v;
+  return Status::OK();
+}
+
+// Options mount(8) passes to every helper (from fstab or -o) that mean nothing to a read-only
+// FUSE mount, or that mount(8) and systemd act on themselves. "rw" is not one of them: dsfs
+// refuses it (ParseMountOptions).
+bool IsGenericMountOption(std::string_view key) {
+  static const std::string_view kGeneric[] = {
+      "defaults", "ro",        "auto",       "noauto",      "nofail",        "user",
+      "nouser",   "users",     "owner",      "group",       "_netdev",       "nodev",
+      "dev",      "nosuid",    "suid",       "noexec",      "exec",          "noatime",
+      "atime",    "relatime",  "norelatime", "strictatime", "nostrictatime", "nodiratime",
+      "diratime", "lazytime",  "nolazytime", "async",       "sync",          "dirsync",
+      "silent",   "loud",      "nomand",     "mand",        "comment",       "nosymfollow",
+      "iversion", "noiversion"};
+  if (key.rfind("x-", 0) == 0 || key.rfind("X-", 0) == 0) return true;
+  for (std::string_view g : kGeneric) {
+    if (key == g) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -69,10 +110,23 @@ Status ParseMountOptions(const std::string& list, MountConfig* config) {
     } else if (key == "debug" && value.empty()) {
       config->fuse.debug = true;
       SetLogLevel("debug");
+    } else if (key == "log_level") {
+      if (!IsLogLevel(value)) {
+        return Status::InvalidArgument("mount option log_level=" + std::string(value) +
+                                       ": not one of trace, debug, info, warn, error, off");
+      }
+      config->log_level = std::string(value);
+    } else if (key == "log_file") {
+      if (value.empty()) return Status::InvalidArgument("mount option log_file needs a path");
+      // The daemon changes to "/": a relative path is taken from the caller's directory.
+      config->log_file = std::filesystem::absolute(std::string(value)).lexically_normal().string();
+    } else if (key == "status_interval") {
+      DSFS_RETURN_IF_ERROR(ParseSeconds(key, value, 0.1, 86400, &config->fuse.status_interval_s));
     } else if (key == "ro" && value.empty()) {
       // Always read-only; accepted for fstab compatibility.
     } else if (key == "rw") {
-      return Status::InvalidArgument("dsfs mounts are read-only: option 'rw' is not supported");
+      return Status::InvalidArgument(
+          "dsfs mounts are read-only: option 'rw' is not supported (mount with -o ro)");
     } else {
       return Status::InvalidArgument("unknown mount option '" + std::string(opt) + "'");
     }
@@ -80,7 +134,102 @@ Status ParseMountOptions(const std::string& list, MountConfig* config) {
   return Status::OK();
 }
 
-Status RunMount(const MountConfig& config) { return MountStore(config); }
+Status ParseFstabMountOptions(const std::string& list, bool sloppy, MountConfig* config,
+                              std::vector<std::string>* ignored) {
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t comma = list.find(',', pos);
+    if (comma == std::string::npos) comma = list.size();
+    std::string opt = list.substr(pos, comma - pos);
+    pos = comma + 1;
+    if (opt.empty()) continue;
+    std::string key = opt.substr(0, opt.find('='));
+    if (key == "remount" || key == "bind" || key == "rbind" || key == "move") {
+      return Status::InvalidArgument("mount option '" + key + "' is not supported by dsfs");
+    }
+    if (key != "ro" && IsGenericMountOption(key)) {
+      if (ignored) ignored->push_back(opt);
+      continue;
+    }
+    Status s = ParseMountOptions(opt, config);
+    if (!s.ok() && sloppy && s.message().rfind("unknown mount option", 0) == 0) {
+      // mount -s: tolerate options this helper does not know.
+      if (ignored) ignored->push_back(opt);
+      continue;
+    }
+    DSFS_RETURN_IF_ERROR(s);
+  }
+  return Status::OK();
+}
+
+Status ParseMountHelperArgs(const std::vector<std::string>& args, MountHelperArgs* out) {
+  std::vector<std::string> positional;
+  std::string options;
+  bool sloppy = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto next = [&](const char* what) -> Status {
+      if (i + 1 >= args.size()) return Status::InvalidArgument(a + " needs " + what);
+      ++i;
+      return Status::OK();
+    };
+    if (a == "-o") {
+      DSFS_RETURN_IF_ERROR(next("an option list"));
+      options += (options.empty() ? "" : ",") + args[i];
+    } else if (a.rfind("-o", 0) == 0) {
+      options += (options.empty() ? "" : ",") + a.substr(2);
+    } else if (a == "-t") {
+      DSFS_RETURN_IF_ERROR(next("a filesystem type"));
+      if (args[i] != "fuse.dsfs" && args[i] != "dsfs") {
+        return Status::InvalidArgument("filesystem type " + args[i] +
+                                       " is not dsfs (use -t fuse.dsfs)");
+      }
+    } else if (a == "-N" || a.rfind("--namespace", 0) == 0) {
+      return Status::InvalidArgument("mounting in another namespace (-N) is not supported");
+    } else if (a == "-h" || a == "--help") {
+      out->help = true;
+    } else if (a.size() >= 2 && a[0] == '-' && a != "-") {
+      // mount(8) passes -s (sloppy), -f (fake), -n (no mtab), -v (verbose), possibly grouped.
+      for (size_t k = 1; k < a.size(); ++k) {
+        switch (a[k]) {
+          case 's':
+            sloppy = true;
+            break;
+          case 'f':
+            out->fake = true;
+            break;
+          case 'v':
+            out->verbose = true;
+            break;
+          case 'n':
+          case 'r':  // read-only: dsfs always is
+            break;
+          case 'w':
+            return Status::InvalidArgument("dsfs mounts are read-only: -w is not supported");
+          default:
+            return Status::InvalidArgument("unknown flag " + a);
+        }
+      }
+    } else {
+      positional.push_back(a);
+    }
+  }
+  if (out->help) return Status::OK();
+  if (positional.size() != 2) {
+    return Status::InvalidArgument("expected STORE MOUNTPOINT [-o OPTIONS], got " +
+                                   std::to_string(positional.size()) + " arguments");
+  }
+  out->config.store_path = positional[0];
+  out->config.mountpoint = positional[1];
+  out->config.foreground = false;
+  return ParseFstabMountOptions(options, sloppy, &out->config, &out->ignored);
+}
+
+Status RunMount(const MountConfig& config) {
+  if (!config.log_file.empty()) DSFS_RETURN_IF_ERROR(LogToFile(config.log_file));
+  if (!config.log_level.empty()) SetLogLevel(config.log_level);
+  return MountStore(config);
+}
 
 Status RunUmount(const std::string& mountpoint, bool lazy) { return Unmount(mountpoint, lazy); }
 

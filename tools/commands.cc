@@ -23,12 +23,78 @@ struct SizeValidator : public CLI::Validator {
   }
 };
 
+constexpr const char* kMountOptionsHelp = R"(Mount options (-o, comma-separated; the same in fstab):
+  cache_size=SIZE       RAM cache of decompressed data (default: 1/8 of RAM)
+  push=SIZE             push listed directories' files into the page cache, up to SIZE
+                        (default: 1/4 of RAM; 0 = off)
+  preload[=PATH]        decompress PATH (default: all) into the RAM cache after mounting
+  threads=N             FUSE session threads (default 2)
+  timeout=S             kernel entry/attribute cache timeout (default 1000000)
+  zero_open=0|1         answer OPEN without a round trip (default 1)
+  os_readahead=0|1      let the OS read ahead in the store file (default 0)
+  allow_other           let other users in (stored permission bits apply)
+  uid=N,gid=N           owner shown for every file (default: the mounting user)
+  log_level=LEVEL       trace, debug, info, warn, error, off (default: --log-level)
+  log_file=PATH         append the log to PATH; SIGHUP reopens it (for logrotate)
+  status_interval=S     seconds between STATUS= updates to systemd (default 5)
+  debug                 trace every FUSE request to stderr
+  ro                    accepted (dsfs is always read-only); rw is refused
+In the foreground (-f) the log goes to stderr and, if $NOTIFY_SOCKET is set (systemd
+Type=notify), dsfs sends READY=1 once the mount answers, STATUS= lines and STOPPING=1.
+SIGTERM/SIGINT unmount and exit 0; SIGHUP reopens the log file and never ends the daemon.
+Without -f, dsfs returns once the mount answers and the daemon logs to syslog (or log_file).)";
+
+constexpr const char* kServiceHelp = R"(Running as a service:
+  fstab:    /data/ds.db /mnt/ds fuse.dsfs ro,allow_other,cache_size=8G 0 0
+            (mount(8) runs the mount helper mount.fuse.dsfs, a link to dsfs, which mounts
+            like `dsfs mount`; `mount /mnt/ds`, `umount /mnt/ds` and systemd .mount units work)
+  systemd:  dsfs@.service, instance = the escaped mountpoint (systemd-escape -p /mnt/ds), reads
+            STORE= and OPTIONS= from /etc/dsfs/INSTANCE.conf; systemctl start dsfs@mnt-ds
+  by hand:  mount -t fuse.dsfs -o ro,cache_size=8G /data/ds.db /mnt/ds
+  cmake --install puts bin/dsfs, /sbin/mount.fuse.dsfs (mount(8) looks in /sbin only) and
+  lib/systemd/system/dsfs@.service in place. See README.md, "Running as a service".)";
+
+const char* kHelperUsage =
+    "usage: mount.fuse.dsfs STORE MOUNTPOINT [-s] [-f] [-n] [-v] [-o OPTIONS]\n"
+    "  as run by mount(8) for `mount -t fuse.dsfs STORE MOUNTPOINT -o OPTIONS` and fstab lines\n"
+    "  of type fuse.dsfs. Generic options (defaults, noauto, nofail, _netdev, noatime, nosuid,\n"
+    "  x-systemd.*, ...) are ignored, rw is refused, -s skips unknown options, -f mounts\n"
+    "  nothing, -v logs at info level.\n";
+
 }  // namespace
+
+int MountHelperMain(const std::string& program, const std::vector<std::string>& args,
+                    std::ostream& out, std::ostream& err) {
+  MountHelperArgs h;
+  Status s = ParseMountHelperArgs(args, &h);
+  if (h.help) {
+    out << kHelperUsage << kMountOptionsHelp << "\n";
+    return 0;
+  }
+  if (!s.ok()) {
+    err << "dsfs: error: " << s.message() << " (" << program << ")\n";
+    return 1;
+  }
+  if (h.verbose && h.config.log_level.empty()) SetLogLevel("info");
+  if (h.fake) return 0;
+  if (!h.ignored.empty() && h.verbose) {
+    std::string list;
+    for (const auto& o : h.ignored) list += (list.empty() ? "" : ",") + o;
+    Log()->info("ignoring generic mount options: {}", list);
+  }
+  s = RunMount(h.config);
+  if (!s.ok()) {
+    err << "dsfs: error: " << s.message() << "\n";
+    return 32;  // mount(8): mount failure
+  }
+  return 0;
+}
 
 int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CLI::App app{"dsfs: pack image datasets into one compressed store and mount them read-only",
                "dsfs"};
   app.require_subcommand(1);
+  app.footer(kServiceHelp);
   app.set_version_flag("--version", std::string("dsfs ") + DSFS_VERSION);
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
@@ -62,9 +128,8 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   mount_cmd->add_option("STORE", mount.store_path, "store file")->required();
   mount_cmd->add_option("MOUNTPOINT", mount.mountpoint, "existing directory")->required();
   mount_cmd->add_flag("-f,--foreground", mount.foreground, "stay in the foreground");
-  mount_cmd
-      ->add_option("-o", mount_opts, "options: threads=N, allow_other, uid=N, gid=N, debug, ro")
-      ->delimiter(',');
+  mount_cmd->add_option("-o", mount_opts, "comma-separated mount options (below)")->delimiter(',');
+  mount_cmd->footer(std::string(kMountOptionsHelp) + "\n\n" + kServiceHelp);
 
   std::string umount_point;
   bool lazy = false;

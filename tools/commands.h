@@ -28,6 +28,30 @@ Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err);
 // Parses a mount option list ("threads=2,allow_other,...") into `config`: the one place where
 // -o options are understood. InvalidArgument names an unknown or malformed option.
 Status ParseMountOptions(const std::string& list, MountConfig* config);
+// Parses an option list as mount(8) passes it from fstab or `mount -o`: the options every
+// filesystem gets (defaults, auto, noauto, nofail, _netdev, nosuid, noatime, x-systemd.*, ...)
+// are skipped and appended to `ignored`; the rest go to ParseMountOptions ("rw" is refused).
+// With `sloppy` (mount -s), unknown options are skipped too.
+Status ParseFstabMountOptions(const std::string& list, bool sloppy, MountConfig* config,
+                              std::vector<std::string>* ignored);
+
+// The mount helper: mount(8) runs `mount.fuse.dsfs STORE MOUNTPOINT [-sfnv] [-o OPTIONS]` for
+// `mount -t fuse.dsfs` and fstab lines of type fuse.dsfs.
+struct MountHelperArgs {
+  MountConfig config;
+  bool fake = false;     // -f: parse and check, mount nothing
+  bool verbose = false;  // -v: log at info level
+  bool help = false;
+  std::vector<std::string> ignored;  // generic options skipped
+};
+Status ParseMountHelperArgs(const std::vector<std::string>& args, MountHelperArgs* out);
+// Runs the helper (`program` is its argv[0], for messages). Mounts in the background and
+// returns once the mount answers. Exit status as mount(8) expects from helpers: 0 mounted,
+// 1 bad invocation, 32 mount failure; one "dsfs: error: ..." line on `err` on failure.
+int MountHelperMain(const std::string& program, const std::vector<std::string>& args,
+                    std::ostream& out, std::ostream& err);
+
+// Applies the config's logging options (log file, level), then MountStore.
 Status RunMount(const MountConfig& config);
 Status RunUmount(const std::string& mountpoint, bool lazy);
 

@@ -15,11 +15,11 @@ PKGS=(
   libcli11-dev
   libturbojpeg0-dev libpng-dev
   libarchive-dev
-  libsystemd-dev
+  libsystemd-dev systemd
   squashfs-tools squashfuse
   dataset-fashion-mnist
   python3-torch python3-torchvision python3-numpy python3-pil
-  psmisc procps util-linux
+  psmisc procps util-linux mount
 )
 missing=()
 for p in "${PKGS[@]}"; do

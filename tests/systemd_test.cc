@@ -1,0 +1,153 @@
+// The systemd units and what `cmake --install` puts where: systemd-analyze verify on the unit
+// configured for this build, the hardening it documents, and an install into a staging
+// directory.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/test_util.h"
+
+namespace dsfs {
+namespace {
+
+using testing::CommandResult;
+using testing::ReadFile;
+using testing::RunCommand;
+using testing::TempDir;
+
+const std::string kBuildDir = DSFS_BUILD_DIR;
+const std::string kUnit = kBuildDir + "/systemd/dsfs@.service";
+
+std::string Describe(const CommandResult& r) {
+  return "exit " + std::to_string(r.exit_code) + "\n--- stdout ---\n" + r.out +
+         "\n--- stderr ---\n" + r.err;
+}
+
+// The unit's settings (KEY=VALUE lines, comments and sections dropped), in order.
+std::vector<std::pair<std::string, std::string>> Settings(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#' || line[0] == '[') continue;
+    size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    out.emplace_back(line.substr(0, eq), line.substr(eq + 1));
+  }
+  return out;
+}
+
+std::string Get(const std::string& text, const std::string& key) {
+  for (const auto& [k, v] : Settings(text)) {
+    if (k == key) return v;
+  }
+  return "";
+}
+
+bool HaveSystemdAnalyze() {
+  return RunCommand({"systemd-analyze", "--version"}, 30).exit_code == 0;
+}
+
+TEST(SystemdUnitTest, VerifyReportsNothing) {
+  if (!HaveSystemdAnalyze()) {
+    GTEST_SKIP() << "SKIPPED: systemd-analyze is not installed (tools/setup.sh installs systemd)";
+  }
+  // A template is verified through an instance; the instance name is an escaped mountpoint.
+  TempDir dir;
+  std::filesystem::copy_file(kUnit, dir / "dsfs@.service");
+  for (const std::string unit : {"dsfs@.service", "dsfs@mnt-imagenet.service"}) {
+    SCOPED_TRACE(unit);
+    CommandResult r = RunCommand({"systemd-analyze", "verify", "--man=no", dir / unit}, 60);
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+    // Unknown keys and bad values are only warnings for systemd: none may be printed.
+    EXPECT_EQ(r.out + r.err, "") << Describe(r);
+  }
+}
+
+TEST(SystemdUnitTest, NotifyServiceThatUnmountsAndRestarts) {
+  std::string unit = ReadFile(kUnit);
+  EXPECT_EQ(Get(unit, "Type"), "notify");
+  EXPECT_EQ(Get(unit, "NotifyAccess"), "main");
+  EXPECT_EQ(Get(unit, "Restart"), "on-failure");
+  EXPECT_EQ(Get(unit, "EnvironmentFile"), "/etc/dsfs/%i.conf");
+  // The daemon must be the main process (it sends READY=1): the foreground mode.
+  std::string start = Get(unit, "ExecStart");
+  EXPECT_EQ(start, kBuildDir + "/dsfs mount --foreground ${STORE} %f -o ro,${OPTIONS}");
+  EXPECT_EQ(Get(unit, "ExecStop"), "-" + kBuildDir + "/dsfs umount %f");
+  EXPECT_NE(Get(unit, "ExecStopPost").find("umount --lazy"), std::string::npos);
+  EXPECT_EQ(Get(unit, "ExecReload"), "/bin/kill -HUP $MAINPID");
+}
+
+// A FUSE mount made inside a private mount namespace is invisible outside it: no directive
+// that creates one may be set. The ones that are set must leave /dev/fuse and mount(2).
+TEST(SystemdUnitTest, HardeningKeepsTheHostMountNamespace) {
+  std::string unit = ReadFile(kUnit);
+  for (const char* key : {"ProtectSystem",
+                          "ProtectHome",
+                          "PrivateTmp",
+                          "PrivateDevices",
+                          "PrivateMounts",
+                          "ProtectKernelTunables",
+                          "ProtectKernelModules",
+                          "ProtectKernelLogs",
+                          "ProtectControlGroups",
+                          "ProtectProc",
+                          "ProcSubset",
+                          "ReadOnlyPaths",
+                          "InaccessiblePaths",
+                          "ReadWritePaths",
+                          "TemporaryFileSystem",
+                          "BindPaths",
+                          "BindReadOnlyPaths",
+                          "MountFlags",
+                          "RootDirectory",
+                          "RootImage",
+                          "PrivateUsers",
+                          "DynamicUser",
+                          "User"}) {
+    EXPECT_EQ(Get(unit, key), "") << key << " would hide the mount from the host (or drop root)";
+  }
+  EXPECT_EQ(Get(unit, "NoNewPrivileges"), "yes");
+  EXPECT_EQ(Get(unit, "DeviceAllow"), "/dev/fuse rw");
+  EXPECT_EQ(Get(unit, "DevicePolicy"), "closed");
+  std::string caps = Get(unit, "CapabilityBoundingSet");
+  EXPECT_NE(caps.find("CAP_SYS_ADMIN"), std::string::npos) << caps;
+  std::string calls = Get(unit, "SystemCallFilter");
+  EXPECT_NE(calls.find("@mount"), std::string::npos) << calls;
+  EXPECT_NE(calls.find("@system-service"), std::string::npos) << calls;
+  // Every directive is explained where it is set.
+  EXPECT_NE(unit.find("# Hardening."), std::string::npos);
+}
+
+// `cmake --install` into a staging directory: the binary, the mount helper link (mount(8)
+// finds helpers in /sbin), the unit with the installed binary's path, the example config.
+TEST(InstallTest, InstallsBinaryHelperUnitsAndExample) {
+  TempDir dest;
+  CommandResult r = RunCommand({"env", "DESTDIR=" + dest.path(), CMAKE_COMMAND, "--install",
+                                kBuildDir, "--prefix", "/opt/dsfs-test"},
+                               300);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  std::string root = dest.path();
+  struct stat st;
+  ASSERT_EQ(::stat((root + "/opt/dsfs-test/bin/dsfs").c_str(), &st), 0);
+  EXPECT_TRUE(st.st_mode & S_IXUSR);
+  std::string helper = root + "/sbin/mount.fuse.dsfs";
+  ASSERT_TRUE(std::filesystem::is_symlink(helper)) << helper;
+  EXPECT_EQ(std::filesystem::read_symlink(helper).string(), "/opt/dsfs-test/bin/dsfs");
+  std::string unit_path = root + "/opt/dsfs-test/lib/systemd/system/dsfs@.service";
+  ASSERT_TRUE(std::filesystem::exists(unit_path)) << r.out;
+  std::string unit = ReadFile(unit_path);
+  EXPECT_EQ(Get(unit, "ExecStart"),
+            "/opt/dsfs-test/bin/dsfs mount --foreground ${STORE} %f -o ro,${OPTIONS}");
+  EXPECT_EQ(unit.find(kBuildDir), std::string::npos) << "the build directory leaked into it";
+  EXPECT_TRUE(std::filesystem::exists(root + "/opt/dsfs-test/share/doc/dsfs/dsfs.conf.example"))
+      << r.out;
+}
+
+}  // namespace
+}  // namespace dsfs

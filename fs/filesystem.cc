@@ -2,20 +2,25 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 
+#include "common/log.h"
 #include "common/units.h"
+#include "image/image.h"
 
 namespace dsfs {
 
 Filesystem::Filesystem(std::unique_ptr<Store> store, const FsOptions& options)
-    : store_(std::move(store)), options_(options) {}
+    : store_(std::move(store)),
+      options_(options),
+      root_(Make(static_cast<uint32_t>(options.view), Store::kRootIno)) {}
 
 void Filesystem::FillStat(uint64_t ino, const InodeRecord& rec, struct stat* st) const {
   std::memset(st, 0, sizeof(*st));
-  st->st_ino = ino;
+  st->st_ino = Out(ino);
   st->st_mode = rec.mode;
   // Directories report one link, as btrfs does: tools then make no assumption from it.
   st->st_nlink = 1;
@@ -31,20 +36,48 @@ void Filesystem::FillStat(uint64_t ino, const InodeRecord& rec, struct stat* st)
   st->st_ctim = st->st_mtim;
 }
 
+void Filesystem::FillViewStat(View v, uint32_t ino, const InodeRecord& rec,
+                              struct stat* st) const {
+  FillStat(Make(static_cast<uint32_t>(v), ino), rec, st);
+  if (IsReg(rec) && v != View::kOriginal) {
+    uint64_t size = ViewFileBytes(v, rec);
+    st->st_size = static_cast<off_t>(size);
+    st->st_blocks = static_cast<blkcnt_t>((size + 511) / 512);
+  }
+}
+
 namespace {
 constexpr std::string_view kDotDsfs = ".dsfs";
 constexpr std::string_view kStatsName = "stats";
+// RAM cache keys of what the views make (payload records are keyed by their id, far below).
+constexpr uint64_t kPixelsKey = uint64_t{0x8} << 60;
+constexpr uint64_t kBmpKey = uint64_t{0x9} << 60;
+constexpr uint64_t kFilesTxtKey = uint64_t{0xA} << 60;
+
+// Copies bytes [offset, offset + size) of the concatenation of `parts` into *out.
+void AppendRange(std::string_view part, uint64_t part_begin, uint64_t offset, uint64_t end,
+                 std::string* out) {
+  uint64_t b = std::max(offset, part_begin), e = std::min(end, part_begin + part.size());
+  if (b < e) out->append(part.substr(b - part_begin, e - b));
+}
 }  // namespace
 
-Status Filesystem::VirtualAttr(uint64_t ino, struct stat* st) const {
+bool Filesystem::OriginalDir(uint64_t ino, uint32_t* dir) const {
+  uint64_t me = In(ino);
+  if (Kind(me) != 0) return false;
+  *dir = Number(me);
+  return true;
+}
+
+Status Filesystem::ControlAttr(uint64_t ino, struct stat* st) const {
   InodeRecord root;
   DSFS_RETURN_IF_ERROR(store_->GetInode(Store::kRootIno, &root));
-  if (ino == DotDsfsIno()) {
+  if (ino == kDotDsfsIno) {
     root.mode = S_IFDIR | 0555;
     FillStat(ino, root, st);
     return Status::OK();
   }
-  if (ino == StatsIno()) {
+  if (ino == kStatsIno) {
     root.mode = S_IFREG | 0444;
     root.size = kStatsBytes;
     FillStat(ino, root, st);
@@ -58,78 +91,166 @@ Status Filesystem::VirtualAttr(uint64_t ino, struct stat* st) const {
   return Status::NotFound("no such inode");
 }
 
+Status Filesystem::Attr(uint64_t ino, struct stat* st) const {
+  uint32_t kind = Kind(ino);
+  if (kind == kControl) return ControlAttr(ino, st);
+  if (kind > kControl) return Status::NotFound("no such inode");
+  InodeRecord rec;
+  if (kind >= kTensorFileKind) {
+    std::shared_ptr<const TensorIndex> t;
+    DSFS_RETURN_IF_ERROR(Tensor(Number(ino), &t));
+    if (!t->available) return Status::NotFound("no tensor view here: " + t->why);
+    DSFS_RETURN_IF_ERROR(store_->GetInode(Number(ino), &rec));
+    rec.mode = S_IFREG | 0444;
+    rec.size = t->FileBytes(static_cast<TensorFile>(kind - kTensorFileKind));
+    FillStat(ino, rec, st);
+    return Status::OK();
+  }
+  DSFS_RETURN_IF_ERROR(store_->GetInode(Number(ino), &rec));
+  FillViewStat(static_cast<View>(kind), Number(ino), rec, st);
+  return Status::OK();
+}
+
+Status Filesystem::LookupIn(uint64_t parent, std::string_view name, uint64_t* ino) const {
+  if (parent == root_ && name == kDotDsfs) {
+    *ino = kDotDsfsIno;
+    return Status::OK();
+  }
+  if (parent == kDotDsfsIno) {
+    *ino = 0;
+    if (name == kStatsName) *ino = kStatsIno;
+    if (name == ".") *ino = kDotDsfsIno;
+    if (name == "..") *ino = root_;
+    for (View v : kViews) {
+      // A view mounted as the root is not shown again inside itself.
+      if (name == ViewName(v) && Make(static_cast<uint32_t>(v), 1) != root_) {
+        *ino = Make(static_cast<uint32_t>(v), 1);
+      }
+    }
+    return *ino ? Status::OK() : Status::NotFound("no such file or directory");
+  }
+  uint32_t kind = Kind(parent);
+  if (kind == kControl) return Status::NotFound("no such file or directory");
+  if (kind > static_cast<uint32_t>(View::kTensor)) return Status::InvalidArgument("not a directory");
+  const View v = static_cast<View>(kind);
+  const uint32_t dir = Number(parent);
+  InodeRecord rec;
+  uint32_t found;
+  if (name == "." || name == "..") {
+    DSFS_RETURN_IF_ERROR(store_->GetInode(dir, &rec));
+    if (!IsDir(rec)) return Status::InvalidArgument("not a directory");
+    *ino = Make(kind, name == "." ? dir : rec.parent);
+    return Status::OK();
+  }
+  if (v == View::kTensor) {
+    for (uint32_t f = 0; f < 4; ++f) {
+      if (name != kTensorFileNames[f]) continue;
+      std::shared_ptr<const TensorIndex> t;
+      DSFS_RETURN_IF_ERROR(Tensor(dir, &t));
+      if (t->available) {
+        *ino = Make(kTensorFileKind + f, dir);
+        return Status::OK();
+      }
+    }
+  }
+  if (v == View::kNpy && name.size() > 4 && name.substr(name.size() - 4) == ".npy") {
+    Status s = store_->Lookup(dir, name.substr(0, name.size() - 4), &found, &rec);
+    if (s.ok() && IsDecodableImage(rec)) {
+      *ino = Make(kind, found);
+      return Status::OK();
+    }
+    if (!s.ok() && !s.IsNotFound()) return s;
+  }
+  DSFS_RETURN_IF_ERROR(store_->Lookup(dir, name, &found, &rec));
+  // The npy view shows images only under their .npy names.
+  if (v == View::kNpy && IsDecodableImage(rec)) return Status::NotFound("no such file");
+  *ino = Make(kind, found);
+  return Status::OK();
+}
+
 Status Filesystem::Lookup(uint64_t parent, std::string_view name, struct stat* st) const {
   counters_.lookup.fetch_add(1, std::memory_order_relaxed);
-  if (parent == Store::kRootIno && name == kDotDsfs) return VirtualAttr(DotDsfsIno(), st);
-  if (parent == DotDsfsIno()) {
-    if (name == kStatsName) return VirtualAttr(StatsIno(), st);
-    if (name == "..") return GetAttr(Store::kRootIno, st);
-    if (name == ".") return VirtualAttr(DotDsfsIno(), st);
-    return Status::NotFound("no such file or directory");
-  }
-  if (IsVirtual(parent)) return Status::InvalidArgument("not a directory");
-  if (parent > UINT32_MAX) return Status::NotFound("no such inode");
-  uint32_t ino;
-  InodeRecord rec;
-  if (name == "." || name == "..") {
-    DSFS_RETURN_IF_ERROR(store_->GetInode(static_cast<uint32_t>(parent), &rec));
-    ino = name == "." ? static_cast<uint32_t>(parent) : rec.parent;
-    DSFS_RETURN_IF_ERROR(store_->GetInode(ino, &rec));
-  } else {
-    DSFS_RETURN_IF_ERROR(store_->Lookup(static_cast<uint32_t>(parent), name, &ino, &rec));
-  }
-  FillStat(ino, rec, st);
-  return Status::OK();
+  uint64_t ino;
+  DSFS_RETURN_IF_ERROR(LookupIn(In(parent), name, &ino));
+  return Attr(ino, st);
 }
 
 Status Filesystem::GetAttr(uint64_t ino, struct stat* st) const {
   counters_.getattr.fetch_add(1, std::memory_order_relaxed);
-  if (IsVirtual(ino)) return VirtualAttr(ino, st);
-  if (ino > UINT32_MAX) return Status::NotFound("no such inode");
-  InodeRecord rec;
-  DSFS_RETURN_IF_ERROR(store_->GetInode(static_cast<uint32_t>(ino), &rec));
-  FillStat(ino, rec, st);
+  return Attr(In(ino), st);
+}
+
+Status Filesystem::ReadDirControl(uint64_t offset, const DirFiller& fill) const {
+  std::vector<std::pair<std::string_view, uint64_t>> entries = {
+      {".", kDotDsfsIno}, {"..", root_}, {kStatsName, kStatsIno}};
+  for (View v : kViews) {
+    uint64_t ino = Make(static_cast<uint32_t>(v), 1);
+    if (ino != root_) entries.emplace_back(ViewName(v), ino);
+  }
+  struct stat st;
+  for (uint64_t i = offset; i < entries.size(); ++i) {
+    DSFS_RETURN_IF_ERROR(Attr(entries[i].second, &st));
+    if (!fill(entries[i].first, st, i + 1)) break;
+  }
   return Status::OK();
 }
 
-Status Filesystem::ReadDir(uint64_t ino, uint64_t offset, const DirFiller& fill) const {
+Status Filesystem::ReadDir(uint64_t fuse_ino, uint64_t offset, const DirFiller& fill) const {
   counters_.readdir.fetch_add(1, std::memory_order_relaxed);
-  if (ino == DotDsfsIno()) {
-    struct stat st;
-    const std::pair<std::string_view, uint64_t> entries[] = {
-        {".", DotDsfsIno()}, {"..", Store::kRootIno}, {kStatsName, StatsIno()}};
-    for (uint64_t i = offset; i < 3; ++i) {
-      DSFS_RETURN_IF_ERROR(GetAttr(entries[i].second, &st));
-      if (!fill(entries[i].first, st, i + 1)) break;
-    }
-    return Status::OK();
+  const uint64_t ino = In(fuse_ino);
+  if (ino == kDotDsfsIno) return ReadDirControl(offset, fill);
+  uint32_t kind = Kind(ino);
+  if (kind > static_cast<uint32_t>(View::kTensor)) {
+    return kind == kControl || kind < kControl ? Status::InvalidArgument("not a directory")
+                                               : Status::NotFound("no such inode");
   }
-  if (IsVirtual(ino)) return Status::InvalidArgument("not a directory");
-  if (ino > UINT32_MAX) return Status::NotFound("no such inode");
+  const View v = static_cast<View>(kind);
+  const uint32_t dir_ino = Number(ino);
   InodeRecord dir;
-  DSFS_RETURN_IF_ERROR(store_->GetInode(static_cast<uint32_t>(ino), &dir));
+  DSFS_RETURN_IF_ERROR(store_->GetInode(dir_ino, &dir));
   uint32_t first, count;
-  DSFS_RETURN_IF_ERROR(store_->DirEntries(static_cast<uint32_t>(ino), dir, &first, &count));
+  DSFS_RETURN_IF_ERROR(store_->DirEntries(dir_ino, dir, &first, &count));
+  std::shared_ptr<const TensorIndex> tensor;
+  if (v == View::kTensor) DSFS_RETURN_IF_ERROR(Tensor(dir_ino, &tensor));
+  const bool has_tensor = tensor && tensor->available;
   struct stat st;
   if (offset == 0) {
-    FillStat(ino, dir, &st);
+    FillViewStat(v, dir_ino, dir, &st);
     if (!fill(".", st, 1)) return Status::OK();
     offset = 1;
   }
   if (offset == 1) {
     InodeRecord parent;
     DSFS_RETURN_IF_ERROR(store_->GetInode(dir.parent, &parent));
-    FillStat(dir.parent, parent, &st);
+    FillViewStat(v, dir.parent, parent, &st);
     if (!fill("..", st, 2)) return Status::OK();
     offset = 2;
   }
+  std::string npy_name;
   for (uint64_t i = offset - 2; i < count; ++i) {
     InodeRecord rec;
     std::string_view name;
-    DSFS_RETURN_IF_ERROR(store_->GetInode(first + static_cast<uint32_t>(i), &rec));
+    uint32_t ino_i = first + static_cast<uint32_t>(i);
+    DSFS_RETURN_IF_ERROR(store_->GetInode(ino_i, &rec));
     DSFS_RETURN_IF_ERROR(store_->GetName(rec, &name));
-    FillStat(first + i, rec, &st);
-    if (!fill(name, st, i + 3)) break;
+    if (has_tensor && std::find(std::begin(kTensorFileNames), std::end(kTensorFileNames), name) !=
+                          std::end(kTensorFileNames)) {
+      continue;  // shadowed by the generated file of that name
+    }
+    if (v == View::kNpy && IsDecodableImage(rec)) {
+      npy_name.assign(name);
+      npy_name += ".npy";
+      name = npy_name;
+    }
+    FillViewStat(v, ino_i, rec, &st);
+    if (!fill(name, st, i + 3)) return Status::OK();
+  }
+  if (has_tensor) {
+    for (uint64_t i = std::max<uint64_t>(offset - 2, count); i < count + 4; ++i) {
+      uint32_t f = static_cast<uint32_t>(i - count);
+      DSFS_RETURN_IF_ERROR(Attr(Make(kTensorFileKind + f, dir_ino), &st));
+      if (!fill(kTensorFileNames[f], st, i + 3)) break;
+    }
   }
   return Status::OK();
 }
@@ -140,15 +261,16 @@ Status Filesystem::Open(uint64_t ino, int flags) const {
     return Status::ReadOnly("read-only file system");
   }
   struct stat st;
-  DSFS_RETURN_IF_ERROR(GetAttr(ino, &st));
+  DSFS_RETURN_IF_ERROR(Attr(In(ino), &st));
   if (S_ISDIR(st.st_mode)) return Status::InvalidArgument("is a directory");
   return Status::OK();
 }
 
-Status Filesystem::Read(uint64_t ino, uint64_t offset, uint64_t size, ReadBuffer* buf,
+Status Filesystem::Read(uint64_t fuse_ino, uint64_t offset, uint64_t size, ReadBuffer* buf,
                         std::string_view* out) const {
   counters_.read.fetch_add(1, std::memory_order_relaxed);
-  if (ino == StatsIno()) {
+  const uint64_t ino = In(fuse_ino);
+  if (ino == kStatsIno) {
     buf->pin.reset();
     buf->bytes = StatsJson();
     buf->bytes.resize(kStatsBytes - 1, ' ');
@@ -157,26 +279,211 @@ Status Filesystem::Read(uint64_t ino, uint64_t offset, uint64_t size, ReadBuffer
     *out = out->substr(0, size);
     return Status::OK();
   }
-  if (IsVirtual(ino)) return Status::InvalidArgument("is a directory");
-  if (ino > UINT32_MAX) return Status::NotFound("no such inode");
-  InodeRecord rec;
-  DSFS_RETURN_IF_ERROR(store_->GetInode(static_cast<uint32_t>(ino), &rec));
-  Status s = store_->Read(rec, offset, size, buf, out);
+  const uint32_t kind = Kind(ino);
+  Status s;
+  if (kind == kControl) {
+    s = Status::InvalidArgument("is a directory");
+  } else if (kind > kControl) {
+    s = Status::NotFound("no such inode");
+  } else if (kind >= kTensorFileKind) {
+    s = ReadTensorFile(static_cast<TensorFile>(kind - kTensorFileKind), Number(ino), offset, size,
+                       buf, out);
+  } else {
+    const View v = static_cast<View>(kind);
+    InodeRecord rec;
+    s = store_->GetInode(Number(ino), &rec);
+    if (s.ok() && (v == View::kBmp || v == View::kNpy) && IsDecodableImage(rec)) {
+      s = ReadImageView(v, Number(ino), rec, offset, size, buf, out);
+    } else if (s.ok()) {
+      if (v != View::kOriginal && IsReg(rec) && rec.image == 3) NoteServedAsIs(Number(ino));
+      s = store_->Read(rec, offset, size, buf, out);
+      if (s.ok() && prefetcher_ && v == View::kOriginal) {
+        prefetcher_->ReadServed(Number(ino), rec, offset, out->size());
+      }
+    }
+  }
   if (!s.ok()) {
     counters_.errors.fetch_add(1, std::memory_order_relaxed);
     return s;
   }
   counters_.bytes_read.fetch_add(out->size(), std::memory_order_relaxed);
-  if (prefetcher_) prefetcher_->ReadServed(static_cast<uint32_t>(ino), rec, offset, out->size());
   return Status::OK();
 }
 
-Status Filesystem::ReadLink(uint64_t ino, std::string_view* target) const {
+Status Filesystem::Pixels(uint32_t ino, const InodeRecord& rec, bool keep,
+                          ByteCache::Value* out) const {
+  ByteCache* cache = store_->cache();
+  if (cache) {
+    if ((*out = cache->Get(kPixelsKey | ino))) return Status::OK();
+  }
+  auto px = std::make_shared<std::string>();
+  auto t0 = std::chrono::steady_clock::now();
+  if (rec.pixels != 0) {
+    DSFS_RETURN_IF_ERROR(store_->ReadPixels(rec, px.get()));
+  } else {
+    ReadBuffer b;
+    std::string_view data;
+    DSFS_RETURN_IF_ERROR(store_->Read(rec, 0, rec.size, &b, &data));
+    DecodedImage img;
+    Status s = DecodeImage(data, &img);
+    if (!s.ok()) return Status::Corruption("image decoded at pack time fails now: " + s.message());
+    if (img.width != rec.width || img.height != rec.height) {
+      return Status::Corruption("image size differs from the one recorded at pack time");
+    }
+    *px = std::move(img.rgb);
+  }
+  images_decoded_.fetch_add(1, std::memory_order_relaxed);
+  image_decode_ns_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                       std::chrono::steady_clock::now() - t0)
+                                                       .count()),
+                             std::memory_order_relaxed);
+  if (keep && cache) cache->Insert(kPixelsKey | ino, px);
+  *out = std::move(px);
+  return Status::OK();
+}
+
+Status Filesystem::ReadImageView(View v, uint32_t ino, const InodeRecord& rec, uint64_t offset,
+                                 uint64_t size, ReadBuffer* buf, std::string_view* out) const {
+  buf->pin.reset();
+  if (v == View::kBmp) {
+    ByteCache* cache = store_->cache();
+    ByteCache::Value bmp = cache ? cache->Get(kBmpKey | ino) : nullptr;
+    if (!bmp) {
+      ByteCache::Value px;
+      DSFS_RETURN_IF_ERROR(Pixels(ino, rec, false, &px));
+      auto rendered = std::make_shared<std::string>();
+      RenderBmp(rec.width, rec.height, *px, rendered.get());
+      if (cache) cache->Insert(kBmpKey | ino, rendered);
+      bmp = std::move(rendered);
+    }
+    *out = std::string_view(*bmp).substr(std::min<uint64_t>(offset, bmp->size()), size);
+    buf->pin = std::move(bmp);
+    return Status::OK();
+  }
+  // npy: a header, then the pixels as they are.
+  const std::string header = ImageNpyHeader(rec);
+  ByteCache::Value px;
+  DSFS_RETURN_IF_ERROR(Pixels(ino, rec, true, &px));
+  if (offset >= header.size()) {
+    *out = std::string_view(*px).substr(std::min<uint64_t>(offset - header.size(), px->size()),
+                                        size);
+    buf->pin = std::move(px);
+    return Status::OK();
+  }
+  uint64_t end = std::min<uint64_t>(offset + size, header.size() + px->size());
+  buf->bytes.clear();
+  AppendRange(header, 0, offset, end, &buf->bytes);
+  AppendRange(*px, header.size(), offset, end, &buf->bytes);
+  *out = buf->bytes;
+  return Status::OK();
+}
+
+Status Filesystem::ReadTensorFile(TensorFile f, uint32_t dir, uint64_t offset, uint64_t size,
+                                  ReadBuffer* buf, std::string_view* out) const {
+  std::shared_ptr<const TensorIndex> t;
+  DSFS_RETURN_IF_ERROR(Tensor(dir, &t));
+  if (!t->available) return Status::NotFound("no tensor view here: " + t->why);
+  buf->pin.reset();
+  buf->bytes.clear();
+  const uint64_t total = t->FileBytes(f);
+  const uint64_t end = std::min(total, offset + size);
+  *out = {};
+  if (offset >= end) return Status::OK();
+  switch (f) {
+    case TensorFile::kImages: {
+      const std::string header = t->ImagesHeader();
+      const uint64_t image_bytes = t->ImageBytes();
+      AppendRange(header, 0, offset, end, &buf->bytes);
+      for (uint64_t pos = std::max<uint64_t>(offset, header.size()); pos < end;) {
+        uint64_t i = (pos - header.size()) / image_bytes;
+        uint64_t begin = header.size() + i * image_bytes;
+        InodeRecord rec;
+        DSFS_RETURN_IF_ERROR(store_->GetInode(t->images[i], &rec));
+        ByteCache::Value px;
+        DSFS_RETURN_IF_ERROR(Pixels(t->images[i], rec, true, &px));
+        if (px->size() != image_bytes) return Status::Corruption("image changed size");
+        AppendRange(*px, begin, pos, end, &buf->bytes);
+        pos = begin + image_bytes;
+      }
+      break;
+    }
+    case TensorFile::kLabels: {
+      const std::string header = t->LabelsHeader();
+      AppendRange(header, 0, offset, end, &buf->bytes);
+      uint64_t first = offset > header.size() ? (offset - header.size()) / 8 : 0;
+      for (uint64_t i = first; header.size() + i * 8 < end; ++i) {
+        int64_t label = t->labels[i];
+        char le[8];
+        std::memcpy(le, &label, 8);  // the store is little-endian only (format.h)
+        AppendRange(std::string_view(le, 8), header.size() + i * 8, offset, end, &buf->bytes);
+      }
+      break;
+    }
+    case TensorFile::kClasses:
+      AppendRange(TensorClassesText(*t), 0, offset, end, &buf->bytes);
+      break;
+    case TensorFile::kFiles: {
+      ByteCache* cache = store_->cache();
+      ByteCache::Value text = cache ? cache->Get(kFilesTxtKey | dir) : nullptr;
+      if (!text) {
+        auto fresh = std::make_shared<std::string>();
+        DSFS_RETURN_IF_ERROR(TensorFilesText(*store_, dir, *t, fresh.get()));
+        if (cache) cache->Insert(kFilesTxtKey | dir, fresh);
+        text = std::move(fresh);
+      }
+      *out = std::string_view(*text).substr(offset, end - offset);
+      buf->pin = std::move(text);
+      return Status::OK();
+    }
+  }
+  *out = buf->bytes;
+  return Status::OK();
+}
+
+Status Filesystem::Tensor(uint32_t dir, std::shared_ptr<const TensorIndex>* out) const {
+  {
+    std::lock_guard lock(mu_);
+    auto it = tensors_.find(dir);
+    if (it != tensors_.end()) {
+      *out = it->second;
+      return Status::OK();
+    }
+  }
+  // Built outside the lock (a big tree takes a while); two threads may both build it once.
+  auto index = std::make_shared<TensorIndex>();
+  DSFS_RETURN_IF_ERROR(BuildTensorIndex(*store_, dir, index.get()));
+  std::lock_guard lock(mu_);
+  *out = tensors_.emplace(dir, std::move(index)).first->second;
+  return Status::OK();
+}
+
+void Filesystem::NoteServedAsIs(uint32_t ino) const {
+  {
+    std::lock_guard lock(mu_);
+    if (!logged_as_is_.insert(ino).second) return;
+  }
+  // Its path, for the log line: climb to the root.
+  std::string path;
+  for (uint32_t cur = ino; cur != Store::kRootIno;) {
+    InodeRecord r;
+    std::string_view name;
+    if (!store_->GetInode(cur, &r).ok() || !store_->GetName(r, &name).ok() || r.parent == cur) {
+      break;
+    }
+    path = "/" + std::string(name) + path;
+    cur = r.parent;
+  }
+  Log()->info("{}: an image the views cannot reproduce exactly: served as it is", path);
+}
+
+Status Filesystem::ReadLink(uint64_t fuse_ino, std::string_view* target) const {
   counters_.readlink.fetch_add(1, std::memory_order_relaxed);
-  if (IsVirtual(ino)) return Status::InvalidArgument("not a symbolic link");
-  if (ino > UINT32_MAX) return Status::NotFound("no such inode");
+  const uint64_t ino = In(fuse_ino);
+  if (Kind(ino) > static_cast<uint32_t>(View::kTensor)) {
+    return Status::InvalidArgument("not a symbolic link");
+  }
   InodeRecord rec;
-  DSFS_RETURN_IF_ERROR(store_->GetInode(static_cast<uint32_t>(ino), &rec));
+  DSFS_RETURN_IF_ERROR(store_->GetInode(Number(ino), &rec));
   return store_->ReadLink(rec, target);
 }
 
@@ -271,6 +578,14 @@ std::string Filesystem::StatsJson() const {
     j += "}";
     field("queued_jobs", ps.queued_jobs);
   }
+  open_obj("views");
+  field("images_decoded", n(images_decoded_));
+  seconds("decode_seconds", static_cast<double>(n(image_decode_ns_)) / 1e9);
+  {
+    std::lock_guard lock(mu_);
+    field("tensor_indexes", tensors_.size());
+  }
+  j += "}";
   const StoreHeader& h = store_->header();
   open_obj("store");
   field("files", h.file_count);

@@ -2,8 +2,14 @@
 // arguments, call one method here and reply once; everything here is unit-tested without
 // /dev/fuse.
 //
-// Inode numbers are the store's (root = 1). The tree is immutable, so nothing here takes a lock:
-// every method is safe to call from any number of threads.
+// Inode numbers (FUSE's) are kind << 32 | number: kind 0 is the original tree (number = the
+// store's inode, root = 1), kinds 1-3 the same store inodes seen in the bmp, npy and tensor
+// views (fs/views.h), kinds 4-7 the generated files of tensor view directory `number`, kind 8
+// the hidden control directory /.dsfs (1) and its stats file (2). A mount of a view as its root
+// (FsOptions::view) shows that view's root as inode 1.
+//
+// The tree is immutable: every method is safe to call from any number of threads. The only
+// mutable state is behind a mutex (tensor indexes) or in the shared RAM cache.
 #pragma once
 
 #include <sys/stat.h>
@@ -18,8 +24,13 @@
 #include <string>
 #include <string_view>
 
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
 #include "cache/prefetcher.h"
 #include "common/status.h"
+#include "fs/views.h"
 #include "store/store.h"
 
 namespace dsfs {
@@ -27,6 +38,7 @@ namespace dsfs {
 struct FsOptions {
   uid_t uid = ::getuid();  // owner shown for every file: the mounting user by default
   gid_t gid = ::getgid();
+  View view = View::kOriginal;  // what the mount shows at its root
 };
 
 // Request counters, by operation. Relaxed atomics: they are statistics.
@@ -66,7 +78,10 @@ class Filesystem {
 
   // True for inodes that are not in the store (the hidden /.dsfs directory and its files):
   // their attributes must not be cached by the kernel.
-  bool IsVirtual(uint64_t ino) const { return ino > store_->inode_count(); }
+  bool IsVirtual(uint64_t ino) const { return Kind(ino) == kControl; }
+  // The store directory behind `ino` when it is one of the original tree (prefetching pushes
+  // the original files' contents under their own inode numbers).
+  bool OriginalDir(uint64_t ino, uint32_t* dir) const;
   RequestCounters& counters() const { return counters_; }
   // The stats file's contents (unpadded JSON).
   std::string StatsJson() const;
@@ -75,15 +90,45 @@ class Filesystem {
   std::string StatusLine() const;
 
  private:
-  // Virtual inodes: the hidden directory at the root and what is in it.
-  uint64_t DotDsfsIno() const { return store_->inode_count() + 1; }
-  uint64_t StatsIno() const { return store_->inode_count() + 2; }
-  Status VirtualAttr(uint64_t ino, struct stat* st) const;
+  static constexpr uint32_t kTensorFileKind = 4;  // 4..7: TensorFile
+  static constexpr uint32_t kControl = 8;
+  static constexpr uint64_t kDotDsfsIno = uint64_t{kControl} << 32 | 1;
+  static constexpr uint64_t kStatsIno = uint64_t{kControl} << 32 | 2;
+  static uint32_t Kind(uint64_t ino) { return static_cast<uint32_t>(ino >> 32); }
+  static uint32_t Number(uint64_t ino) { return static_cast<uint32_t>(ino); }
+  static uint64_t Make(uint32_t kind, uint32_t number) { return uint64_t{kind} << 32 | number; }
+  // FUSE's inode numbers <-> ours: they differ only for the root of a view mount.
+  uint64_t In(uint64_t fuse_ino) const { return fuse_ino == 1 ? root_ : fuse_ino; }
+  uint64_t Out(uint64_t ino) const { return ino == root_ ? 1 : ino; }
 
+  Status ControlAttr(uint64_t ino, struct stat* st) const;
+  Status Attr(uint64_t ino, struct stat* st) const;  // our inode numbers
+  Status LookupIn(uint64_t parent, std::string_view name, uint64_t* ino) const;
+  Status ReadDirControl(uint64_t offset, const DirFiller& fill) const;
   void FillStat(uint64_t ino, const InodeRecord& rec, struct stat* st) const;
+  // What view `v` shows for a store entry: its name (npy: images get ".npy") and attributes.
+  void FillViewStat(View v, uint32_t ino, const InodeRecord& rec, struct stat* st) const;
+
+  // Reads of view files.
+  Status ReadImageView(View v, uint32_t ino, const InodeRecord& rec, uint64_t offset,
+                       uint64_t size, ReadBuffer* buf, std::string_view* out) const;
+  Status ReadTensorFile(TensorFile f, uint32_t dir, uint64_t offset, uint64_t size,
+                        ReadBuffer* buf, std::string_view* out) const;
+  // The decoded pixels of image `ino` (from the cache, the stored pixels or by decoding the
+  // original); cached when `keep`.
+  Status Pixels(uint32_t ino, const InodeRecord& rec, bool keep, ByteCache::Value* out) const;
+  // The tensor index of store directory `dir`, built on first use and kept.
+  Status Tensor(uint32_t dir, std::shared_ptr<const TensorIndex>* out) const;
+  // Logs once per inode that a view serves an image as it is.
+  void NoteServedAsIs(uint32_t ino) const;
 
   std::unique_ptr<Store> store_;
   FsOptions options_;
+  uint64_t root_ = 1;
+  mutable std::mutex mu_;  // guards the two maps below
+  mutable std::unordered_map<uint32_t, std::shared_ptr<const TensorIndex>> tensors_;
+  mutable std::unordered_set<uint32_t> logged_as_is_;
+  mutable std::atomic<uint64_t> images_decoded_{0}, image_decode_ns_{0};
   Prefetcher* prefetcher_ = nullptr;
   mutable RequestCounters counters_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();

@@ -152,7 +152,10 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool 
     fuse_reply_buf(req, buf.data(), used);
     // The listing reached its end: the kernel knows every entry, so their contents can be
     // pushed into its page cache.
-    if (plus && complete && s.ok() && c->prefetcher) c->prefetcher->DirectoryListed(ino);
+    uint32_t dir;
+    if (plus && complete && s.ok() && c->prefetcher && c->fs->OriginalDir(ino, &dir)) {
+      c->prefetcher->DirectoryListed(dir);
+    }
   });
 }
 

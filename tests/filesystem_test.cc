@@ -147,7 +147,8 @@ TEST_F(FilesystemTest, StatsFileIsHiddenAndLive) {
   EXPECT_TRUE(fs_->IsVirtual(dir.st_ino));
   EXPECT_FALSE(fs_->IsVirtual(1));
   auto listing = List(dir.st_ino);
-  EXPECT_EQ(listing.size(), 3u);
+  EXPECT_EQ(listing.size(), 6u);  // ., .., stats and the three views
+  for (const char* name : {"stats", "bmp", "npy", "tensor"}) EXPECT_EQ(listing.count(name), 1u);
   ASSERT_TRUE(fs_->Lookup(dir.st_ino, "stats", &st).ok());
   EXPECT_EQ(st.st_ino, listing["stats"]);
   EXPECT_TRUE(S_ISREG(st.st_mode));

@@ -1,0 +1,231 @@
+#include "fs/views.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "image/image.h"
+
+namespace dsfs {
+
+std::string_view ViewName(View v) {
+  switch (v) {
+    case View::kOriginal:
+      return "original";
+    case View::kBmp:
+      return "bmp";
+    case View::kNpy:
+      return "npy";
+    case View::kTensor:
+      return "tensor";
+  }
+  return "?";
+}
+
+Status ParseView(std::string_view name, View* v) {
+  for (View c : {View::kOriginal, View::kBmp, View::kNpy, View::kTensor}) {
+    if (name == ViewName(c)) {
+      *v = c;
+      return Status::OK();
+    }
+  }
+  return Status::InvalidArgument("unknown view '" + std::string(name) +
+                                 "' (choose original, bmp, npy or tensor)");
+}
+
+std::string ImageNpyHeader(const InodeRecord& rec) {
+  return NpyHeader("|u1", {rec.height, rec.width, 3});
+}
+
+uint64_t ViewFileBytes(View v, const InodeRecord& rec) {
+  if (!IsDecodableImage(rec)) return rec.size;
+  switch (v) {
+    case View::kBmp:
+      return BmpBytes(rec.width, rec.height);
+    case View::kNpy:
+      return ImageNpyHeader(rec).size() + uint64_t{rec.width} * rec.height * 3;
+    default:
+      return rec.size;
+  }
+}
+
+bool HasImageExtension(std::string_view name) {
+  static constexpr std::string_view kExt[] = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
+                                              ".pgm", ".tif",  ".tiff", ".webp"};
+  for (std::string_view e : kExt) {
+    if (name.size() < e.size()) continue;
+    std::string_view tail = name.substr(name.size() - e.size());
+    bool eq = std::equal(tail.begin(), tail.end(), e.begin(), [](char a, char b) {
+      return std::tolower(static_cast<unsigned char>(a)) == b;
+    });
+    if (eq) return true;
+  }
+  return false;
+}
+
+std::string TensorIndex::ImagesHeader() const {
+  return NpyHeader("|u1", {images.size(), height, width, 3});
+}
+
+std::string TensorIndex::LabelsHeader() const { return NpyHeader("<i8", {labels.size()}); }
+
+uint64_t TensorIndex::FileBytes(TensorFile f) const {
+  switch (f) {
+    case TensorFile::kImages:
+      return ImagesHeader().size() + images.size() * ImageBytes();
+    case TensorFile::kLabels:
+      return LabelsHeader().size() + labels.size() * 8;
+    case TensorFile::kClasses:
+      return TensorClassesText(*this).size();
+    case TensorFile::kFiles:
+      return files_txt_bytes;
+  }
+  return 0;
+}
+
+namespace {
+
+struct Entry {
+  uint32_t ino;
+  InodeRecord rec;
+  std::string_view name;
+};
+
+Status Entries(const Store& store, uint32_t dir, std::vector<Entry>* out) {
+  out->clear();
+  InodeRecord d;
+  DSFS_RETURN_IF_ERROR(store.GetInode(dir, &d));
+  uint32_t first, count;
+  DSFS_RETURN_IF_ERROR(store.DirEntries(dir, d, &first, &count));
+  out->reserve(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    Entry e{first + i, {}, {}};
+    DSFS_RETURN_IF_ERROR(store.GetInode(e.ino, &e.rec));
+    DSFS_RETURN_IF_ERROR(store.GetName(e.rec, &e.name));
+    out->push_back(e);
+  }
+  return Status::OK();
+}
+
+std::string SizeText(uint32_t w, uint32_t h) { return std::to_string(w) + "x" + std::to_string(h); }
+
+// Adds the images of class directory `cls` (label `label`) in the order sorted(os.walk(cls))
+// yields directories: by path, where "a/b" sorts after "a-b" ('/' after '-'), then by name.
+// `prefix` is the class's path relative to the indexed directory.
+Status AddClass(const Store& store, uint32_t cls, const std::string& prefix, uint32_t label,
+                TensorIndex* index) {
+  // Every directory below the class, with its path relative to it ("" for the class itself;
+  // "/a", "/a/b" below), then sorted as os.walk's root strings sort.
+  std::vector<std::pair<std::string, uint32_t>> dirs{{"", cls}};
+  std::vector<Entry> entries;
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    DSFS_RETURN_IF_ERROR(Entries(store, dirs[i].second, &entries));
+    for (const Entry& e : entries) {
+      if (IsDir(e.rec)) dirs.emplace_back(dirs[i].first + "/" + std::string(e.name), e.ino);
+    }
+  }
+  std::sort(dirs.begin(), dirs.end());
+  for (const auto& [rel, ino] : dirs) {
+    DSFS_RETURN_IF_ERROR(Entries(store, ino, &entries));
+    for (const Entry& e : entries) {
+      if (IsDir(e.rec) || !HasImageExtension(e.name)) continue;
+      std::string path = prefix + rel + "/" + std::string(e.name);
+      if (prefix.empty()) path.erase(0, 1);  // a leaf directory's own images
+      if (IsLink(e.rec)) {
+        index->why = path + " is a symbolic link (not followed by the tensor view)";
+        return Status::OK();
+      }
+      if (!IsDecodableImage(e.rec)) {
+        index->why = path + " is not an image the views can decode";
+        return Status::OK();
+      }
+      if (index->images.empty()) {
+        index->width = e.rec.width;
+        index->height = e.rec.height;
+      } else if (e.rec.width != index->width || e.rec.height != index->height) {
+        index->why = "images differ in size (" + SizeText(index->width, index->height) +
+                     " and " + SizeText(e.rec.width, e.rec.height) + ": " + path + ")";
+        return Status::OK();
+      }
+      index->images.push_back(e.ino);
+      index->labels.push_back(label);
+      index->files_txt_bytes += path.size() + 1;
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status BuildTensorIndex(const Store& store, uint32_t dir, TensorIndex* index) {
+  *index = TensorIndex();
+  InodeRecord d;
+  DSFS_RETURN_IF_ERROR(store.GetInode(dir, &d));
+  if (!IsDir(d)) return Status::InvalidArgument("not a directory");
+  std::vector<Entry> entries;
+  DSFS_RETURN_IF_ERROR(Entries(store, dir, &entries));
+  std::vector<Entry> classes;
+  for (const Entry& e : entries) {
+    if (IsDir(e.rec)) classes.push_back(e);
+  }
+  if (classes.empty()) {
+    // A leaf directory: one class, itself.
+    std::string_view name;
+    DSFS_RETURN_IF_ERROR(store.GetName(d, &name));
+    index->classes.emplace_back(name.empty() ? "." : name);
+    DSFS_RETURN_IF_ERROR(AddClass(store, dir, "", 0, index));
+  } else {
+    for (const Entry& c : classes) {
+      uint32_t label = static_cast<uint32_t>(index->classes.size());
+      index->classes.emplace_back(c.name);
+      size_t before = index->images.size();
+      DSFS_RETURN_IF_ERROR(AddClass(store, c.ino, std::string(c.name), label, index));
+      if (!index->why.empty()) break;
+      if (index->images.size() == before) {
+        index->why = "class " + std::string(c.name) + " has no images (ImageFolder refuses it)";
+        break;
+      }
+    }
+  }
+  if (index->why.empty() && index->images.empty()) index->why = "no images below";
+  index->available = index->why.empty();
+  if (!index->available) {
+    index->images.clear();
+    index->labels.clear();
+    index->images.shrink_to_fit();
+    index->labels.shrink_to_fit();
+  }
+  return Status::OK();
+}
+
+Status TensorFilesText(const Store& store, uint32_t dir, const TensorIndex& index,
+                       std::string* out) {
+  out->clear();
+  out->reserve(index.files_txt_bytes);
+  std::vector<std::string_view> parts;
+  for (uint32_t ino : index.images) {
+    parts.clear();
+    for (uint32_t cur = ino; cur != dir;) {
+      InodeRecord r;
+      DSFS_RETURN_IF_ERROR(store.GetInode(cur, &r));
+      std::string_view name;
+      DSFS_RETURN_IF_ERROR(store.GetName(r, &name));
+      parts.push_back(name);
+      if (r.parent == cur) return Status::Corruption("image is not below its directory");
+      cur = r.parent;
+    }
+    for (size_t i = parts.size(); i-- > 0;) {
+      out->append(parts[i]);
+      out->push_back(i == 0 ? '\n' : '/');
+    }
+  }
+  if (out->size() != index.files_txt_bytes) return Status::Corruption("files.txt changed size");
+  return Status::OK();
+}
+
+std::string TensorClassesText(const TensorIndex& index) {
+  std::string out;
+  for (const std::string& c : index.classes) out += c + "\n";
+  return out;
+}
+
+}  // namespace dsfs

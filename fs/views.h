@@ -1,0 +1,75 @@
+// Views: other presentations of the same store, mounted side by side with the original tree.
+//
+//   bmp     every image under its own name, as an uncompressed 24-bit BMP of its pixels (what
+//           PIL's convert("RGB") gives for the original), so an unmodified ImageFolder script
+//           reads pixels that need no decoding
+//   npy     every image as NAME.npy (NAME is the full original name, "cat.jpg.npy"): a NumPy
+//           array height x width x 3, uint8, C order
+//   tensor  the original tree plus, in every directory, images.npy (N x H x W x 3 uint8, every
+//           image below it in ImageFolder's order), labels.npy (int64, ImageFolder's class
+//           indices), classes.txt and files.txt, when all those images share one size
+//
+// Non-image files (and images the views cannot reproduce exactly) appear unchanged in every
+// view. This file holds what does not depend on FUSE: the view names and the tensor index.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "store/store.h"
+
+namespace dsfs {
+
+enum class View : uint8_t { kOriginal = 0, kBmp = 1, kNpy = 2, kTensor = 3 };
+inline constexpr View kViews[] = {View::kBmp, View::kNpy, View::kTensor};
+
+std::string_view ViewName(View v);  // "original", "bmp", "npy", "tensor"
+// InvalidArgument naming the choices for an unknown name.
+Status ParseView(std::string_view name, View* v);
+
+// Size of the file a view shows for regular file `rec` (images: the rendered file).
+uint64_t ViewFileBytes(View v, const InodeRecord& rec);
+// The .npy header of an image's array (its size is part of ViewFileBytes).
+std::string ImageNpyHeader(const InodeRecord& rec);
+
+// True for names ImageFolder accepts (torchvision's IMG_EXTENSIONS, any case).
+bool HasImageExtension(std::string_view name);
+
+// The generated files of a tensor view directory.
+enum class TensorFile : uint8_t { kImages = 0, kLabels = 1, kClasses = 2, kFiles = 3 };
+inline constexpr std::string_view kTensorFileNames[] = {"images.npy", "labels.npy", "classes.txt",
+                                                        "files.txt"};
+
+// What `ImageFolder(dir)` would list, resolved to store inodes: classes are the sorted
+// subdirectories, each class's images are found as sorted(os.walk(class)) finds them (then
+// sorted names), keeping names with an image extension. A directory without subdirectories is
+// one class, named after the directory, holding its own images.
+struct TensorIndex {
+  bool available = false;
+  std::string why;  // when !available: one line saying why the tensor view is absent
+  uint32_t width = 0, height = 0;
+  std::vector<std::string> classes;
+  std::vector<uint32_t> images;  // store inode of each sample, in order
+  std::vector<uint32_t> labels;  // class index of each sample
+  uint64_t files_txt_bytes = 0;
+
+  uint64_t ImageBytes() const { return uint64_t{width} * height * 3; }
+  std::string ImagesHeader() const;
+  std::string LabelsHeader() const;
+  uint64_t FileBytes(TensorFile f) const;
+};
+
+// Builds the index of directory `dir`. Errors are the store's (damaged metadata); a tree the
+// view cannot serve is an available == false index, not an error.
+Status BuildTensorIndex(const Store& store, uint32_t dir, TensorIndex* index);
+
+// files.txt (paths relative to the directory, one per line) and classes.txt (one per line).
+Status TensorFilesText(const Store& store, uint32_t dir, const TensorIndex& index,
+                       std::string* out);
+std::string TensorClassesText(const TensorIndex& index);
+
+}  // namespace dsfs

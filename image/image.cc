@@ -110,7 +110,10 @@ Status DecodePng(std::string_view data, DecodedImage* out) {
     if (depth < 8) png_set_expand_gray_1_2_4_to_8(st.png);
     png_set_gray_to_rgb(st.png);
   }
-  if (color & PNG_COLOR_MASK_ALPHA) png_set_strip_alpha(st.png);
+  // (Expanding a palette also turns tRNS into alpha: strip that too.)
+  if ((color & PNG_COLOR_MASK_ALPHA) || png_get_valid(st.png, st.info, PNG_INFO_tRNS)) {
+    png_set_strip_alpha(st.png);
+  }
   png_set_interlace_handling(st.png);
   png_read_update_info(st.png, st.info);
   if (png_get_rowbytes(st.png, st.info) != static_cast<size_t>(w) * 3) {

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "common/units.h"
+#include "fs/views.h"
 #include "store/store.h"
 #include "tools/commands.h"
 
@@ -125,7 +126,8 @@ Status RunCat(const std::string& store_path, const std::string& path, std::ostre
   return Status::OK();
 }
 
-Status RunInfo(const std::string& store_path, bool json, std::ostream& out) {
+Status RunInfo(const std::string& store_path, const std::string& path, bool json,
+               std::ostream& out) {
   std::unique_ptr<Store> store;
   DSFS_RETURN_IF_ERROR(OpenStore(store_path, &store));
   const StoreHeader& h = store->header();
@@ -142,7 +144,8 @@ Status RunInfo(const std::string& store_path, bool json, std::ostream& out) {
         "\"entries\": %llu, \"files\": %llu, \"directories\": %llu, \"symlinks\": %llu, "
         "\"file_bytes\": %llu, \"payload_records\": %llu, \"payload_bytes\": %llu, "
         "\"store_bytes\": %llu, \"ratio\": %.4f, \"zstd_level\": %d, \"dictionary_bytes\": %u, "
-        "\"chunk_bytes\": %u}\n",
+        "\"chunk_bytes\": %u, \"images\": %llu, \"pixel_records\": %llu, "
+        "\"pixel_bytes\": %llu, ",
         JsonString(store_path).c_str(), JsonString(store->backend_name()).c_str(), h.version,
         static_cast<unsigned long long>(h.created_unix_s),
         static_cast<unsigned long long>(h.inode_count),
@@ -152,7 +155,9 @@ Status RunInfo(const std::string& store_path, bool json, std::ostream& out) {
         static_cast<unsigned long long>(h.payload_count),
         static_cast<unsigned long long>(h.payload_bytes),
         static_cast<unsigned long long>(store_bytes), ratio, h.zstd_level, h.dict_bytes,
-        h.chunk_bytes);
+        h.chunk_bytes, static_cast<unsigned long long>(h.image_count),
+        static_cast<unsigned long long>(h.pixel_count),
+        static_cast<unsigned long long>(h.pixel_bytes));
   } else {
     std::snprintf(
         buf, sizeof(buf),
@@ -161,7 +166,8 @@ Status RunInfo(const std::string& store_path, bool json, std::ostream& out) {
         "entries:      %llu (%llu files, %llu directories, %llu symlinks)\n"
         "file bytes:   %s\n"
         "store bytes:  %s (ratio %.3f; payloads %s in %llu records)\n"
-        "compression:  zstd level %d, dictionary %s, chunks of %s\n",
+        "compression:  zstd level %d, dictionary %s, chunks of %s\n"
+        "images:       %llu decodable by the views; decoded pixels stored: %s\n",
         store_path.c_str(), std::string(store->backend_name()).c_str(), h.version,
         TimeString(static_cast<int64_t>(h.created_unix_s)).c_str(),
         static_cast<unsigned long long>(h.inode_count),
@@ -170,9 +176,33 @@ Status RunInfo(const std::string& store_path, bool json, std::ostream& out) {
         FormatBytes(store_bytes).c_str(), ratio, FormatBytes(h.payload_bytes).c_str(),
         static_cast<unsigned long long>(h.payload_count), h.zstd_level,
         h.dict_bytes ? FormatBytes(h.dict_bytes).c_str() : "none",
-        FormatBytes(h.chunk_bytes).c_str());
+        FormatBytes(h.chunk_bytes).c_str(), static_cast<unsigned long long>(h.image_count),
+        h.pixel_count ? FormatBytes(h.pixel_bytes).c_str() : "no");
   }
   out << buf;
+  // The tensor view of `path`: there, or why not.
+  uint32_t dir;
+  InodeRecord rec;
+  DSFS_RETURN_IF_ERROR(store->LookupPath(path, &dir, &rec).WithContext(path));
+  if (!IsDir(rec)) return Status::InvalidArgument(path + ": not a directory");
+  TensorIndex t;
+  DSFS_RETURN_IF_ERROR(BuildTensorIndex(*store, dir, &t));
+  if (json) {
+    out << "\"tensor\": {\"path\": " << JsonString(path)
+        << ", \"available\": " << (t.available ? "true" : "false");
+    if (t.available) {
+      out << ", \"images\": " << t.images.size() << ", \"classes\": " << t.classes.size()
+          << ", \"height\": " << t.height << ", \"width\": " << t.width;
+    } else {
+      out << ", \"why\": " << JsonString(t.why);
+    }
+    out << "}}\n";
+  } else if (t.available) {
+    out << "tensor view:  " << path << ": " << t.images.size() << " images of " << t.width << "x"
+        << t.height << " in " << t.classes.size() << " classes\n";
+  } else {
+    out << "tensor view:  " << path << ": absent: " << t.why << "\n";
+  }
   return Status::OK();
 }
 

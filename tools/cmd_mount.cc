@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "common/log.h"
+#include "fs/views.h"
 #include "common/units.h"
 #include "tools/commands.h"
 
@@ -99,6 +100,8 @@ Status ParseMountOptions(const std::string& list, MountConfig* config) {
     } else if (key == "zero_open") {
       DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1, &n));
       config->fuse.zero_message_open = n == 1;
+    } else if (key == "view") {
+      DSFS_RETURN_IF_ERROR(ParseView(value, &config->fs.view).WithContext("mount option view"));
     } else if (key == "uid") {
       DSFS_RETURN_IF_ERROR(ParseNumber(key, value, UINT32_MAX - 1, &n));
       config->fs.uid = static_cast<uid_t>(n);

@@ -60,6 +60,12 @@ Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err) {
   out << line;
   if (stats.skipped) out << " (" << stats.skipped << " special files skipped)";
   out << "\n";
+  if (stats.images || stats.images_as_is) {
+    out << "images: " << stats.images << " decodable by the views";
+    if (stats.images_as_is) out << ", " << stats.images_as_is << " served as they are (logged)";
+    if (cmd.options.predecode) out << "; decoded pixels stored: " << FormatBytes(stats.pixel_bytes);
+    out << "\n";
+  }
   return Status::OK();
 }
 

@@ -34,6 +34,8 @@ constexpr const char* kMountOptionsHelp = R"(Mount options (-o, comma-separated;
   os_readahead=0|1      let the OS read ahead in the store file (default 0)
   allow_other           let other users in (stored permission bits apply)
   uid=N,gid=N           owner shown for every file (default: the mounting user)
+  view=NAME             show a view at the root: original (default), bmp, npy, tensor
+                        (all views are also at MOUNTPOINT/.dsfs/NAME)
   log_level=LEVEL       trace, debug, info, warn, error, off (default: --log-level)
   log_file=PATH         append the log to PATH; SIGHUP reopens it (for logrotate)
   status_interval=S     seconds between STATUS= updates to systemd (default 5)
@@ -121,6 +123,9 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   pack_cmd->add_option("-j,--threads", pack.options.threads, "compression threads (0 = all cores)")
       ->capture_default_str();
   pack_cmd->add_flag("-q,--quiet", pack.quiet, "no progress bar");
+  pack_cmd->add_flag("--predecode", pack.options.predecode,
+                     "also store every image's decoded pixels, so the bmp/npy/tensor views "
+                     "never decode");
 
   MountConfig mount;
   std::vector<std::string> mount_opts;
@@ -147,8 +152,10 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   auto* cat_cmd = app.add_subcommand("cat", "write the file at PATH inside STORE to stdout");
   cat_cmd->add_option("STORE", store_path)->required();
   cat_cmd->add_option("PATH", path)->required();
-  auto* info_cmd = app.add_subcommand("info", "show what STORE holds");
+  auto* info_cmd = app.add_subcommand(
+      "info", "show what STORE holds, and whether the tensor view has PATH (default /)");
   info_cmd->add_option("STORE", store_path)->required();
+  info_cmd->add_option("PATH", path)->capture_default_str();
   info_cmd->add_flag("--json", json, "machine-readable output");
   auto* verify_cmd = app.add_subcommand("verify", "check every payload of STORE");
   verify_cmd->add_option("STORE", store_path)->required();
@@ -205,7 +212,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   } else if (*cat_cmd) {
     s = RunCat(store_path, path, out);
   } else if (*info_cmd) {
-    s = RunInfo(store_path, json, out);
+    s = RunInfo(store_path, path, json, out);
   } else if (*stats_cmd) {
     s = RunStats(stats_point, stats_json, out);
   } else if (*verify_cmd) {

@@ -58,7 +58,8 @@ Status RunUmount(const std::string& mountpoint, bool lazy);
 Status RunLs(const std::string& store, const std::string& path, bool long_format, bool recursive,
              std::ostream& out);
 Status RunCat(const std::string& store, const std::string& path, std::ostream& out);
-Status RunInfo(const std::string& store, bool json, std::ostream& out);
+// `path`: the directory whose tensor view availability is reported.
+Status RunInfo(const std::string& store, const std::string& path, bool json, std::ostream& out);
 // Prints the live counters of the dsfs mount at `mountpoint` (its /.dsfs/stats file).
 Status RunStats(const std::string& mountpoint, bool json, std::ostream& out);
 // Checks every payload; lists the damaged files on `out`. Corruption if any is damaged.

@@ -76,9 +76,9 @@ class Filesystem {
   Status ReadLink(uint64_t ino, std::string_view* target) const;
   Status StatFs(struct statvfs* st) const;
 
-  // True for inodes that are not in the store (the hidden /.dsfs directory and its files):
-  // their attributes must not be cached by the kernel.
-  bool IsVirtual(uint64_t ino) const { return Kind(ino) == kControl; }
+  // True for the one inode whose attributes must not be cached by the kernel: the stats file
+  // (the /.dsfs directory is cached like the rest: every path into a view walks through it).
+  bool IsVirtual(uint64_t ino) const { return ino == kStatsIno; }
   // The store directory behind `ino` when it is one of the original tree (prefetching pushes
   // the original files' contents under their own inode numbers).
   bool OriginalDir(uint64_t ino, uint32_t* dir) const;

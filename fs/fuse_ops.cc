@@ -2,6 +2,7 @@
 
 #include <fuse_lowlevel.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -375,6 +376,14 @@ Status ServeFuse(Filesystem* fs, const std::string& mountpoint, const FuseOption
   ServiceMonitor monitor(mo, [fs] { return fs->StatusLine(); });
   Status ms = monitor.Start();
   if (!ms.ok()) Log()->warn("service monitor: {}", ms.message());
+  // The loop threads libfuse starts from here inherit this thread's nice value (per thread on
+  // Linux); the prefetch workers set their own (19) and stay in the background.
+  int old_nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+  if (options.nice != old_nice &&
+      ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), options.nice) != 0) {
+    Log()->debug("cannot set the request threads' nice value to {}: {}", options.nice,
+                 std::strerror(errno));
+  }
   struct fuse_loop_config* cfg = fuse_loop_cfg_create();
   fuse_loop_cfg_set_clone_fd(cfg, 0);
   fuse_loop_cfg_set_max_threads(cfg, static_cast<unsigned>(std::max(1, options.threads)));

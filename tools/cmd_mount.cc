@@ -100,6 +100,15 @@ Status ParseMountOptions(const std::string& list, MountConfig* config) {
     } else if (key == "zero_open") {
       DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1, &n));
       config->fuse.zero_message_open = n == 1;
+    } else if (key == "nice") {
+      int64_t v = 0;
+      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+      if (ec != std::errc() || ptr != value.data() + value.size() || value.empty() || v < -20 ||
+          v > 19) {
+        return Status::InvalidArgument("mount option nice=" + std::string(value) +
+                                       ": not a nice value (-20 to 19)");
+      }
+      config->fuse.nice = static_cast<int>(v);
     } else if (key == "view") {
       DSFS_RETURN_IF_ERROR(ParseView(value, &config->fs.view).WithContext("mount option view"));
     } else if (key == "uid") {

@@ -27,6 +27,11 @@ class JpegHandle {
     if (h_) tjDestroy(h_);
   }
   tjhandle get() const { return h_; }
+  // After a failure the decompressor may be left mid-image: start over with a fresh one.
+  void Reset() {
+    if (h_) tjDestroy(h_);
+    h_ = tjInitDecompress();
+  }
 
  private:
   tjhandle h_;
@@ -39,7 +44,9 @@ Status DecodeJpeg(std::string_view data, DecodedImage* out) {
   auto* src = reinterpret_cast<const unsigned char*>(data.data());
   int w = 0, hgt = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(h, src, data.size(), &w, &hgt, &subsamp, &colorspace) != 0) {
-    return Status::Corruption(std::string("JPEG header: ") + tjGetErrorStr2(h));
+    Status s = Status::Corruption(std::string("JPEG header: ") + tjGetErrorStr2(h));
+    handle.Reset();
+    return s;
   }
   // PIL converts CMYK to RGB its own way (no colour management, Adobe inversion): not ours.
   if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) {
@@ -53,7 +60,9 @@ Status DecodeJpeg(std::string_view data, DecodedImage* out) {
   // A warning (damaged data the decoder got past) fails too: PIL may see it differently.
   if (tjDecompress2(h, src, data.size(), reinterpret_cast<unsigned char*>(out->rgb.data()), w, 0,
                     hgt, TJPF_RGB, 0) != 0) {
-    return Status::Corruption(std::string("JPEG data: ") + tjGetErrorStr2(h));
+    Status s = Status::Corruption(std::string("JPEG data: ") + tjGetErrorStr2(h));
+    handle.Reset();
+    return s;
   }
   return Status::OK();
 }

@@ -1,0 +1,331 @@
+// The image codecs and the views, without FUSE (the pixel-for-pixel comparison with PIL over a
+// real mount is tests/views_test.py).
+#include "fs/views.h"
+
+#include <gtest/gtest.h>
+#include <png.h>
+#include <turbojpeg.h>
+
+#include <cstring>
+#include <map>
+
+#include "backend/mem_store.h"
+#include "fs/filesystem.h"
+#include "image/image.h"
+#include "store/packer.h"
+#include "common/path.h"
+#include "tests/test_util.h"
+
+namespace dsfs {
+namespace {
+
+using testing::PackToMemory;
+using testing::TempDir;
+using testing::WriteFile;
+
+std::string Gradient(uint32_t w, uint32_t h, int seed) {
+  std::string rgb(size_t{w} * h * 3, '\0');
+  for (uint32_t y = 0; y < h; ++y) {
+    for (uint32_t x = 0; x < w; ++x) {
+      char* p = rgb.data() + (size_t{y} * w + x) * 3;
+      p[0] = static_cast<char>(x * 7 + seed);
+      p[1] = static_cast<char>(y * 5 + seed * 3);
+      p[2] = static_cast<char>((x ^ y) * 3);
+    }
+  }
+  return rgb;
+}
+
+std::string Jpeg(uint32_t w, uint32_t h, int seed) {
+  tjhandle t = tjInitCompress();
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  std::string rgb = Gradient(w, h, seed);
+  EXPECT_EQ(tjCompress2(t, reinterpret_cast<const unsigned char*>(rgb.data()), static_cast<int>(w),
+                        0, static_cast<int>(h), TJPF_RGB, &out, &size, TJSAMP_420, 90, 0),
+            0);
+  std::string jpeg(reinterpret_cast<char*>(out), size);
+  tjFree(out);
+  tjDestroy(t);
+  return jpeg;
+}
+
+// format: PNG_FORMAT_RGB (8-bit) or PNG_FORMAT_LINEAR_Y (16-bit gray).
+std::string Png(uint32_t w, uint32_t h, uint32_t format) {
+  png_image img;
+  std::memset(&img, 0, sizeof(img));
+  img.version = PNG_IMAGE_VERSION;
+  img.width = w;
+  img.height = h;
+  img.format = format;
+  std::string pixels = Gradient(w, h, 1);
+  pixels.resize(PNG_IMAGE_SIZE(img));
+  png_alloc_size_t size = 0;
+  EXPECT_TRUE(png_image_write_to_memory(&img, nullptr, &size, 0, pixels.data(), 0, nullptr));
+  std::string png(size, '\0');
+  EXPECT_TRUE(png_image_write_to_memory(&img, png.data(), &size, 0, pixels.data(), 0, nullptr));
+  png.resize(size);
+  return png;
+}
+
+TEST(ImageTest, DecodesJpegAndPngAndRefusesWhatPilWouldSeeDifferently) {
+  DecodedImage img;
+  ASSERT_TRUE(DecodeImage(Jpeg(17, 9, 3), &img).ok());
+  EXPECT_EQ(img.width, 17u);
+  EXPECT_EQ(img.height, 9u);
+  EXPECT_EQ(img.rgb.size(), 17u * 9 * 3);
+  ASSERT_TRUE(DecodeImage(Png(5, 4, PNG_FORMAT_RGB), &img).ok());
+  EXPECT_EQ(img.rgb, Gradient(5, 4, 1));  // PNG is lossless: the very pixels
+  EXPECT_EQ(DecodeImage(Png(5, 4, PNG_FORMAT_LINEAR_Y), &img).code(),
+            Status::Code::kNotSupported);
+  std::string jpeg = Jpeg(16, 16, 1);
+  EXPECT_TRUE(DecodeImage(jpeg.substr(0, jpeg.size() / 2), &img).IsCorruption());
+  // A failure leaves the thread's decoder usable for the next image.
+  ASSERT_TRUE(DecodeImage(jpeg, &img).ok());
+  EXPECT_EQ(img.width, 16u);
+  EXPECT_TRUE(DecodeImage(std::string("\x89PNG\r\n\x1a\n", 8) + "junk", &img).IsCorruption());
+  EXPECT_EQ(DecodeImage("hello", &img).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(SniffImage(jpeg), ImageKind::kJpeg);
+  EXPECT_EQ(SniffImage("BM...."), ImageKind::kNone);
+}
+
+TEST(ImageTest, BmpAndNpyLayouts) {
+  std::string rgb = Gradient(3, 2, 0), bmp;
+  RenderBmp(3, 2, rgb, &bmp);
+  ASSERT_EQ(bmp.size(), BmpBytes(3, 2));
+  EXPECT_EQ(bmp.size(), 54u + 12 * 2);  // rows of 9 bytes padded to 12
+  EXPECT_EQ(bmp.substr(0, 2), "BM");
+  int32_t height;
+  std::memcpy(&height, bmp.data() + 22, 4);
+  EXPECT_EQ(height, -2);  // top-down rows
+  // First pixel, BGR.
+  EXPECT_EQ(bmp[54], rgb[2]);
+  EXPECT_EQ(bmp[56], rgb[0]);
+  // Second row starts after the padding.
+  EXPECT_EQ(bmp[54 + 12 + 2], rgb[9]);
+
+  std::string h = NpyHeader("|u1", {28, 28, 3});
+  EXPECT_EQ(h.size() % 64, 0u);
+  EXPECT_EQ(h.substr(0, 8), std::string("\x93NUMPY\x01\x00", 8));
+  EXPECT_NE(h.find("'shape': (28, 28, 3)"), std::string::npos);
+  EXPECT_EQ(h.back(), '\n');
+  EXPECT_NE(NpyHeader("<i8", {5}).find("'shape': (5,)"), std::string::npos);
+}
+
+TEST(ViewsTest, ImageFolderExtensions) {
+  for (const char* yes : {"a.jpg", "b.JPEG", "c.png", "d.Webp", "e.tiff", "f.PGM"}) {
+    EXPECT_TRUE(HasImageExtension(yes)) << yes;
+  }
+  for (const char* no : {"a.jpg.txt", "jpg", "b.gif", "c.npy", ""}) {
+    EXPECT_FALSE(HasImageExtension(no)) << no;
+  }
+}
+
+class FilesystemViewsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // ImageFolder order within a class: directories sorted as paths ("x" < "x-y" < "x/z"),
+    // then names.
+    WriteFile(dir_ / "src/b_class/2.jpg", Jpeg(8, 8, 2));
+    WriteFile(dir_ / "src/b_class/1.png", Png(8, 8, PNG_FORMAT_RGB));
+    WriteFile(dir_ / "src/b_class/x/z.jpg", Jpeg(8, 8, 3));
+    WriteFile(dir_ / "src/b_class/x-y/w.jpg", Jpeg(8, 8, 4));
+    WriteFile(dir_ / "src/a_class/0.jpg", Jpeg(8, 8, 5));
+    WriteFile(dir_ / "src/a_class/notes.txt", "text");
+    WriteFile(dir_ / "src/a_class/deep16.png", Png(8, 8, PNG_FORMAT_LINEAR_Y));
+    WriteFile(dir_ / "src/mixed/m/big.jpg", Jpeg(16, 8, 6));
+    WriteFile(dir_ / "src/mixed/m/small.jpg", Jpeg(8, 8, 7));
+    // os.walk's directories sorted as strings: "k/x" < "k/x-y" < "k/x/sub".
+    WriteFile(dir_ / "src/c/k/x/1.jpg", Jpeg(8, 8, 8));
+    WriteFile(dir_ / "src/c/k/x-y/2.jpg", Jpeg(8, 8, 9));
+    WriteFile(dir_ / "src/c/k/x/sub/3.jpg", Jpeg(8, 8, 10));
+  }
+
+  std::unique_ptr<Filesystem> Mount(bool predecode, std::shared_ptr<MemTable>* table = nullptr) {
+    PackOptions o;
+    o.predecode = predecode;
+    std::shared_ptr<MemTable> t;
+    std::unique_ptr<Store> store;
+    EXPECT_TRUE(PackToMemory(dir_ / "src", o, &t, &store).ok());
+    if (table) *table = t;
+    return std::make_unique<Filesystem>(std::move(store), FsOptions{});
+  }
+
+  static uint64_t Walk(Filesystem* fs, const std::string& path) {
+    uint64_t ino = 1;
+    struct stat st;
+    for (std::string_view part : PathParts(path)) {
+      Status s = fs->Lookup(ino, part, &st);
+      if (!s.ok()) return 0;
+      ino = st.st_ino;
+    }
+    return ino;
+  }
+
+  static std::string ReadAll(Filesystem* fs, uint64_t ino, Status* status = nullptr) {
+    struct stat st;
+    EXPECT_TRUE(fs->GetAttr(ino, &st).ok());
+    std::string all;
+    ReadBuffer buf;
+    // Odd-sized reads: every view must serve any range.
+    for (uint64_t off = 0;; off += 1000) {
+      std::string_view out;
+      Status s = fs->Read(ino, off, 1000, &buf, &out);
+      if (!s.ok()) {
+        if (status) *status = s;
+        return "";
+      }
+      if (out.empty()) break;
+      all.append(out);
+    }
+    EXPECT_EQ(all.size(), static_cast<uint64_t>(st.st_size));
+    return all;
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(FilesystemViewsTest, SizesMatchAndEachViewServesItsFormat) {
+  for (bool predecode : {false, true}) {
+    auto fs = Mount(predecode);
+    Status rs;
+    std::string bmp = ReadAll(fs.get(), Walk(fs.get(), ".dsfs/bmp/b_class/2.jpg"), &rs);
+    EXPECT_TRUE(rs.ok()) << rs.ToString();
+    EXPECT_EQ(bmp.substr(0, 2), "BM");
+    EXPECT_EQ(bmp.size(), BmpBytes(8, 8));
+    std::string npy = ReadAll(fs.get(), Walk(fs.get(), ".dsfs/npy/b_class/1.png.npy"));
+    std::string header = NpyHeader("|u1", {8, 8, 3});
+    EXPECT_EQ(npy, header + Gradient(8, 8, 1));
+    // Images only under their .npy name there; other files as they are everywhere.
+    EXPECT_EQ(Walk(fs.get(), ".dsfs/npy/b_class/1.png"), 0u);
+    for (const char* view : {"bmp", "npy", "tensor"}) {
+      std::string p = std::string(".dsfs/") + view + "/a_class/notes.txt";
+      EXPECT_EQ(ReadAll(fs.get(), Walk(fs.get(), p)), "text") << p;
+      // A 16-bit PNG is served as it is (and not renamed in npy).
+      std::string deep = std::string(".dsfs/") + view + "/a_class/deep16.png";
+      EXPECT_EQ(ReadAll(fs.get(), Walk(fs.get(), deep)), Png(8, 8, PNG_FORMAT_LINEAR_Y)) << deep;
+    }
+    // Stored pixels and decoding give the same bytes.
+    auto other = Mount(!predecode);
+    EXPECT_EQ(bmp, ReadAll(other.get(), Walk(other.get(), ".dsfs/bmp/b_class/2.jpg")));
+  }
+}
+
+TEST_F(FilesystemViewsTest, ViewsAreHiddenAndMirrorTheTree) {
+  auto fs = Mount(false);
+  std::vector<std::string> root, view;
+  auto collect = [](std::vector<std::string>* names) {
+    return [names](std::string_view n, const struct stat&, uint64_t) {
+      names->emplace_back(n);
+      return true;
+    };
+  };
+  ASSERT_TRUE(fs->ReadDir(1, 0, collect(&root)).ok());
+  ASSERT_TRUE(fs->ReadDir(Walk(fs.get(), ".dsfs/bmp"), 0, collect(&view)).ok());
+  EXPECT_EQ(std::count(root.begin(), root.end(), ".dsfs"), 0);
+  EXPECT_EQ(root, view);
+  std::vector<std::string> npy;
+  ASSERT_TRUE(fs->ReadDir(Walk(fs.get(), ".dsfs/npy/b_class"), 0, collect(&npy)).ok());
+  EXPECT_EQ(npy, (std::vector<std::string>{".", "..", "1.png.npy", "2.jpg.npy", "x", "x-y"}));
+  // Distinct inode numbers per view.
+  EXPECT_NE(Walk(fs.get(), "b_class/2.jpg"), Walk(fs.get(), ".dsfs/bmp/b_class/2.jpg"));
+}
+
+TEST_F(FilesystemViewsTest, TensorViewFollowsImageFolderOrder) {
+  auto fs = Mount(false);
+  TensorIndex t;
+  uint32_t root;
+  InodeRecord rec;
+  ASSERT_TRUE(fs->store().LookupPath("", &root, &rec).ok());
+  ASSERT_TRUE(BuildTensorIndex(fs->store(), root, &t).ok());
+  EXPECT_FALSE(t.available);  // a_class holds a 16-bit PNG
+  EXPECT_NE(t.why.find("deep16.png"), std::string::npos) << t.why;
+
+  uint32_t b;
+  ASSERT_TRUE(fs->store().LookupPath("b_class", &b, &rec).ok());
+  ASSERT_TRUE(BuildTensorIndex(fs->store(), b, &t).ok());
+  ASSERT_TRUE(t.available) << t.why;  // a leaf-less class: x and x-y are its classes
+  std::string files;
+  ASSERT_TRUE(TensorFilesText(fs->store(), b, t, &files).ok());
+  EXPECT_EQ(files, "x/z.jpg\nx-y/w.jpg\n");
+  EXPECT_EQ(t.labels, (std::vector<uint32_t>{0, 1}));
+
+  uint32_t c;
+  ASSERT_TRUE(fs->store().LookupPath("c", &c, &rec).ok());
+  ASSERT_TRUE(BuildTensorIndex(fs->store(), c, &t).ok());
+  ASSERT_TRUE(t.available) << t.why;
+  ASSERT_TRUE(TensorFilesText(fs->store(), c, t, &files).ok());
+  EXPECT_EQ(files, "k/x/1.jpg\nk/x-y/2.jpg\nk/x/sub/3.jpg\n");
+
+  uint32_t m;
+  ASSERT_TRUE(fs->store().LookupPath("mixed", &m, &rec).ok());
+  ASSERT_TRUE(BuildTensorIndex(fs->store(), m, &t).ok());
+  EXPECT_FALSE(t.available);
+  EXPECT_NE(t.why.find("differ in size"), std::string::npos) << t.why;
+
+  // Through the filesystem: images.npy is the header and the images in order.
+  std::string images = ReadAll(fs.get(), Walk(fs.get(), ".dsfs/tensor/b_class/images.npy"));
+  std::string z = ReadAll(fs.get(), Walk(fs.get(), ".dsfs/npy/b_class/x/z.jpg.npy"));
+  std::string w = ReadAll(fs.get(), Walk(fs.get(), ".dsfs/npy/b_class/x-y/w.jpg.npy"));
+  std::string one = NpyHeader("|u1", {8, 8, 3});
+  EXPECT_EQ(images, NpyHeader("|u1", {2, 8, 8, 3}) + z.substr(one.size()) + w.substr(one.size()));
+  std::string labels = ReadAll(fs.get(), Walk(fs.get(), ".dsfs/tensor/b_class/labels.npy"));
+  EXPECT_EQ(labels.size(), NpyHeader("<i8", {2}).size() + 16);
+  EXPECT_EQ(ReadAll(fs.get(), Walk(fs.get(), ".dsfs/tensor/b_class/classes.txt")), "x\nx-y\n");
+  EXPECT_EQ(Walk(fs.get(), ".dsfs/tensor/mixed/images.npy"), 0u);
+  EXPECT_NE(Walk(fs.get(), ".dsfs/tensor/mixed/m"), 0u);
+}
+
+TEST_F(FilesystemViewsTest, DamagedImageFailsOnlyItselfInEveryView) {
+  std::shared_ptr<MemTable> table;
+  auto fs = Mount(false, &table);
+  uint32_t ino;
+  InodeRecord victim;
+  ASSERT_TRUE(fs->store().LookupPath("b_class/2.jpg", &ino, &victim).ok());
+  auto damaged = std::make_shared<MemTable>();
+  damaged->data = table->data;
+  auto it = damaged->data.lower_bound(PayloadKey(victim.data));
+  ASSERT_NE(it, damaged->data.end());
+  uint64_t last_id;
+  ASSERT_TRUE(ParsePayloadKey(it->first, &last_id));
+  std::string_view rec;
+  ASSERT_TRUE(FindInGroup(it->second, last_id, victim.data, &rec).ok());
+  it->second[static_cast<size_t>(rec.data() - it->second.data()) + rec.size() - 1] ^= 0x01;
+  std::unique_ptr<Store> store;
+  ASSERT_TRUE(Store::Open(NewMemReader(damaged), &store).ok());
+  Filesystem dfs(std::move(store), FsOptions{});
+  for (const char* p : {"b_class/2.jpg", ".dsfs/bmp/b_class/2.jpg", ".dsfs/npy/b_class/2.jpg.npy",
+                        ".dsfs/tensor/b_class/x/z.jpg"}) {
+    Status s;
+    std::string got = ReadAll(&dfs, Walk(&dfs, p), &s);
+    if (std::string(p).find("z.jpg") != std::string::npos) {
+      EXPECT_TRUE(s.ok()) << p;  // another image: unharmed
+    } else {
+      EXPECT_TRUE(s.IsCorruption()) << p << ": " << s.ToString();
+    }
+  }
+  Status s;
+  ReadAll(&dfs, Walk(&dfs, ".dsfs/tensor/b_class/images.npy"), &s);
+  EXPECT_TRUE(s.ok());  // 2.jpg is not below b_class's classes x and x-y
+  EXPECT_EQ(ReadAll(&dfs, Walk(&dfs, ".dsfs/bmp/b_class/1.png")).substr(0, 2), "BM");
+}
+
+TEST_F(FilesystemViewsTest, ViewAsRoot) {
+  PackOptions o;
+  std::shared_ptr<MemTable> t;
+  std::unique_ptr<Store> store;
+  ASSERT_TRUE(PackToMemory(dir_ / "src", o, &t, &store).ok());
+  FsOptions fo;
+  fo.view = View::kBmp;
+  Filesystem fs(std::move(store), fo);
+  EXPECT_EQ(ReadAll(&fs, Walk(&fs, "b_class/2.jpg")).substr(0, 2), "BM");
+  EXPECT_NE(Walk(&fs, ".dsfs/npy"), 0u);
+  EXPECT_EQ(Walk(&fs, ".dsfs/bmp"), 0u);  // not shown again inside itself
+  struct stat st;
+  ASSERT_TRUE(fs.GetAttr(1, &st).ok());
+  EXPECT_EQ(st.st_ino, 1u);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+}
+
+}  // namespace
+}  // namespace dsfs

@@ -21,10 +21,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
-
-#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -110,10 +109,10 @@ class Filesystem {
   void FillViewStat(View v, uint32_t ino, const InodeRecord& rec, struct stat* st) const;
 
   // Reads of view files.
-  Status ReadImageView(View v, uint32_t ino, const InodeRecord& rec, uint64_t offset,
-                       uint64_t size, ReadBuffer* buf, std::string_view* out) const;
-  Status ReadTensorFile(TensorFile f, uint32_t dir, uint64_t offset, uint64_t size,
-                        ReadBuffer* buf, std::string_view* out) const;
+  Status ReadImageView(View v, uint32_t ino, const InodeRecord& rec, uint64_t offset, uint64_t size,
+                       ReadBuffer* buf, std::string_view* out) const;
+  Status ReadTensorFile(TensorFile f, uint32_t dir, uint64_t offset, uint64_t size, ReadBuffer* buf,
+                        std::string_view* out) const;
   // The decoded pixels of image `ino` (from the cache, the stored pixels or by decoding the
   // original); cached when `keep`.
   Status Pixels(uint32_t ino, const InodeRecord& rec, bool keep, ByteCache::Value* out) const;

@@ -10,7 +10,7 @@
 namespace dsfs {
 
 struct FuseOptions {
-  int threads = 2;         // session loop threads (on 2 cores 1-2 beat libfuse's 10)
+  int threads = 2;  // session loop threads (on 2 cores 1-2 beat libfuse's 10)
   // Nice value of the session loop threads. Every request is a round trip a reader waits on
   // (Python's open() alone costs one: an ioctl FUSE cannot answer in the kernel), so under
   // CPU-bound readers (DataLoader workers) the threads must be scheduled first: -10 cut the

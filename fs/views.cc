@@ -142,8 +142,8 @@ Status AddClass(const Store& store, uint32_t cls, const std::string& prefix, uin
         index->width = e.rec.width;
         index->height = e.rec.height;
       } else if (e.rec.width != index->width || e.rec.height != index->height) {
-        index->why = "images differ in size (" + SizeText(index->width, index->height) +
-                     " and " + SizeText(e.rec.width, e.rec.height) + ": " + path + ")";
+        index->why = "images differ in size (" + SizeText(index->width, index->height) + " and " +
+                     SizeText(e.rec.width, e.rec.height) + ": " + path + ")";
         return Status::OK();
       }
       index->images.push_back(e.ino);

@@ -207,8 +207,8 @@ std::string NpyHeader(std::string_view dtype, std::initializer_list<uint64_t> sh
   std::string dims;
   for (uint64_t d : shape) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
   if (shape.size() == 1) dims += ",";  // "(5,)": a one-element tuple
-  std::string dict = "{'descr': '" + std::string(dtype) +
-                     "', 'fortran_order': False, 'shape': (" + dims + "), }";
+  std::string dict =
+      "{'descr': '" + std::string(dtype) + "', 'fortran_order': False, 'shape': (" + dims + "), }";
   // magic (6) + version (2) + length (2) + dict + padding + '\n', a multiple of 64.
   size_t total = (10 + dict.size() + 1 + 63) / 64 * 64;
   dict.resize(total - 10 - 1, ' ');

@@ -247,8 +247,7 @@ std::string SegmentSums(std::string_view data, uint32_t segment_bytes) {
 }
 
 Status CheckedTable::Init(std::string_view name, std::string_view data, std::string_view sums,
-                          uint32_t segment_bytes,
-                          std::function<void(std::string_view)> will_need) {
+                          uint32_t segment_bytes, std::function<void(std::string_view)> will_need) {
   name_ = name;
   will_need_ = std::move(will_need);
   if (segment_bytes == 0) return Status::Corruption("store header: zero segment size");

@@ -105,11 +105,11 @@ struct StoreHeader {
   uint64_t payload_count;  // payload records
   uint64_t payload_bytes;  // bytes of payload records as stored
   uint64_t names_bytes;
-  uint64_t image_count;        // files the views decode (version 2)
-  uint64_t pixel_count;        // pixel records ("Q"; pack --predecode)
-  uint64_t pixel_bytes;        // bytes of pixel records as stored
-  uint64_t reserved[7];        // zero; room for later fields
-  uint64_t checksum;      // xxh3-64 of all bytes above
+  uint64_t image_count;  // files the views decode (version 2)
+  uint64_t pixel_count;  // pixel records ("Q"; pack --predecode)
+  uint64_t pixel_bytes;  // bytes of pixel records as stored
+  uint64_t reserved[7];  // zero; room for later fields
+  uint64_t checksum;     // xxh3-64 of all bytes above
 };
 static_assert(sizeof(StoreHeader) == 192);
 
@@ -199,8 +199,7 @@ class CheckedTable {
   // `will_need`, when set, is told about byte ranges of `data` about to be read (the backend
   // starts reading them from disk in one request instead of a page fault at a time).
   Status Init(std::string_view name, std::string_view data, std::string_view sums,
-              uint32_t segment_bytes,
-              std::function<void(std::string_view)> will_need = nullptr);
+              uint32_t segment_bytes, std::function<void(std::string_view)> will_need = nullptr);
   // OK if [off, off + len) lies in the table and every segment it touches matches its checksum.
   Status Check(uint64_t off, uint64_t len) const;
   // Announces that [off, off + len) will be checked soon: the not yet verified segments it

@@ -45,10 +45,10 @@ struct PackStats {
 
 // Walks `src` (never following symlinks; storing them as symlinks), compresses file contents on
 // `options.threads` threads (and decodes every JPEG and PNG up to kMaxImageFileBytes, to record
-// whether and at what size the views can serve it decoded) and writes a complete store to `writer`, then commits it. Special
-// files (devices, fifos, sockets) are skipped with a warning. Errors name the path involved; on
-// error nothing is committed. `progress` (may be empty) is called from the calling thread a few
-// times a second.
+// whether and at what size the views can serve it decoded) and writes a complete store to `writer`,
+// then commits it. Special files (devices, fifos, sockets) are skipped with a warning. Errors name
+// the path involved; on error nothing is committed. `progress` (may be empty) is called from the
+// calling thread a few times a second.
 Status PackDirectory(const std::string& src, const PackOptions& options, KvWriter* writer,
                      const std::function<void(const PackProgress&)>& progress, PackStats* stats);
 

@@ -94,9 +94,8 @@ TEST(FormatTest, InodeLayoutRoundTripsExtremes) {
 TEST(FormatTest, InodeLayoutIsNarrowForSmallTrees) {
   std::vector<InodeRecord> recs;
   for (uint32_t i = 0; i < 1000; ++i) {
-    recs.push_back(
-        {i * 10u % 4000, i, i * 15ull, 1700000000 + i % 60, 0, 0100644, 15, i / 100 + 1, 0, 0,
-         0, 0});
+    recs.push_back({i * 10u % 4000, i, i * 15ull, 1700000000 + i % 60, 0, 0100644, 15, i / 100 + 1,
+                    0, 0, 0, 0});
   }
   EXPECT_LE(InodeLayout::For(recs).record_bytes(), 12u);
 }

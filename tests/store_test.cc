@@ -203,16 +203,8 @@ TEST_F(StoreTest, FlippedPayloadByteFailsOnlyItsFile) {
   uint32_t ino;
   InodeRecord victim;
   ASSERT_TRUE(store_->LookupPath("many/f123", &ino, &victim).ok());
-  auto damaged = std::make_shared<MemTable>();
-  damaged->data = table_->data;
-  auto it = damaged->data.lower_bound(PayloadKey(victim.data));
-  ASSERT_NE(it, damaged->data.end());
-  uint64_t last_id;
-  ASSERT_TRUE(ParsePayloadKey(it->first, &last_id));
-  std::string_view rec;
-  ASSERT_TRUE(FindInGroup(it->second, last_id, victim.data, &rec).ok());
-  size_t at = static_cast<size_t>(rec.data() - it->second.data()) + rec.size() - 1;
-  it->second[at] ^= 0x01;
+  std::shared_ptr<MemTable> damaged;
+  ASSERT_TRUE(testing::DamagePayload(*table_, victim.data, &damaged).ok());
   std::unique_ptr<Store> store;
   ASSERT_TRUE(Store::Open(NewMemReader(damaged), &store).ok());
   EXPECT_EQ(ReadEverything(*store), std::vector<std::string>{"many/f123"});
@@ -368,7 +360,6 @@ TEST(StorePackTest, SpecialFilesAreSkipped) {
   EXPECT_EQ(store->header().inode_count, 2u);
 }
 
-
 // Records the ranges a store announces before reading them.
 class WillNeedRecorder : public KvReader {
  public:
@@ -409,7 +400,8 @@ TEST(StoreMetadataTest, LookupAnnouncesTheDirectoryOnceThenNothing) {
   auto table = std::make_shared<MemTable>();
   PackOptions options;
   options.segment_bytes = 4096;  // many segments per table
-  ASSERT_TRUE(PackDirectory(dir / "src", options, NewMemWriter(table).get(), nullptr, nullptr).ok());
+  ASSERT_TRUE(
+      PackDirectory(dir / "src", options, NewMemWriter(table).get(), nullptr, nullptr).ok());
   auto recorder = std::make_unique<WillNeedRecorder>(NewMemReader(table));
   WillNeedRecorder* rec = recorder.get();
   std::unique_ptr<Store> store;

@@ -120,6 +120,21 @@ CommandResult RunCommand(const std::vector<std::string>& argv, int timeout_s) {
 
 std::string DsfsBinary() { return DSFS_BINARY; }
 
+Status DamagePayload(const MemTable& table, uint64_t id, std::shared_ptr<MemTable>* damaged) {
+  auto copy = std::make_shared<MemTable>();
+  copy->data = table.data;
+  auto it = copy->data.lower_bound(PayloadKey(id));
+  uint64_t last_id;
+  if (it == copy->data.end() || !ParsePayloadKey(it->first, &last_id)) {
+    return Status::Corruption("no such payload");
+  }
+  std::string_view rec;
+  DSFS_RETURN_IF_ERROR(FindInGroup(it->second, last_id, id, &rec));
+  it->second[static_cast<size_t>(rec.data() - it->second.data()) + rec.size() - 1] ^= 0x01;
+  *damaged = std::move(copy);
+  return Status::OK();
+}
+
 Status PackToMemory(const std::string& src, const PackOptions& options,
                     std::shared_ptr<MemTable>* table, std::unique_ptr<Store>* store) {
   *table = std::make_shared<MemTable>();

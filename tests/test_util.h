@@ -48,6 +48,10 @@ CommandResult RunCommand(const std::vector<std::string>& argv, int timeout_s = 1
 // Path of the built dsfs executable.
 std::string DsfsBinary();
 
+// A copy of `table` with the last byte of payload record `id` flipped (its checksum then
+// fails); Corruption if the record is not there.
+Status DamagePayload(const MemTable& table, uint64_t id, std::shared_ptr<MemTable>* damaged);
+
 // Packs `src` into a new in-memory store and opens it.
 Status PackToMemory(const std::string& src, const PackOptions& options,
                     std::shared_ptr<MemTable>* table, std::unique_ptr<Store>* store);

@@ -10,10 +10,10 @@
 #include <map>
 
 #include "backend/mem_store.h"
+#include "common/path.h"
 #include "fs/filesystem.h"
 #include "image/image.h"
 #include "store/packer.h"
-#include "common/path.h"
 #include "tests/test_util.h"
 
 namespace dsfs {
@@ -76,8 +76,7 @@ TEST(ImageTest, DecodesJpegAndPngAndRefusesWhatPilWouldSeeDifferently) {
   EXPECT_EQ(img.rgb.size(), 17u * 9 * 3);
   ASSERT_TRUE(DecodeImage(Png(5, 4, PNG_FORMAT_RGB), &img).ok());
   EXPECT_EQ(img.rgb, Gradient(5, 4, 1));  // PNG is lossless: the very pixels
-  EXPECT_EQ(DecodeImage(Png(5, 4, PNG_FORMAT_LINEAR_Y), &img).code(),
-            Status::Code::kNotSupported);
+  EXPECT_EQ(DecodeImage(Png(5, 4, PNG_FORMAT_LINEAR_Y), &img).code(), Status::Code::kNotSupported);
   std::string jpeg = Jpeg(16, 16, 1);
   EXPECT_TRUE(DecodeImage(jpeg.substr(0, jpeg.size() / 2), &img).IsCorruption());
   // A failure leaves the thread's decoder usable for the next image.
@@ -282,15 +281,8 @@ TEST_F(FilesystemViewsTest, DamagedImageFailsOnlyItselfInEveryView) {
   uint32_t ino;
   InodeRecord victim;
   ASSERT_TRUE(fs->store().LookupPath("b_class/2.jpg", &ino, &victim).ok());
-  auto damaged = std::make_shared<MemTable>();
-  damaged->data = table->data;
-  auto it = damaged->data.lower_bound(PayloadKey(victim.data));
-  ASSERT_NE(it, damaged->data.end());
-  uint64_t last_id;
-  ASSERT_TRUE(ParsePayloadKey(it->first, &last_id));
-  std::string_view rec;
-  ASSERT_TRUE(FindInGroup(it->second, last_id, victim.data, &rec).ok());
-  it->second[static_cast<size_t>(rec.data() - it->second.data()) + rec.size() - 1] ^= 0x01;
+  std::shared_ptr<MemTable> damaged;
+  ASSERT_TRUE(testing::DamagePayload(*table, victim.data, &damaged).ok());
   std::unique_ptr<Store> store;
   ASSERT_TRUE(Store::Open(NewMemReader(damaged), &store).ok());
   Filesystem dfs(std::move(store), FsOptions{});

@@ -5,8 +5,8 @@
 #include <filesystem>
 
 #include "common/log.h"
-#include "fs/views.h"
 #include "common/units.h"
+#include "fs/views.h"
 #include "tools/commands.h"
 
 namespace dsfs {

@@ -20,8 +20,9 @@ constexpr uint32_t kSequentialStreak = 2;
 
 }  // namespace
 
-Prefetcher::Prefetcher(const Store* store, const Options& options, PushFn push)
-    : store_(store), options_(options), push_(std::move(push)) {
+Prefetcher::Prefetcher(const Store* store, const Options& options, PushFn push,
+                       const PushSource* source)
+    : store_(store), options_(options), push_(std::move(push)), source_(source) {
   for (int i = 0; i < std::max(1, options_.threads); ++i) {
     threads_.emplace_back([this] {
       // Background work: on a 2-core machine it must never delay the threads answering
@@ -71,13 +72,13 @@ void Prefetcher::Run() {
         PushDir(job.ino);
         break;
       case Kind::kPrefetchFiles:
-        PrefetchFiles(job.ino, job.count);
+        PrefetchFiles(static_cast<uint32_t>(job.ino), job.count);
         break;
       case Kind::kPrefetchChunks:
-        PrefetchChunks(job.ino, job.first, job.count);
+        PrefetchChunks(static_cast<uint32_t>(job.ino), job.first, job.count);
         break;
       case Kind::kPreload:
-        PreloadTree(job.ino);
+        PreloadTree(static_cast<uint32_t>(job.ino));
         preload_done_ = true;
         break;
     }
@@ -94,8 +95,8 @@ void Prefetcher::WaitIdle() {
   idle_cv_.wait(lock, [&] { return stop_ || (running_ == 0 && queue_.empty()); });
 }
 
-void Prefetcher::DirectoryListed(uint32_t dir) {
-  if (options_.push_budget_bytes == 0 || !push_) return;
+void Prefetcher::DirectoryListed(uint64_t dir) {
+  if (options_.push_budget_bytes == 0 || !push_ || !source_) return;
   if (push_reserved_.load(std::memory_order_relaxed) >= options_.push_budget_bytes) return;
   {
     std::lock_guard lock(mu_);
@@ -104,46 +105,43 @@ void Prefetcher::DirectoryListed(uint32_t dir) {
   Enqueue({Kind::kPushDir, dir});
 }
 
-void Prefetcher::PushDir(uint32_t dir) {
-  InodeRecord d;
-  uint32_t first, count;
-  if (!store_->GetInode(dir, &d).ok() || !store_->DirEntries(dir, d, &first, &count).ok()) return;
-  for (uint32_t i = 0; i < count; ++i) {
-    InodeRecord r;
-    if (!store_->GetInode(first + i, &r).ok() || !IsReg(r) || r.size == 0) continue;
+void Prefetcher::PushDir(uint64_t dir) {
+  source_->ForEachFile(dir, [&](uint64_t ino, uint64_t size) {
+    if (size == 0) return true;
     // Reserve the budget before the work, so parallel pushes cannot overshoot it.
-    if (push_reserved_.fetch_add(r.size) + r.size > options_.push_budget_bytes) {
-      push_reserved_.fetch_sub(r.size);
-      return;
+    if (push_reserved_.fetch_add(size) + size > options_.push_budget_bytes) {
+      push_reserved_.fetch_sub(size);
+      return false;
     }
-    int rc = PushFile(first + i, r);
+    int rc = PushFile(ino, size);
     for (int attempt = 1; rc == -ENOENT && attempt < kPushAttempts; ++attempt) {
       ++push_retries_;
       std::this_thread::sleep_for(kPushRetryDelay);
-      rc = PushFile(first + i, r);
+      rc = PushFile(ino, size);
     }
     if (rc == -ENOENT) {
       // The kernel does not know these inodes (a plain readdir, or they were forgotten):
       // pushing the rest of the directory would fail the same way.
       ++push_failures_;
-      return;
+      return false;
     }
     if (rc != 0) {
       ++push_failures_;
-      continue;
+      return true;
     }
     ++pushed_files_;
-    pushed_bytes_ += r.size;
-  }
+    pushed_bytes_ += size;
+    return true;
+  });
 }
 
-int Prefetcher::PushFile(uint32_t ino, const InodeRecord& r) {
+int Prefetcher::PushFile(uint64_t ino, uint64_t size) {
   ReadBuffer buf;
   uint64_t chunk = store_->header().chunk_bytes;
-  for (uint64_t off = 0; off < r.size; off += chunk) {
+  for (uint64_t off = 0; off < size; off += chunk) {
     std::string_view data;
     // A damaged file is not pushed: its reader gets EIO from a READ instead.
-    if (!store_->Read(r, off, chunk, &buf, &data).ok()) return -EIO;
+    if (!source_->ReadFile(ino, off, chunk, &buf, &data).ok() || data.empty()) return -EIO;
     int rc = push_(ino, off, data);
     if (rc != 0) return rc;
   }

@@ -27,6 +27,20 @@
 
 namespace dsfs {
 
+// Where pushed bytes come from: the regular files of a listed directory, under the inode
+// numbers the kernel knows them by (the original tree's, or a view's), and their contents
+// (fs/filesystem.h implements it).
+class PushSource {
+ public:
+  virtual ~PushSource() = default;
+  // Calls `file(ino, size)` for each regular file of directory `dir` until it returns false.
+  virtual Status ForEachFile(uint64_t dir,
+                             const std::function<bool(uint64_t ino, uint64_t size)>& file) const = 0;
+  // Bytes of file `ino`, as a READ would get them (without counting a request).
+  virtual Status ReadFile(uint64_t ino, uint64_t offset, uint64_t size, ReadBuffer* buf,
+                          std::string_view* out) const = 0;
+};
+
 class Prefetcher {
  public:
   // Stores `data` as bytes [offset, offset + size) of inode `ino` in the kernel. Returns 0,
@@ -40,14 +54,16 @@ class Prefetcher {
     uint32_t readahead_chunks = 8;   // chunks prefetched ahead of a sequential file read
   };
 
-  Prefetcher(const Store* store, const Options& options, PushFn push);
+  // Pushing needs both `push` and `source` (either may be null: then nothing is pushed).
+  Prefetcher(const Store* store, const Options& options, PushFn push,
+             const PushSource* source = nullptr);
   ~Prefetcher();  // stops the workers; queued jobs are dropped
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
 
-  // The kernel now knows the entries of directory `dir`: push its regular files (once per
-  // directory, while the push budget lasts).
-  void DirectoryListed(uint32_t dir);
+  // The kernel now knows the entries of directory `dir` (a FUSE inode number: of the original
+  // tree or of a view): push its regular files (once per directory, while the budget lasts).
+  void DirectoryListed(uint64_t dir);
   // A read of `size` bytes at `offset` of file `ino` was served: detect sequential access and
   // prefetch ahead of it.
   void ReadServed(uint32_t ino, const InodeRecord& rec, uint64_t offset, uint64_t size);
@@ -71,15 +87,15 @@ class Prefetcher {
   enum class Kind { kPushDir, kPrefetchFiles, kPrefetchChunks, kPreload };
   struct Job {
     Kind kind;
-    uint32_t ino;        // directory or file
+    uint64_t ino;        // directory or file (kPushDir: a FUSE inode number)
     uint32_t count = 0;  // files (kPrefetchFiles) or chunks (kPrefetchChunks)
     uint64_t first = 0;  // first chunk (kPrefetchChunks)
   };
   void Enqueue(Job job, bool front = false);
   void Run();
-  void PushDir(uint32_t dir);
-  // Pushes every chunk of `r`; 0 or the first failure's -errno.
-  int PushFile(uint32_t ino, const InodeRecord& r);
+  void PushDir(uint64_t dir);
+  // Pushes file `ino` of `size` bytes, a chunk at a time; 0 or the first failure's -errno.
+  int PushFile(uint64_t ino, uint64_t size);
   void PrefetchFiles(uint32_t first, uint32_t count);
   void PrefetchChunks(uint32_t ino, uint64_t first, uint32_t count);
   void PreloadTree(uint32_t dir);
@@ -88,11 +104,12 @@ class Prefetcher {
   const Store* store_;
   const Options options_;
   const PushFn push_;
+  const PushSource* const source_;
 
   mutable std::mutex mu_;  // guards the fields below it
   std::condition_variable cv_, idle_cv_;
   std::deque<Job> queue_;
-  std::unordered_set<uint32_t> pushed_dirs_;
+  std::unordered_set<uint64_t> pushed_dirs_;
   int running_ = 0;
   bool stop_ = false;
   // Sequential-access detector: the last read, and how many in a row followed the one before.

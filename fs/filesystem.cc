@@ -61,11 +61,22 @@ void AppendRange(std::string_view part, uint64_t part_begin, uint64_t offset, ui
 }
 }  // namespace
 
-bool Filesystem::OriginalDir(uint64_t ino, uint32_t* dir) const {
-  uint64_t me = In(ino);
-  if (Kind(me) != 0) return false;
-  *dir = Number(me);
-  return true;
+Status Filesystem::ForEachFile(uint64_t fuse_dir,
+                               const std::function<bool(uint64_t ino, uint64_t size)>& file) const {
+  const uint64_t dir = In(fuse_dir);
+  const uint32_t kind = Kind(dir);
+  if (kind > static_cast<uint32_t>(View::kTensor)) return Status::InvalidArgument("not listed");
+  InodeRecord d;
+  DSFS_RETURN_IF_ERROR(store_->GetInode(Number(dir), &d));
+  uint32_t first, count;
+  DSFS_RETURN_IF_ERROR(store_->DirEntries(Number(dir), d, &first, &count));
+  for (uint32_t i = 0; i < count; ++i) {
+    InodeRecord rec;
+    DSFS_RETURN_IF_ERROR(store_->GetInode(first + i, &rec));
+    if (!IsReg(rec)) continue;
+    if (!file(Out(Make(kind, first + i)), ViewFileBytes(static_cast<View>(kind), rec))) break;
+  }
+  return Status::OK();
 }
 
 Status Filesystem::ControlAttr(uint64_t ino, struct stat* st) const {
@@ -268,6 +279,22 @@ Status Filesystem::Open(uint64_t ino, int flags) const {
 Status Filesystem::Read(uint64_t fuse_ino, uint64_t offset, uint64_t size, ReadBuffer* buf,
                         std::string_view* out) const {
   counters_.read.fetch_add(1, std::memory_order_relaxed);
+  Status s = ReadFile(fuse_ino, offset, size, buf, out);
+  if (!s.ok()) {
+    counters_.errors.fetch_add(1, std::memory_order_relaxed);
+    return s;
+  }
+  counters_.bytes_read.fetch_add(out->size(), std::memory_order_relaxed);
+  const uint64_t ino = In(fuse_ino);
+  InodeRecord rec;
+  if (prefetcher_ && Kind(ino) == 0 && store_->GetInode(Number(ino), &rec).ok()) {
+    prefetcher_->ReadServed(Number(ino), rec, offset, out->size());
+  }
+  return Status::OK();
+}
+
+Status Filesystem::ReadFile(uint64_t fuse_ino, uint64_t offset, uint64_t size, ReadBuffer* buf,
+                            std::string_view* out) const {
   const uint64_t ino = In(fuse_ino);
   if (ino == kStatsIno) {
     buf->pin.reset();
@@ -279,34 +306,20 @@ Status Filesystem::Read(uint64_t fuse_ino, uint64_t offset, uint64_t size, ReadB
     return Status::OK();
   }
   const uint32_t kind = Kind(ino);
-  Status s;
-  if (kind == kControl) {
-    s = Status::InvalidArgument("is a directory");
-  } else if (kind > kControl) {
-    s = Status::NotFound("no such inode");
-  } else if (kind >= kTensorFileKind) {
-    s = ReadTensorFile(static_cast<TensorFile>(kind - kTensorFileKind), Number(ino), offset, size,
-                       buf, out);
-  } else {
-    const View v = static_cast<View>(kind);
-    InodeRecord rec;
-    s = store_->GetInode(Number(ino), &rec);
-    if (s.ok() && (v == View::kBmp || v == View::kNpy) && IsDecodableImage(rec)) {
-      s = ReadImageView(v, Number(ino), rec, offset, size, buf, out);
-    } else if (s.ok()) {
-      if (v != View::kOriginal && IsReg(rec) && rec.image == 3) NoteServedAsIs(Number(ino));
-      s = store_->Read(rec, offset, size, buf, out);
-      if (s.ok() && prefetcher_ && v == View::kOriginal) {
-        prefetcher_->ReadServed(Number(ino), rec, offset, out->size());
-      }
-    }
+  if (kind == kControl) return Status::InvalidArgument("is a directory");
+  if (kind > kControl) return Status::NotFound("no such inode");
+  if (kind >= kTensorFileKind) {
+    return ReadTensorFile(static_cast<TensorFile>(kind - kTensorFileKind), Number(ino), offset,
+                          size, buf, out);
   }
-  if (!s.ok()) {
-    counters_.errors.fetch_add(1, std::memory_order_relaxed);
-    return s;
+  const View v = static_cast<View>(kind);
+  InodeRecord rec;
+  DSFS_RETURN_IF_ERROR(store_->GetInode(Number(ino), &rec));
+  if ((v == View::kBmp || v == View::kNpy) && IsDecodableImage(rec)) {
+    return ReadImageView(v, Number(ino), rec, offset, size, buf, out);
   }
-  counters_.bytes_read.fetch_add(out->size(), std::memory_order_relaxed);
-  return Status::OK();
+  if (v != View::kOriginal && IsReg(rec) && rec.image == 3) NoteServedAsIs(Number(ino));
+  return store_->Read(rec, offset, size, buf, out);
 }
 
 Status Filesystem::Pixels(uint32_t ino, const InodeRecord& rec, bool keep,

@@ -46,7 +46,7 @@ struct RequestCounters {
       bytes_read{0}, errors{0};
 };
 
-class Filesystem {
+class Filesystem : public PushSource {
  public:
   // Size of the stats file: its JSON is padded with spaces to this size, so its attributes
   // never change while its contents do.
@@ -78,9 +78,11 @@ class Filesystem {
   // True for the one inode whose attributes must not be cached by the kernel: the stats file
   // (the /.dsfs directory is cached like the rest: every path into a view walks through it).
   bool IsVirtual(uint64_t ino) const { return ino == kStatsIno; }
-  // The store directory behind `ino` when it is one of the original tree (prefetching pushes
-  // the original files' contents under their own inode numbers).
-  bool OriginalDir(uint64_t ino, uint32_t* dir) const;
+  // PushSource: the files of a listed directory of any view, and their bytes.
+  Status ForEachFile(uint64_t dir,
+                     const std::function<bool(uint64_t ino, uint64_t size)>& file) const override;
+  Status ReadFile(uint64_t ino, uint64_t offset, uint64_t size, ReadBuffer* buf,
+                  std::string_view* out) const override;
   RequestCounters& counters() const { return counters_; }
   // The stats file's contents (unpadded JSON).
   std::string StatsJson() const;

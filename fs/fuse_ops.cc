@@ -153,10 +153,7 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool 
     fuse_reply_buf(req, buf.data(), used);
     // The listing reached its end: the kernel knows every entry, so their contents can be
     // pushed into its page cache.
-    uint32_t dir;
-    if (plus && complete && s.ok() && c->prefetcher && c->fs->OriginalDir(ino, &dir)) {
-      c->prefetcher->DirectoryListed(dir);
-    }
+    if (plus && complete && s.ok() && c->prefetcher) c->prefetcher->DirectoryListed(ino);
   });
 }
 
@@ -346,7 +343,8 @@ Status ServeFuse(Filesystem* fs, const std::string& mountpoint, const FuseOption
         bufv.buf[0].mem = const_cast<char*>(data.data());
         return fuse_lowlevel_notify_store(se, ino, static_cast<off_t>(offset), &bufv,
                                           fuse_buf_copy_flags{});
-      });
+      },
+      fs);
   ctx.prefetcher = prefetcher.get();
   fs->SetPrefetcher(prefetcher.get());
   if (!options.preload_path.empty()) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 
+#include "fs/filesystem.h"
 #include "tests/test_util.h"
 
 namespace dsfs {
@@ -30,7 +31,10 @@ class PrefetcherTest : public ::testing::Test {
     std::unique_ptr<Store> plain;
     ASSERT_TRUE(PackToMemory(dir_ / "src", o, &table, &plain).ok());
     cache_ = std::make_shared<ByteCache>(1 << 20, 4);
-    ASSERT_TRUE(Store::Open(NewMemReader(table), &store_, cache_).ok());
+    std::unique_ptr<Store> store;
+    ASSERT_TRUE(Store::Open(NewMemReader(table), &store, cache_).ok());
+    fs_ = std::make_unique<Filesystem>(std::move(store), FsOptions{});
+    store_ = &fs_->store();
   }
 
   uint32_t Ino(const std::string& path, InodeRecord* rec = nullptr) {
@@ -63,14 +67,15 @@ class PrefetcherTest : public ::testing::Test {
 
   TempDir dir_;
   std::shared_ptr<ByteCache> cache_;
-  std::unique_ptr<Store> store_;
+  std::unique_ptr<Filesystem> fs_;  // the push source; owns the store
+  const Store* store_ = nullptr;
 };
 
 TEST_F(PrefetcherTest, PushesEveryFileOfAListedDirectoryOnce) {
   Kernel k;
   Prefetcher::Options o;
   o.push_budget_bytes = 1 << 30;
-  Prefetcher p(store_.get(), o, k.Fn());
+  Prefetcher p(store_, o, k.Fn(), fs_.get());
   p.DirectoryListed(Ino("a"));
   p.DirectoryListed(Ino("a"));
   p.DirectoryListed(Ino("b"));
@@ -89,14 +94,14 @@ TEST_F(PrefetcherTest, PushBudgetHolds) {
   Kernel k;
   Prefetcher::Options o;
   o.push_budget_bytes = 10 * 1000;
-  Prefetcher p(store_.get(), o, k.Fn());
+  Prefetcher p(store_, o, k.Fn(), fs_.get());
   p.DirectoryListed(Ino("a"));
   p.WaitIdle();
   uint64_t bytes = 0;
   for (auto& [ino, f] : k.files) bytes += f.size();
   EXPECT_LE(bytes, 10u * 1000);
   EXPECT_GE(k.files.size(), 9u);
-  Prefetcher off(store_.get(), Prefetcher::Options{}, k.Fn());  // budget 0: never pushes
+  Prefetcher off(store_, Prefetcher::Options{}, k.Fn(), fs_.get());  // budget 0: never pushes
   off.DirectoryListed(Ino("b"));
   off.WaitIdle();
   EXPECT_EQ(off.stats().pushed_files, 0u);
@@ -108,7 +113,7 @@ TEST_F(PrefetcherTest, RetriesInodesTheKernelDoesNotKnowYetThenGivesUp) {
   Prefetcher::Options o;
   o.push_budget_bytes = 1 << 30;
   {
-    Prefetcher p(store_.get(), o, k.Fn());
+    Prefetcher p(store_, o, k.Fn(), fs_.get());
     p.DirectoryListed(Ino("a"));
     p.WaitIdle();
     EXPECT_EQ(p.stats().pushed_files, 50u);
@@ -116,7 +121,7 @@ TEST_F(PrefetcherTest, RetriesInodesTheKernelDoesNotKnowYetThenGivesUp) {
   }
   Kernel never;
   never.unknown_left = 1000000;
-  Prefetcher p(store_.get(), o, never.Fn());
+  Prefetcher p(store_, o, never.Fn(), fs_.get());
   p.DirectoryListed(Ino("a"));
   p.WaitIdle();
   EXPECT_EQ(p.stats().pushed_files, 0u);
@@ -124,7 +129,7 @@ TEST_F(PrefetcherTest, RetriesInodesTheKernelDoesNotKnowYetThenGivesUp) {
 }
 
 TEST_F(PrefetcherTest, ReadaheadFollowsDirectoryOrderOnly) {
-  Prefetcher p(store_.get(), Prefetcher::Options{}, nullptr);
+  Prefetcher p(store_, Prefetcher::Options{}, nullptr);
   uint32_t first = Ino("a/f100");
   // Random order: nothing is prefetched.
   for (uint32_t i : {7u, 3u, 40u, 12u}) {
@@ -148,7 +153,7 @@ TEST_F(PrefetcherTest, ReadaheadFollowsDirectoryOrderOnly) {
 }
 
 TEST_F(PrefetcherTest, ReadaheadFollowsALargeFileFrontToBack) {
-  Prefetcher p(store_.get(), Prefetcher::Options{}, nullptr);
+  Prefetcher p(store_, Prefetcher::Options{}, nullptr);
   InodeRecord big;
   uint32_t ino = Ino("b/big", &big);
   for (uint64_t off = 0; off < 3 * 8192; off += 4096) p.ReadServed(ino, big, off, 4096);
@@ -158,7 +163,7 @@ TEST_F(PrefetcherTest, ReadaheadFollowsALargeFileFrontToBack) {
 }
 
 TEST_F(PrefetcherTest, PreloadFillsTheCacheWithinBudget) {
-  Prefetcher p(store_.get(), Prefetcher::Options{}, nullptr);
+  Prefetcher p(store_, Prefetcher::Options{}, nullptr);
   p.Preload(Store::kRootIno);
   p.WaitIdle();
   Prefetcher::Stats st = p.stats();

@@ -8,8 +8,10 @@
 
 #include <cstring>
 #include <map>
+#include <mutex>
 
 #include "backend/mem_store.h"
+#include "cache/prefetcher.h"
 #include "common/path.h"
 #include "fs/filesystem.h"
 #include "image/image.h"
@@ -300,6 +302,38 @@ TEST_F(FilesystemViewsTest, DamagedImageFailsOnlyItselfInEveryView) {
   ReadAll(&dfs, Walk(&dfs, ".dsfs/tensor/b_class/images.npy"), &s);
   EXPECT_TRUE(s.ok());  // 2.jpg is not below b_class's classes x and x-y
   EXPECT_EQ(ReadAll(&dfs, Walk(&dfs, ".dsfs/bmp/b_class/1.png")).substr(0, 2), "BM");
+}
+
+TEST_F(FilesystemViewsTest, ListedViewDirectoriesArePushedAsTheViewShowsThem) {
+  // After readdirplus of a view directory, the push worker renders its files (decoding on its
+  // own thread) into the kernel's page cache under the view's inode numbers.
+  auto fs = Mount(false);
+  std::mutex mu;
+  std::map<uint64_t, std::string> kernel;
+  Prefetcher::Options o;
+  o.push_budget_bytes = 1 << 30;
+  Prefetcher p(&fs->store(), o,
+               [&](uint64_t ino, uint64_t off, std::string_view data) {
+                 std::lock_guard lock(mu);
+                 std::string& f = kernel[ino];
+                 if (f.size() < off + data.size()) f.resize(off + data.size());
+                 f.replace(off, data.size(), data);
+                 return 0;
+               },
+               fs.get());
+  p.DirectoryListed(Walk(fs.get(), ".dsfs/bmp/b_class"));
+  p.DirectoryListed(Walk(fs.get(), ".dsfs/npy/b_class"));
+  p.DirectoryListed(Walk(fs.get(), ".dsfs"));  // the control directory: nothing to push
+  p.WaitIdle();
+  for (const char* path : {".dsfs/bmp/b_class/2.jpg", ".dsfs/bmp/b_class/1.png",
+                           ".dsfs/npy/b_class/2.jpg.npy"}) {
+    uint64_t ino = Walk(fs.get(), path);
+    ASSERT_EQ(kernel.count(ino), 1u) << path;
+    EXPECT_EQ(kernel[ino], ReadAll(fs.get(), ino)) << path;
+  }
+  EXPECT_EQ(kernel.size(), 4u);  // two images in each of the two directories
+  // Only ReadAll's reads (two per file: the bytes, then end of file) count as requests.
+  EXPECT_EQ(fs->counters().read.load(), 6u);
 }
 
 TEST_F(FilesystemViewsTest, ViewAsRoot) {

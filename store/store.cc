@@ -73,8 +73,8 @@ Status Store::Init() {
     return Status::Corruption("name table size does not match the header");
   }
   auto will_need = [kv = kv_.get()](std::string_view range) { kv->WillNeed(range); };
-  DSFS_RETURN_IF_ERROR(inodes_.Init("inode", inode_value_.data(), inode_sums_.data(),
-                                    h.segment_bytes, will_need));
+  DSFS_RETURN_IF_ERROR(
+      inodes_.Init("inode", inode_value_.data(), inode_sums_.data(), h.segment_bytes, will_need));
   DSFS_RETURN_IF_ERROR(
       names_.Init("name", name_value_.data(), name_sums_.data(), h.segment_bytes, will_need));
   std::string_view dict_bytes;
@@ -87,6 +87,7 @@ Status Store::Init() {
     }
     dict_bytes = p.stored;
   }
+  dict_bytes_ = dict_bytes;
   DSFS_RETURN_IF_ERROR(Dictionary::Create(dict_bytes, h.zstd_level, &dict_));
   // The root must be a directory: checks the first segment of each table on the way.
   InodeRecord root;
@@ -245,8 +246,7 @@ Status Store::ReadPixels(const InodeRecord& rec, std::string* rgb) const {
 }
 
 Status Store::ReadRecord(char space, uint64_t id, uint64_t expected, ByteCache* cache,
-                         ByteCache::Value* pin, std::string* scratch,
-                         std::string_view* out) const {
+                         ByteCache::Value* pin, std::string* scratch, std::string_view* out) const {
   if (cache) {
     if (ByteCache::Value v = cache->Get(id)) {
       *out = *v;

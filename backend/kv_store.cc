@@ -3,18 +3,76 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <filesystem>
 
 #include "backend/lmdb_store.h"
+#include "backend/rocksdb_store.h"
 
 namespace dsfs {
 
-Status OpenKvReader(const std::string& path, const KvReaderOptions& options,
-                    std::unique_ptr<KvReader>* reader) {
+Status DetectBackend(const std::string& path, std::string* backend) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return Status::FromErrno(errno, path);
-  // LMDB is the only backend so far: its reader checks the file's magic itself.
-  if (S_ISREG(st.st_mode)) return OpenLmdbReader(path, options, reader);
-  return Status::InvalidArgument(path + ": not a dsfs store");
+  if (S_ISREG(st.st_mode) && LooksLikeLmdb(path)) {
+    *backend = "lmdb";
+  } else if (S_ISDIR(st.st_mode) && LooksLikeRocksdb(path)) {
+    *backend = "rocksdb";
+  } else {
+    return Status::InvalidArgument(path + ": not a dsfs store");
+  }
+  return Status::OK();
+}
+
+Status OpenKvReader(const std::string& path, const KvReaderOptions& options,
+                    std::unique_ptr<KvReader>* reader) {
+  std::string backend;
+  DSFS_RETURN_IF_ERROR(DetectBackend(path, &backend));
+  if (backend == "rocksdb") return OpenRocksdbReader(path, options, reader);
+  return OpenLmdbReader(path, options, reader);
+}
+
+Status NewKvWriter(const std::string& path, std::string_view backend,
+                   const KvWriterOptions& options, std::unique_ptr<KvWriter>* writer) {
+  if (backend == "lmdb") return NewLmdbWriter(path, options, writer);
+  if (backend == "rocksdb") return NewRocksdbWriter(path, options, writer);
+  return Status::InvalidArgument("unknown backend '" + std::string(backend) +
+                                 "' (known: lmdb, rocksdb)");
+}
+
+Status NewKvUpdater(const std::string& path, std::unique_ptr<KvWriter>* writer) {
+  std::string backend;
+  DSFS_RETURN_IF_ERROR(DetectBackend(path, &backend));
+  if (backend == "rocksdb") return NewRocksdbUpdater(path, writer);
+  return NewLmdbUpdater(path, writer);
+}
+
+uint64_t StoreBytes(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    uint64_t n = fs::file_size(path, ec);
+    return ec ? 0 : n;
+  }
+  uint64_t total = 0;
+  for (const auto& e : fs::recursive_directory_iterator(path, ec)) {
+    if (e.is_regular_file(ec)) total += e.file_size(ec);
+  }
+  return total;
+}
+
+Status ForEachRecord(KvReader* reader, std::string_view from,
+                     const std::function<Status(std::string_view, std::string_view)>& fn) {
+  std::string key(from), found;
+  for (;;) {
+    PinnedValue v;
+    Status s = reader->Seek(key, &found, &v);
+    if (s.IsNotFound()) return Status::OK();
+    DSFS_RETURN_IF_ERROR(s);
+    DSFS_RETURN_IF_ERROR(fn(found, v.data()));
+    // The smallest key after `found`.
+    key = found;
+    key.push_back('\0');
+  }
 }
 
 }  // namespace dsfs

@@ -3,10 +3,15 @@
 //
 // Keys and values are byte strings. A store is written once by a KvWriter (into a temporary
 // path that Commit() renames into place, so a failed or interrupted write leaves nothing at the
-// destination) and then served read-only by a KvReader.
+// destination) and then served read-only by a KvReader. An updater (NewKvUpdater) adds keys to
+// an existing store in one atomic step; readers opened before keep the version they opened.
+//
+// Backends: "lmdb" (one file) and "rocksdb" (a directory). Readers detect the backend from
+// what is on disk; writers are created by name.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -88,6 +93,31 @@ struct KvWriterOptions {
 // and !options.overwrite.
 Status NewLmdbWriter(const std::string& path, const KvWriterOptions& options,
                      std::unique_ptr<KvWriter>* writer);
+
+inline constexpr std::string_view kDefaultBackend = "lmdb";
+// Creates a writer for a new store of `backend` ("lmdb" or "rocksdb") at `path`.
+// InvalidArgument names the backends if `backend` is not one of them.
+Status NewKvWriter(const std::string& path, std::string_view backend,
+                   const KvWriterOptions& options, std::unique_ptr<KvWriter>* writer);
+
+// Creates a writer that updates the existing store at `path` (backend detected): keys put
+// replace or join the store's keys, all others stay. Commit() switches the store to the new
+// version atomically: a crash at any moment leaves the old version or the new one. Readers
+// opened before Commit keep serving the old version. One updater per store at a time (a
+// second one fails with IOError). NotFound / InvalidArgument as OpenKvReader.
+Status NewKvUpdater(const std::string& path, std::unique_ptr<KvWriter>* writer);
+
+// The backend of the store at `path` ("lmdb", "rocksdb"). NotFound if nothing is there;
+// InvalidArgument ("not a dsfs store") otherwise.
+Status DetectBackend(const std::string& path, std::string* backend);
+
+// Bytes the store at `path` takes on disk (a file's size, or a directory's files' sizes).
+uint64_t StoreBytes(const std::string& path);
+
+// Calls `fn` for every key >= `from`, in key order, with its value (valid during the call).
+// Stops at, and returns, the first error of `fn` or the reader.
+Status ForEachRecord(KvReader* reader, std::string_view from,
+                     const std::function<Status(std::string_view key, std::string_view value)>& fn);
 
 struct KvReaderOptions {
   bool random_access = true;  // disable OS readahead on the data file (MDB_NORDAHEAD)

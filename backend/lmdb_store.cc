@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <lmdb.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -12,6 +14,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -80,7 +83,8 @@ class LmdbReader final : public KvReader {
     DSFS_RETURN_IF_ERROR(ThreadState(&t));
     MDB_val k{key.size(), const_cast<char*>(key.data())};
     MDB_val v;
-    int rc = mdb_cursor_get(t->cursor, &k, &v, MDB_SET_RANGE);
+    // LMDB refuses empty keys: the first key at or after "" is the first key.
+    int rc = mdb_cursor_get(t->cursor, &k, &v, key.empty() ? MDB_FIRST : MDB_SET_RANGE);
     if (rc == MDB_NOTFOUND) return Status::NotFound("no key at or after");
     if (rc != 0) return LmdbError(rc, "reading", path_);
     found_key->assign(static_cast<const char*>(k.mv_data), k.mv_size);
@@ -183,12 +187,14 @@ class LmdbReader final : public KvReader {
 
 class LmdbWriter final : public KvWriter {
  public:
-  LmdbWriter(std::string path, std::string tmp_path)
-      : path_(std::move(path)), tmp_(std::move(tmp_path)) {}
+  // `lock_fd` (an updater's lock on the store it replaces; may be -1) is closed with the writer.
+  LmdbWriter(std::string path, std::string tmp_path, int lock_fd = -1)
+      : path_(std::move(path)), tmp_(std::move(tmp_path)), lock_fd_(lock_fd) {}
   ~LmdbWriter() override {
     if (txn_) mdb_txn_abort(txn_);
     if (env_) mdb_env_close(env_);
     if (!committed_) ::unlink(tmp_.c_str());
+    if (lock_fd_ >= 0) ::close(lock_fd_);
   }
 
   Status Open(uint64_t map_size) {
@@ -198,7 +204,17 @@ class LmdbWriter final : public KvWriter {
     if (rc != 0) return LmdbError(rc, "setting map size", tmp_);
     rc = mdb_env_open(env_, tmp_.c_str(), MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOSYNC, 0644);
     if (rc != 0) return LmdbError(rc, "creating the store", tmp_);
-    return Begin();
+    DSFS_RETURN_IF_ERROR(Begin());
+    // A copy of an existing store: appending (MDB_APPEND) is right only past its last key.
+    MDB_cursor* c = nullptr;
+    if (mdb_cursor_open(txn_, dbi_, &c) == 0) {
+      MDB_val k, v;
+      if (mdb_cursor_get(c, &k, &v, MDB_LAST) == 0) {
+        last_key_.assign(static_cast<const char*>(k.mv_data), k.mv_size);
+      }
+      mdb_cursor_close(c);
+    }
+    return Status::OK();
   }
 
   Status Put(std::string_view key, std::string_view value) override {
@@ -280,7 +296,37 @@ class LmdbWriter final : public KvWriter {
   std::string last_key_;
   uint64_t pending_bytes_ = 0;
   bool committed_ = false;
+  int lock_fd_ = -1;
 };
+
+// Copies the file `from` to `to` (a new file): copy_file_range, so the kernel copies (or
+// shares the extents, on filesystems that can) without a pass through user space.
+Status CopyFile(const std::string& from, const std::string& to) {
+  int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) return Status::FromErrno(errno, from);
+  int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (out < 0) {
+    int err = errno;
+    ::close(in);
+    return Status::FromErrno(err, "cannot create " + to);
+  }
+  Status s;
+  for (;;) {
+    ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, 1 << 30, 0);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      s = errno == ENOSPC || errno == EDQUOT
+              ? Status::NoSpace(to + ": no space left on device while copying the store")
+              : Status::FromErrno(errno, "copying " + from + " to " + to);
+      break;
+    }
+  }
+  ::close(in);
+  ::close(out);
+  if (!s.ok()) ::unlink(to.c_str());
+  return s;
+}
 
 }  // namespace
 
@@ -352,6 +398,67 @@ Status NewLmdbWriter(const std::string& path, const KvWriterOptions& options,
   uint64_t map_size = options.expected_bytes * 2 + (8ull << 30);
   auto w = std::make_unique<LmdbWriter>(path, tmp);
   DSFS_RETURN_IF_ERROR(w->Open(map_size));
+  *writer = std::move(w);
+  return Status::OK();
+}
+
+Status NewLmdbUpdater(const std::string& path, std::unique_ptr<KvWriter>* writer) {
+  if (!LooksLikeLmdb(path)) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return Status::FromErrno(errno, path);
+    return Status::InvalidArgument(path + ": not a dsfs store");
+  }
+  // Readers never lock (MDB_NOLOCK); updaters take an exclusive flock on the store so two of
+  // them cannot both copy the same version (the second one's rename would drop the first's
+  // keys). A store renamed over while we waited is not the one to update: look again.
+  int fd = -1;
+  for (int attempt = 0;; ++attempt) {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::FromErrno(errno, path);
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      int err = errno;
+      ::close(fd);
+      if (err == EWOULDBLOCK) {
+        return Status::IOError(path + ": the store is being written by another process");
+      }
+      return Status::FromErrno(err, "locking " + path);
+    }
+    struct stat locked, now;
+    if (::fstat(fd, &locked) == 0 && ::stat(path.c_str(), &now) == 0 &&
+        locked.st_ino == now.st_ino && locked.st_dev == now.st_dev) {
+      break;
+    }
+    ::close(fd);
+    if (attempt > 10) return Status::IOError(path + ": the store keeps changing");
+  }
+  // The new version is a copy of the store (records byte for byte) that the puts then change,
+  // renamed over the store by Commit: atomic, and a mounted reader keeps its open file (LMDB
+  // readers opened MDB_NOLOCK could not protect their pages from writers in the same file).
+  // Copies left by updaters that were killed (their process is gone) are garbage.
+  std::error_code ec;
+  std::filesystem::path p(path);
+  std::string stem = p.filename().string() + ".tmp-";
+  for (const auto& e :
+       std::filesystem::directory_iterator(p.parent_path().empty() ? "." : p.parent_path(), ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind(stem, 0) != 0) continue;
+    char* end = nullptr;
+    long pid = std::strtol(name.c_str() + stem.size(), &end, 10);
+    if (pid > 0 && *end == '\0' && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      ::unlink(e.path().c_str());
+    }
+  }
+  std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  ::unlink(tmp.c_str());
+  Status s = CopyFile(path, tmp);
+  if (!s.ok()) {
+    ::close(fd);
+    return s;
+  }
+  struct stat st;
+  uint64_t size = ::fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  auto w = std::make_unique<LmdbWriter>(path, tmp, fd);
+  DSFS_RETURN_IF_ERROR(w->Open(size * 2 + (8ull << 30)));
   *writer = std::move(w);
   return Status::OK();
 }

@@ -14,6 +14,10 @@ namespace dsfs {
 Status OpenLmdbReader(const std::string& path, const KvReaderOptions& options,
                       std::unique_ptr<KvReader>* reader);
 
+// An updater for the LMDB store at `path` (see NewKvUpdater): the new version is written to a
+// copy of the store, renamed over it at Commit.
+Status NewLmdbUpdater(const std::string& path, std::unique_ptr<KvWriter>* writer);
+
 // True if the file at `path` starts like an LMDB data file.
 bool LooksLikeLmdb(const std::string& path);
 

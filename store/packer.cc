@@ -370,6 +370,17 @@ class PackRun {
   }
 
   PackProgress& progress() { return prog_; }
+  // Continues the numbering and totals of an existing store (dsfs add): new payload and pixel
+  // records get the ids after its last ones; its dictionary record is kept as it is.
+  void ContinueFrom(const StoreHeader& h) {
+    next_id_ = h.payload_count;
+    payload_bytes_ = h.payload_bytes;
+    next_pixel_id_ = h.pixel_count;
+    pixel_bytes_ = h.pixel_bytes;
+    images_ = h.image_count;
+    write_dict_ = false;
+  }
+  uint64_t next_payload_id() const { return next_id_; }
   void Report(bool force) {
     if (!progress_) return;
     auto now = Clock::now();
@@ -488,7 +499,7 @@ class PackRun {
     DSFS_RETURN_IF_ERROR(writer_->Put(kNameKey, names));
     DSFS_RETURN_IF_ERROR(writer_->Put(kNameSumKey, SegmentSums(names, options_.segment_bytes)));
     // The dictionary is stored uncompressed so readers use it in place.
-    if (!dict_bytes.empty())
+    if (!dict_bytes.empty() && write_dict_)
       DSFS_RETURN_IF_ERROR(writer_->Put(kDictKey, RawPayloadRecord(dict_bytes)));
     StoreHeader h{};
     h.created_unix_s = static_cast<uint64_t>(std::time(nullptr));
@@ -531,6 +542,7 @@ class PackRun {
   uint64_t next_id_ = 0, payload_bytes_ = 0;
   GroupBuilder pixel_group_;
   uint64_t next_pixel_id_ = 0, pixel_bytes_ = 0, images_ = 0, images_as_is_ = 0;
+  bool write_dict_ = true;
 };
 
 Status CheckOptions(const PackOptions& options) {
@@ -639,6 +651,28 @@ class ArchiveTree {
   }
 
   Node& node(uint32_t id) { return nodes_[id]; }
+  // Adds `n` as an entry of node `parent` (dsfs add builds the store's tree this way).
+  uint32_t AddChild(uint32_t parent, Node n) {
+    n.parent = parent;
+    return Add(std::move(n));
+  }
+  // Same for a directory, which Dir() finds at `path` from then on.
+  uint32_t AddDir(uint32_t parent, Node n, const std::string& path) {
+    uint32_t id = AddChild(parent, std::move(n));
+    dirs_[path] = id;
+    return id;
+  }
+  // The directory at `path`: the existing one (its attributes kept), or a new one (with its
+  // parents) with these attributes.
+  uint32_t DirFor(const std::string& path, uint32_t mode, int64_t mtime_s, uint32_t mtime_ns) {
+    auto it = dirs_.find(path);
+    if (it != dirs_.end()) return it->second;
+    uint32_t id = Dir(path, mtime_s);
+    nodes_[id].mode = mode;
+    nodes_[id].mtime_s = mtime_s;
+    nodes_[id].mtime_ns = mtime_ns;
+    return id;
+  }
   uint64_t AddTarget(std::string_view target) {
     uint64_t off = targets_.size();
     targets_.append(target);
@@ -961,11 +995,99 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
   return Status::OK();
 }
 
+namespace {
+
+// Gives the regular files of `tree` consecutive payload ids from `first_id`, in inode order (so
+// a directory's files are adjacent in the store), and counts the tree's entries into *st.
+// Returns the files that have contents, in that order.
+std::vector<uint32_t> AssignPayloadIds(Tree* tree, uint32_t chunk_bytes, uint64_t first_id,
+                                       PackStats* st) {
+  std::vector<uint32_t> files;
+  uint64_t next_id = first_id;
+  for (uint32_t i = 0; i < tree->inodes.size(); ++i) {
+    InodeRecord& r = tree->inodes[i];
+    if ((r.mode & S_IFMT) == S_IFREG) {
+      ++st->files;
+      st->bytes_in += r.size;
+      if (r.size > 0) {
+        r.data = next_id;
+        next_id += (r.size + chunk_bytes - 1) / chunk_bytes;
+        files.push_back(i + 1);
+      }
+    } else if ((r.mode & S_IFMT) == S_IFDIR) {
+      ++st->dirs;
+    } else {
+      ++st->symlinks;
+    }
+  }
+  st->skipped = tree->skipped;
+  return files;
+}
+
+// Reads, compresses (with `dict`) and writes the contents of `files` of `tree`, whose payload
+// ids (AssignPayloadIds) continue from where `run` is, and records what became of each image.
+Status CompressFiles(PackRun* run, Tree* tree, const std::vector<uint32_t>& files,
+                     const PackOptions& options, std::shared_ptr<const Dictionary> dict) {
+  const uint64_t first_id = run->next_payload_id();
+  return run->Compress(dict, [&](OrderedCompressor* comp) -> Status {
+    uint64_t id = first_id;
+    Batch b;
+    for (uint32_t ino : files) {
+      const uint64_t size = tree->inodes[ino - 1].size;
+      std::string path = SourcePath(*tree, ino);
+      bool image = false;
+      size_t first_raw = b.raws.size();
+      for (uint64_t off = 0; off < size; off += options.chunk_bytes) {
+        if (b.raws.empty()) b.first_id = id;
+        std::string raw;
+        Status s = ReadSource(path, size, off,
+                              std::min<uint64_t>(options.chunk_bytes, size - off), &raw);
+        if (!s.ok()) {
+          b.status = s;
+          comp->Submit(std::move(b));
+          return Status::OK();  // the error reaches the writer in order, after earlier batches
+        }
+        if (off == 0) {
+          image = size <= kMaxImageFileBytes && SniffImage(raw) != ImageKind::kNone;
+        }
+        b.Add(std::move(raw), size <= kDictMaxFileBytes);
+        ++id;
+        // An image's chunks stay in one batch: the worker decodes it whole.
+        if (b.full() && !image) {
+          if (!comp->Submit(std::move(b))) return Status::OK();
+          b = Batch();
+        }
+      }
+      if (image) b.images.push_back({ino, first_raw, b.raws.size() - first_raw, path});
+      ++b.files_completed;
+      if (b.full()) {
+        if (!comp->Submit(std::move(b))) return Status::OK();
+        b = Batch();
+      }
+    }
+    if (!b.raws.empty() || b.files_completed) comp->Submit(std::move(b));
+    return Status::OK();
+  }, [&](const ImageResult& r, uint64_t pixels) {
+    // The producer reads only the size and names of records: these fields are the writer's.
+    InodeRecord& rec = tree->inodes[r.handle - 1];
+    rec.image = static_cast<uint8_t>(r.kind);
+    rec.width = r.width;
+    rec.height = r.height;
+    rec.pixels = pixels;
+  });
+}
+
+std::string StripSlashes(std::string src) {
+  while (src.size() > 1 && src.back() == '/') src.pop_back();
+  return src;
+}
+
+}  // namespace
+
 Status PackDirectory(const std::string& src_in, const PackOptions& options, KvWriter* writer,
                      const std::function<void(const PackProgress&)>& progress, PackStats* stats) {
   DSFS_RETURN_IF_ERROR(CheckOptions(options));
-  std::string src = src_in;
-  while (src.size() > 1 && src.back() == '/') src.pop_back();
+  std::string src = StripSlashes(src_in);
   PackRun run(options, writer, progress);
   PackProgress& prog = run.progress();
 
@@ -977,27 +1099,8 @@ Status PackDirectory(const std::string& src_in, const PackOptions& options, KvWr
   }));
   run.LogPhase("scanning");
 
-  // Payload ids in inode order, so a directory's files are adjacent in the store.
-  std::vector<uint32_t> files;
-  uint64_t next_id = 0;
   PackStats st;
-  for (uint32_t i = 0; i < tree.inodes.size(); ++i) {
-    InodeRecord& r = tree.inodes[i];
-    if ((r.mode & S_IFMT) == S_IFREG) {
-      ++st.files;
-      st.bytes_in += r.size;
-      if (r.size > 0) {
-        r.data = next_id;
-        next_id += (r.size + options.chunk_bytes - 1) / options.chunk_bytes;
-        files.push_back(i + 1);
-      }
-    } else if ((r.mode & S_IFMT) == S_IFDIR) {
-      ++st.dirs;
-    } else {
-      ++st.symlinks;
-    }
-  }
-  st.skipped = tree.skipped;
+  std::vector<uint32_t> files = AssignPayloadIds(&tree, options.chunk_bytes, 0, &st);
   prog.files_total = st.files;
   prog.files_done = st.files - files.size();  // empty files need no work
   prog.bytes_total = st.bytes_in;
@@ -1010,58 +1113,171 @@ Status PackDirectory(const std::string& src_in, const PackOptions& options, KvWr
   DSFS_RETURN_IF_ERROR(Dictionary::Create(dict_bytes, options.zstd_level, &dict));
   run.LogPhase("dictionary training");
 
-  DSFS_RETURN_IF_ERROR(run.Compress(
-      dict,
-      [&](OrderedCompressor* comp) -> Status {
-        uint64_t id = 0;
-        Batch b;
-        for (uint32_t ino : files) {
-          const uint64_t size = tree.inodes[ino - 1].size;
-          std::string path = SourcePath(tree, ino);
-          bool image = false;
-          size_t first_raw = b.raws.size();
-          for (uint64_t off = 0; off < size; off += options.chunk_bytes) {
-            if (b.raws.empty()) b.first_id = id;
-            std::string raw;
-            Status s = ReadSource(path, size, off,
-                                  std::min<uint64_t>(options.chunk_bytes, size - off), &raw);
-            if (!s.ok()) {
-              b.status = s;
-              comp->Submit(std::move(b));
-              return Status::OK();  // the error reaches the writer in order, after earlier batches
-            }
-            if (off == 0) {
-              image = size <= kMaxImageFileBytes && SniffImage(raw) != ImageKind::kNone;
-            }
-            b.Add(std::move(raw), size <= kDictMaxFileBytes);
-            ++id;
-            // An image's chunks stay in one batch: the worker decodes it whole.
-            if (b.full() && !image) {
-              if (!comp->Submit(std::move(b))) return Status::OK();
-              b = Batch();
-            }
-          }
-          if (image) b.images.push_back({ino, first_raw, b.raws.size() - first_raw, path});
-          ++b.files_completed;
-          if (b.full()) {
-            if (!comp->Submit(std::move(b))) return Status::OK();
-            b = Batch();
-          }
-        }
-        if (!b.raws.empty() || b.files_completed) comp->Submit(std::move(b));
-        return Status::OK();
-      },
-      [&](const ImageResult& r, uint64_t pixels) {
-        // The producer reads only the size and names of records: these fields are the writer's.
-        InodeRecord& rec = tree.inodes[r.handle - 1];
-        rec.image = static_cast<uint8_t>(r.kind);
-        rec.width = r.width;
-        rec.height = r.height;
-        rec.pixels = pixels;
-      }));
+  DSFS_RETURN_IF_ERROR(CompressFiles(&run, &tree, files, options, dict));
   run.LogPhase("compressing");
   DSFS_RETURN_IF_ERROR(run.Finish(tree.inodes, tree.names, dict_bytes, &st));
   if (stats) *stats = st;
+  return Status::OK();
+}
+
+Status AddDirectory(const Store& base, const std::string& src_in, const AddOptions& add,
+                    KvWriter* writer, const std::function<void(const PackProgress&)>& progress,
+                    PackStats* stats) {
+  const StoreHeader& h = base.header();
+  // The new files are stored as the old ones are: same chunking (readers split files by the
+  // header's chunk size), level and dictionary, and predecoded if the store is.
+  PackOptions options;
+  options.zstd_level = h.zstd_level;
+  options.chunk_bytes = h.chunk_bytes;
+  options.segment_bytes = h.segment_bytes;
+  options.dict_bytes = h.dict_bytes;
+  options.threads = add.threads;
+  options.predecode = h.pixel_count > 0;
+  std::string prefix;
+  DSFS_RETURN_IF_ERROR(ArchiveTree::Normalize(add.prefix, &prefix));
+  std::string src = StripSlashes(src_in);
+  PackRun run(options, writer, progress);
+  run.ContinueFrom(h);
+  PackProgress& prog = run.progress();
+
+  // The store's tree, as nodes that are renumbered once the new entries are in.
+  ArchiveTree merged;
+  prog.phase = "reading the store";
+  {
+    InodeRecord root;
+    DSFS_RETURN_IF_ERROR(base.GetInode(Store::kRootIno, &root));
+    merged.node(0).mode = root.mode;
+    merged.node(0).mtime_s = root.mtime_s;
+    merged.node(0).mtime_ns = root.mtime_ns;
+  }
+  // Breadth-first order: a directory's node exists before its entries are read.
+  std::vector<uint32_t> node_of(h.inode_count + 1, 0);
+  std::vector<std::string> dir_path(h.inode_count + 1);
+  for (uint32_t ino = 1; ino <= h.inode_count; ++ino) {
+    InodeRecord r;
+    DSFS_RETURN_IF_ERROR(base.GetInode(ino, &r));
+    if (!IsDir(r)) continue;
+    uint32_t first, count;
+    DSFS_RETURN_IF_ERROR(base.DirEntries(ino, r, &first, &count));
+    for (uint32_t e = first; e < first + count; ++e) {
+      InodeRecord c;
+      std::string_view name;
+      DSFS_RETURN_IF_ERROR(base.GetInode(e, &c));
+      DSFS_RETURN_IF_ERROR(base.GetName(c, &name));
+      ArchiveTree::Node n;
+      n.name = std::string(name);
+      n.mode = c.mode;
+      n.mtime_s = c.mtime_s;
+      n.mtime_ns = c.mtime_ns;
+      if (IsLink(c)) {
+        std::string_view target;
+        DSFS_RETURN_IF_ERROR(base.ReadLink(c, &target));
+        n.size = target.size();
+        n.data = merged.AddTarget(target);
+      } else if (IsReg(c)) {
+        n.size = c.size;
+        n.data = c.data;
+        n.image = c.image;
+        n.width = c.width;
+        n.height = c.height;
+        n.pixels = c.pixels;
+      }
+      std::string path = dir_path[ino].empty() ? n.name : dir_path[ino] + "/" + n.name;
+      node_of[e] = IsDir(c) ? merged.AddDir(node_of[ino], std::move(n), path)
+                            : merged.AddChild(node_of[ino], std::move(n));
+      if (IsDir(c)) dir_path[e] = std::move(path);
+    }
+  }
+  node_of.clear();
+  dir_path.clear();
+  run.LogPhase("reading the store");
+
+  prog.phase = "scanning";
+  Tree tree;
+  DSFS_RETURN_IF_ERROR(Walk(src, &tree, [&](uint64_t n) {
+    prog.files_total = n;
+    run.Report(false);
+  }));
+  run.LogPhase("scanning");
+
+  // Every new name is checked before anything is written: an existing directory takes new
+  // entries; any other existing name is an error unless replacing.
+  std::vector<std::string> rel(tree.inodes.size() + 1);
+  rel[1] = prefix;
+  for (uint32_t ino = 2; ino <= tree.inodes.size(); ++ino) {
+    const InodeRecord& r = tree.inodes[ino - 1];
+    std::string_view name(tree.names.data() + r.name_off, r.name_len);
+    rel[ino] = rel[r.parent].empty() ? std::string(name) : rel[r.parent] + "/" + std::string(name);
+  }
+  for (uint32_t ino = 1; ino <= tree.inodes.size(); ++ino) {
+    if (rel[ino].empty()) continue;
+    uint32_t found;
+    InodeRecord old;
+    Status s = base.LookupPath(rel[ino], &found, &old);
+    if (s.IsNotFound()) continue;
+    if (s.code() == Status::Code::kInvalidArgument) {
+      // A parent is a file or symlink in the store.
+      if (add.replace) continue;
+      return Status::Exists(rel[ino] + ": a parent of it is not a directory in the store");
+    }
+    DSFS_RETURN_IF_ERROR(s);
+    bool dir = S_ISDIR(tree.inodes[ino - 1].mode);
+    if (dir && IsDir(old)) continue;
+    if (!add.replace) {
+      return Status::Exists(rel[ino] + ": already exists in the store (use --replace)");
+    }
+  }
+
+  PackStats added;
+  std::vector<uint32_t> files = AssignPayloadIds(&tree, options.chunk_bytes, h.payload_count,
+                                                 &added);
+  --added.dirs;  // the source directory itself is the prefix, not a new entry
+  prog.files_total = added.files;
+  prog.files_done = added.files - files.size();
+  prog.bytes_total = added.bytes_in;
+  std::shared_ptr<Dictionary> dict;
+  DSFS_RETURN_IF_ERROR(Dictionary::Create(base.dictionary_bytes(), h.zstd_level, &dict));
+  DSFS_RETURN_IF_ERROR(CompressFiles(&run, &tree, files, options, dict));
+  run.LogPhase("compressing");
+
+  // The new entries join the tree; a replaced name's old entry is dropped by Build (the later
+  // of two equal names wins), its payloads stay unreferenced in the store.
+  std::vector<uint32_t> new_node(tree.inodes.size() + 1, 0);
+  for (uint32_t ino = 1; ino <= tree.inodes.size(); ++ino) {
+    const InodeRecord& r = tree.inodes[ino - 1];
+    if (S_ISDIR(r.mode)) {
+      new_node[ino] = merged.DirFor(rel[ino], r.mode, r.mtime_s, r.mtime_ns);
+      continue;
+    }
+    ArchiveTree::Node n;
+    n.name = std::string(tree.names.data() + r.name_off, r.name_len);
+    n.mode = r.mode;
+    n.mtime_s = r.mtime_s;
+    n.mtime_ns = r.mtime_ns;
+    n.size = r.size;
+    if (S_ISLNK(r.mode)) {
+      n.data = merged.AddTarget(std::string_view(tree.names.data() + r.data, r.size));
+    } else {
+      n.data = r.size ? r.data : 0;
+      n.image = r.image;
+      n.width = r.width;
+      n.height = r.height;
+      n.pixels = r.pixels;
+    }
+    merged.AddChild(new_node[r.parent], std::move(n));
+  }
+
+  std::vector<InodeRecord> inodes;
+  std::string names;
+  PackStats st;
+  DSFS_RETURN_IF_ERROR(merged.Build(&inodes, &names, &st));
+  DSFS_RETURN_IF_ERROR(run.Finish(inodes, names, std::string(base.dictionary_bytes()), &st));
+  added.seconds = st.seconds;
+  added.payload_bytes = st.payload_bytes - h.payload_bytes;
+  added.images = st.images - h.image_count;
+  added.images_as_is = st.images_as_is;
+  added.dict_bytes = st.dict_bytes;
+  if (stats) *stats = added;
   return Status::OK();
 }
 

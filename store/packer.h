@@ -7,6 +7,7 @@
 
 #include "backend/kv_store.h"
 #include "common/status.h"
+#include "store/store.h"
 
 namespace dsfs {
 
@@ -59,5 +60,23 @@ Status PackDirectory(const std::string& src, const PackOptions& options, KvWrite
 // links share their target's payload; of two entries with the same path the later wins.
 Status PackArchive(const std::string& src, const PackOptions& options, KvWriter* writer,
                    const std::function<void(const PackProgress&)>& progress, PackStats* stats);
+
+struct AddOptions {
+  std::string prefix;    // where in the store the source directory goes ("" = the root)
+  bool replace = false;  // a name that exists is replaced instead of being an error
+  int threads = 0;       // compression threads; 0 = one per core
+};
+
+// dsfs add: adds the tree at `src` to the store `base` under `options.prefix` (created if
+// missing). `writer` must be an updater of that store (NewKvUpdater). Directories that exist
+// take the new entries; any other name that exists is Exists, before anything is written,
+// unless options.replace (the old entry is dropped; its payloads stay in the store, unused).
+// Every existing payload and pixel record stays as it is: the new files are compressed with
+// the store's dictionary, level and chunk size into records numbered after the store's last
+// ones (decoded like pack does, and predecoded if the store is), and only the metadata tables
+// and the header are rewritten. Commits through `writer`; *stats counts the new entries.
+Status AddDirectory(const Store& base, const std::string& src, const AddOptions& options,
+                    KvWriter* writer, const std::function<void(const PackProgress&)>& progress,
+                    PackStats* stats);
 
 }  // namespace dsfs

@@ -87,6 +87,7 @@ Status Store::Init() {
     }
     dict_bytes = p.stored;
   }
+  dict_bytes_ = dict_bytes;
   DSFS_RETURN_IF_ERROR(Dictionary::Create(dict_bytes, h.zstd_level, &dict_));
   // The root must be a directory: checks the first segment of each table on the way.
   InodeRecord root;

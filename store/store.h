@@ -77,6 +77,9 @@ class Store {
     return (rec.size + header_.chunk_bytes - 1) / header_.chunk_bytes;
   }
   ByteCache* cache() const { return cache_.get(); }
+  // The zstd dictionary the payloads were compressed with (empty if none); points into the
+  // store.
+  std::string_view dictionary_bytes() const { return dict_bytes_; }
   // Chunks decompressed since open, and the time spent on it.
   uint64_t decoded_chunks() const { return decoded_chunks_.load(std::memory_order_relaxed); }
   uint64_t decode_ns() const { return decode_ns_.load(std::memory_order_relaxed); }
@@ -114,6 +117,7 @@ class Store {
   InodeLayout layout_;
   CheckedTable inodes_, names_;
   std::shared_ptr<Dictionary> dict_;
+  std::string_view dict_bytes_;
   std::shared_ptr<ByteCache> cache_;
   mutable std::atomic<uint64_t> decoded_chunks_{0}, decode_ns_{0};
   // Bytes of payload read from the backend since it last released its cached memory.

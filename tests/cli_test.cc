@@ -54,6 +54,43 @@ class CliTest : public ::testing::Test {
   std::string store_ = dir_ / "s.db";
 };
 
+TEST_F(CliTest, AddConvertAndBackendErrorsAreOneLine) {
+  WriteFile(dir_ / "more/cat/a.txt", "clash");
+  WriteFile(dir_ / "text.db", "not a store");
+  struct Case {
+    std::vector<std::string> args;
+    std::string needle;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"add", "-q", store_, dir_ / "more"}, "already exists in the store (use --replace)"},
+           {{"add", "-q", dir_ / "missing.db", dir_ / "more"}, "No such file"},
+           {{"add", "-q", dir_ / "text.db", dir_ / "more"}, "not a dsfs store"},
+           {{"add", "-q", store_, dir_ / "no_source"}, "No such file"},
+           {{"add", "-q", store_, dir_ / "text.db"}, "not a directory"},
+           {{"pack", "-q", "--backend", "leveldb", dir_ / "src", dir_ / "x.db"}, "lmdb, rocksdb"},
+           {{"convert", store_, dir_ / "y.db", "--backend", "nope"}, "unknown backend"},
+           {{"convert", dir_ / "text.db", dir_ / "y.db", "--backend", "rocksdb"},
+            "not a dsfs store"},
+           {{"convert", store_, store_, "--backend", "lmdb"}, "already exists"}}) {
+    CliRun r = Dsfs(c.args);
+    EXPECT_EQ(r.code, 1) << c.args[0] << " " << c.args.back();
+    EXPECT_EQ(Lines(r.err), 1) << r.err;
+    EXPECT_EQ(r.err.rfind("dsfs: error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "x.db"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "y.db"));
+  // The store is unchanged and still adds (and converts) fine.
+  CliRun r = Dsfs({"add", "-q", "--replace", store_, dir_ / "more"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("added 1 files"), std::string::npos) << r.out;
+  r = Dsfs({"convert", store_, dir_ / "r.db", "--backend", "rocksdb"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ostringstream out;
+  ASSERT_TRUE(RunCat(dir_ / "r.db", "cat/a.txt", out).ok());
+  EXPECT_EQ(out.str(), "clash");
+}
+
 TEST_F(CliTest, PackPrintsOneSummaryLine) {
   CliRun r = Dsfs({"pack", "-q", "--force", "--level", "3", "--dict-size", "8K", "--chunk-size",
                    "64K", "-j", "1", dir_ / "src", store_});

@@ -25,7 +25,9 @@ using testing::TempDir;
 using testing::TextBytes;
 using testing::WriteFile;
 
-class StoreTest : public ::testing::Test {
+// Every store test runs on each backend: the in-memory one (faults are injected over it and
+// over the others through NewFaultyReader) and stores packed to LMDB and RocksDB.
+class StoreTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     WriteFile(dir_ / "src/b.txt", "bee");
@@ -41,6 +43,20 @@ class StoreTest : public ::testing::Test {
     options_.chunk_bytes = 4096;  // many chunks, so reads cross chunk boundaries
     options_.dict_bytes = 4096;
     ASSERT_TRUE(PackToMemory(dir_ / "src", options_, &table_, &store_).ok());
+    if (GetParam() != "memory") {
+      ASSERT_TRUE(
+          testing::PackToBackend(dir_ / "src", options_, GetParam(), dir_ / "s.db", &store_).ok());
+      EXPECT_EQ(store_->backend_name(), GetParam());
+    }
+  }
+
+  // A fresh reader of this test's store (packing is deterministic: the memory table holds the
+  // same records as the store files, so tests find keys there).
+  std::unique_ptr<KvReader> Reader() {
+    if (GetParam() == "memory") return NewMemReader(table_);
+    std::unique_ptr<KvReader> r;
+    EXPECT_TRUE(OpenKvReader(dir_ / "s.db", KvReaderOptions{}, &r).ok());
+    return r;
   }
 
   std::string ReadAll(const std::string& path) {
@@ -59,7 +75,7 @@ class StoreTest : public ::testing::Test {
   std::unique_ptr<Store> store_;
 };
 
-TEST_F(StoreTest, HeaderCounts) {
+TEST_P(StoreTest, HeaderCounts) {
   const StoreHeader& h = store_->header();
   EXPECT_EQ(h.file_count, 305u);
   EXPECT_EQ(h.dir_count, 5u);  // root, sub, sub/deep, void, many
@@ -67,7 +83,7 @@ TEST_F(StoreTest, HeaderCounts) {
   EXPECT_EQ(h.inode_count, 311u);
 }
 
-TEST_F(StoreTest, ListingIsSortedAndComplete) {
+TEST_P(StoreTest, ListingIsSortedAndComplete) {
   InodeRecord root;
   ASSERT_TRUE(store_->GetInode(Store::kRootIno, &root).ok());
   uint32_t first, count;
@@ -85,7 +101,7 @@ TEST_F(StoreTest, ListingIsSortedAndComplete) {
             (std::vector<std::string>{"a.txt", "b.txt", "empty", "link", "many", "sub", "void"}));
 }
 
-TEST_F(StoreTest, LookupEveryFileInLargeDirectory) {
+TEST_P(StoreTest, LookupEveryFileInLargeDirectory) {
   for (int i = 0; i < 300; ++i) {
     EXPECT_EQ(ReadAll("many/f" + std::to_string(i)), "file number " + std::to_string(i));
   }
@@ -96,7 +112,7 @@ TEST_F(StoreTest, LookupEveryFileInLargeDirectory) {
   EXPECT_TRUE(store_->LookupPath("a.txt/x", &ino, &rec).code() == Status::Code::kInvalidArgument);
 }
 
-TEST_F(StoreTest, ContentsAndRanges) {
+TEST_P(StoreTest, ContentsAndRanges) {
   EXPECT_EQ(ReadAll("/a.txt"), "alpha");
   EXPECT_EQ(ReadAll("empty"), "");
   std::string big = RandomBytes(50000, 1);
@@ -116,7 +132,7 @@ TEST_F(StoreTest, ContentsAndRanges) {
   }
 }
 
-TEST_F(StoreTest, SymlinksAndDirectories) {
+TEST_P(StoreTest, SymlinksAndDirectories) {
   uint32_t ino;
   InodeRecord rec;
   ASSERT_TRUE(store_->LookupPath("link", &ino, &rec).ok());
@@ -135,7 +151,7 @@ TEST_F(StoreTest, SymlinksAndDirectories) {
   EXPECT_TRUE(store_->ReadLink(rec, &target).code() == Status::Code::kInvalidArgument);
 }
 
-TEST_F(StoreTest, MtimesSurvive) {
+TEST_P(StoreTest, MtimesSurvive) {
   struct stat st;
   ASSERT_EQ(::lstat((dir_ / "src/sub/text.txt").c_str(), &st), 0);
   uint32_t ino;
@@ -147,7 +163,7 @@ TEST_F(StoreTest, MtimesSurvive) {
   EXPECT_EQ(rec.size, 20000u);
 }
 
-TEST_F(StoreTest, ConcurrentReadersSeeTheSameBytes) {
+TEST_P(StoreTest, ConcurrentReadersSeeTheSameBytes) {
   std::atomic<int> errors{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
@@ -199,7 +215,7 @@ std::vector<std::string> ReadEverything(const Store& store) {
 }
 
 // One flipped byte inside one payload record fails exactly the file that owns it.
-TEST_F(StoreTest, FlippedPayloadByteFailsOnlyItsFile) {
+TEST_P(StoreTest, FlippedPayloadByteFailsOnlyItsFile) {
   uint32_t ino;
   InodeRecord victim;
   ASSERT_TRUE(store_->LookupPath("many/f123", &ino, &victim).ok());
@@ -212,14 +228,14 @@ TEST_F(StoreTest, FlippedPayloadByteFailsOnlyItsFile) {
 
 // A payload group that cannot be read (I/O error, short read, damage) fails the files stored
 // in it with EIO, and no other file.
-TEST_F(StoreTest, UnreadablePayloadGroupFailsOnlyItsFiles) {
+TEST_P(StoreTest, UnreadablePayloadGroupFailsOnlyItsFiles) {
   uint32_t ino;
   InodeRecord victim;
   ASSERT_TRUE(store_->LookupPath("sub/deep/x.bin", &ino, &victim).ok());
   std::string group_key = table_->data.lower_bound(PayloadKey(victim.data + 3))->first;
   for (Fault fault : {Fault::kError, Fault::kTruncate, Fault::kFlipBit}) {
     std::unique_ptr<Store> faulty;
-    ASSERT_TRUE(Store::Open(NewFaultyReader(NewMemReader(table_),
+    ASSERT_TRUE(Store::Open(NewFaultyReader(Reader(),
                                             [&](std::string_view key) {
                                               return key == group_key ? fault : Fault::kNone;
                                             }),
@@ -242,12 +258,12 @@ TEST_F(StoreTest, UnreadablePayloadGroupFailsOnlyItsFiles) {
   }
 }
 
-TEST_F(StoreTest, DamagedMetadataIsRefusedAtOpenOrAccess) {
+TEST_P(StoreTest, DamagedMetadataIsRefusedAtOpenOrAccess) {
   for (std::string key : {"H", "L", "I", "I.sum", "N", "N.sum", "Z"}) {
     for (Fault fault : {Fault::kFlipBit, Fault::kTruncate, Fault::kError}) {
       std::unique_ptr<Store> faulty;
       Status s = Store::Open(
-          NewFaultyReader(NewMemReader(table_),
+          NewFaultyReader(Reader(),
                           [&](std::string_view k) { return k == key ? fault : Fault::kNone; }),
           &faulty);
       if (!s.ok()) continue;  // refused cleanly at open
@@ -272,27 +288,29 @@ TEST_F(StoreTest, DamagedMetadataIsRefusedAtOpenOrAccess) {
   }
 }
 
-TEST_F(StoreTest, CacheServesSameBytesWithinBudget) {
+TEST_P(StoreTest, CacheServesSameBytesWithinBudget) {
   auto cache = std::make_shared<ByteCache>(64 << 10, 4);
   std::unique_ptr<Store> cached;
-  ASSERT_TRUE(Store::Open(NewMemReader(table_), &cached, cache).ok());
+  ASSERT_TRUE(Store::Open(Reader(), &cached, cache).ok());
   for (int pass = 0; pass < 3; ++pass) {
     EXPECT_TRUE(ReadEverything(*cached).empty());
     EXPECT_LE(cache->stats().bytes, 64u << 10);
   }
   ByteCache::Stats st = cache->stats();
-  EXPECT_GT(st.hits, 0u);
+  // RocksDB values are copies (not stable), so its raw records go through the cache too and a
+  // sequential scan of 370 KB through a 64 KiB LRU cache never hits.
+  if (GetParam() != "rocksdb") EXPECT_GT(st.hits, 0u);
   EXPECT_GT(st.evictions, 0u);  // 370 KB of data through a 64 KiB cache
 }
 
-TEST_F(StoreTest, PrefetchFillsTheCacheAndDamageIsNeverCached) {
+TEST_P(StoreTest, PrefetchFillsTheCacheAndDamageIsNeverCached) {
   auto cache = std::make_shared<ByteCache>(1 << 20, 4);
   uint32_t ino;
   InodeRecord text;
   ASSERT_TRUE(store_->LookupPath("sub/text.txt", &ino, &text).ok());
   std::string group_key = table_->data.lower_bound(PayloadKey(text.data + 2))->first;
   std::unique_ptr<Store> faulty;
-  ASSERT_TRUE(Store::Open(NewFaultyReader(NewMemReader(table_),
+  ASSERT_TRUE(Store::Open(NewFaultyReader(Reader(),
                                           [&](std::string_view key) {
                                             return key == group_key ? Fault::kFlipBit
                                                                     : Fault::kNone;
@@ -313,6 +331,9 @@ TEST_F(StoreTest, PrefetchFillsTheCacheAndDamageIsNeverCached) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, StoreTest, ::testing::Values("memory", "lmdb", "rocksdb"),
+                         [](const auto& info) { return info.param; });
 
 TEST(StoreOpenTest, MissingHeaderIsNotAStore) {
   auto table = std::make_shared<MemTable>();

@@ -1,6 +1,7 @@
 #include "tests/test_util.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -141,6 +142,73 @@ Status PackToMemory(const std::string& src, const PackOptions& options,
   auto writer = NewMemWriter(*table);
   DSFS_RETURN_IF_ERROR(PackDirectory(src, options, writer.get(), nullptr, nullptr));
   return Store::Open(NewMemReader(*table), store);
+}
+
+Status PackToBackend(const std::string& src, const PackOptions& options, const std::string& backend,
+                     const std::string& path, std::unique_ptr<Store>* store) {
+  std::unique_ptr<KvWriter> writer;
+  DSFS_RETURN_IF_ERROR(NewKvWriter(path, backend, KvWriterOptions{}, &writer));
+  DSFS_RETURN_IF_ERROR(PackDirectory(src, options, writer.get(), nullptr, nullptr));
+  writer.reset();
+  return Store::Open(path, StoreOptions{}, store);
+}
+
+std::string TestBackend() {
+  const char* b = std::getenv("DSFS_TEST_BACKEND");
+  return b && *b ? b : "lmdb";
+}
+
+namespace {
+void ListStore(const Store& store, uint32_t dir, const std::string& prefix,
+               std::map<std::string, std::string>* out) {
+  InodeRecord d;
+  ASSERT_TRUE(store.GetInode(dir, &d).ok());
+  uint32_t first, count;
+  ASSERT_TRUE(store.DirEntries(dir, d, &first, &count).ok());
+  for (uint32_t i = first; i < first + count; ++i) {
+    InodeRecord r;
+    std::string_view name;
+    ASSERT_TRUE(store.GetInode(i, &r).ok());
+    ASSERT_TRUE(store.GetName(r, &name).ok());
+    std::string path = prefix.empty() ? std::string(name) : prefix + "/" + std::string(name);
+    if (IsDir(r)) {
+      (*out)[path] = "<dir>";
+      ListStore(store, i, path, out);
+    } else if (IsLink(r)) {
+      std::string_view target;
+      ASSERT_TRUE(store.ReadLink(r, &target).ok());
+      (*out)[path] = "->" + std::string(target);
+    } else {
+      ReadBuffer buf;
+      std::string_view data;
+      Status s = store.Read(r, 0, r.size, &buf, &data);
+      ASSERT_TRUE(s.ok()) << path << ": " << s.message();
+      (*out)[path] = std::string(data);
+    }
+  }
+}
+}  // namespace
+
+std::map<std::string, std::string> StoreListing(const Store& store) {
+  std::map<std::string, std::string> out;
+  ListStore(store, Store::kRootIno, "", &out);
+  return out;
+}
+
+std::map<std::string, std::string> TreeListing(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir);
+       it != std::filesystem::recursive_directory_iterator(); ++it) {
+    std::string path = it->path().lexically_relative(dir).string();  // no symlink resolution
+    if (it->is_symlink()) {
+      out[path] = "->" + std::filesystem::read_symlink(it->path()).string();
+    } else if (it->is_directory()) {
+      out[path] = "<dir>";
+    } else {
+      out[path] = ReadFile(it->path().string());
+    }
+  }
+  return out;
 }
 
 }  // namespace dsfs::testing

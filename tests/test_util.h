@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,5 +56,19 @@ Status DamagePayload(const MemTable& table, uint64_t id, std::shared_ptr<MemTabl
 // Packs `src` into a new in-memory store and opens it.
 Status PackToMemory(const std::string& src, const PackOptions& options,
                     std::shared_ptr<MemTable>* table, std::unique_ptr<Store>* store);
+
+// Packs `src` into a new store of `backend` ("lmdb", "rocksdb") at `path` and opens it.
+Status PackToBackend(const std::string& src, const PackOptions& options, const std::string& backend,
+                     const std::string& path, std::unique_ptr<Store>* store);
+
+// The backend the CLI and mount tests pack to: $DSFS_TEST_BACKEND, default "lmdb" (ctest runs
+// those suites once per backend).
+std::string TestBackend();
+
+// Every path of the store (relative, sorted) with what it holds: file contents, "->target"
+// for a symlink, "<dir>" for a directory. Fails the test on any read error.
+std::map<std::string, std::string> StoreListing(const Store& store);
+// The same for a directory tree.
+std::map<std::string, std::string> TreeListing(const std::string& dir);
 
 }  // namespace dsfs::testing

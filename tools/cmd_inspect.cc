@@ -131,9 +131,7 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
   std::unique_ptr<Store> store;
   DSFS_RETURN_IF_ERROR(OpenStore(store_path, &store));
   const StoreHeader& h = store->header();
-  struct stat st;
-  uint64_t store_bytes =
-      ::stat(store_path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  uint64_t store_bytes = StoreBytes(store_path);
   double ratio =
       h.file_bytes ? static_cast<double>(store_bytes) / static_cast<double>(h.file_bytes) : 0;
   char buf[2048];

@@ -23,7 +23,7 @@ Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err) {
   KvWriterOptions wo;
   wo.overwrite = cmd.force;
   std::unique_ptr<KvWriter> writer;
-  DSFS_RETURN_IF_ERROR(NewLmdbWriter(cmd.dst, wo, &writer));
+  DSFS_RETURN_IF_ERROR(NewKvWriter(cmd.dst, cmd.backend, wo, &writer));
 
   bool bar = !cmd.quiet && ::isatty(STDERR_FILENO);
   auto progress = [&](const PackProgress& p) {
@@ -44,8 +44,7 @@ Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err) {
   if (bar) err << "\r\033[K" << std::flush;
   DSFS_RETURN_IF_ERROR(s);
   writer.reset();
-  uint64_t store_bytes = 0;
-  if (::stat(cmd.dst.c_str(), &st) == 0) store_bytes = static_cast<uint64_t>(st.st_size);
+  uint64_t store_bytes = StoreBytes(cmd.dst);
   char line[400];
   double ratio =
       stats.bytes_in ? static_cast<double>(store_bytes) / static_cast<double>(stats.bytes_in) : 0.0;

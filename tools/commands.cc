@@ -113,6 +113,8 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   pack_cmd->add_option("SRC", pack.src, "source directory, archive file, or -")->required();
   pack_cmd->add_option("DST", pack.dst, "store file to create")->required();
   pack_cmd->add_flag("-f,--force", pack.force, "overwrite DST if it exists");
+  pack_cmd->add_option("--backend", pack.backend, "lmdb (DST is one file) or rocksdb (a directory)")
+      ->capture_default_str();
   pack_cmd->add_option("-l,--level", pack.options.zstd_level, "zstd compression level (1-22)")
       ->capture_default_str();
   pack_cmd->add_option("--dict-size", dict_size, "zstd dictionary size, 0 = none (e.g. 110K)")
@@ -127,6 +129,26 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   pack_cmd->add_flag("--predecode", pack.options.predecode,
                      "also store every image's decoded pixels, so the bmp/npy/tensor views "
                      "never decode");
+
+  AddCommand add;
+  auto* add_cmd = app.add_subcommand(
+      "add", "add the files and directories of SRC to STORE (new names only), atomically");
+  add_cmd->add_option("STORE", add.store, "existing store")->required();
+  add_cmd->add_option("SRC", add.src, "source directory")->required();
+  add_cmd->add_option("--prefix", add.options.prefix,
+                      "directory of the store to add into (created if missing; default: root)");
+  add_cmd->add_flag("--replace", add.options.replace, "replace entries that exist");
+  add_cmd->add_option("-j,--threads", add.options.threads, "compression threads (0 = all cores)")
+      ->capture_default_str();
+  add_cmd->add_flag("-q,--quiet", add.quiet, "no progress bar");
+
+  ConvertCommand convert;
+  auto* convert_cmd = app.add_subcommand(
+      "convert", "copy store SRC into a new store DST of another backend (no recompression)");
+  convert_cmd->add_option("SRC", convert.src, "existing store")->required();
+  convert_cmd->add_option("DST", convert.dst, "store to create")->required();
+  convert_cmd->add_option("--backend", convert.backend, "lmdb or rocksdb")->required();
+  convert_cmd->add_flag("-f,--force", convert.force, "overwrite DST if it exists");
 
   MountConfig mount;
   std::vector<std::string> mount_opts;
@@ -197,6 +219,10 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     }
     pack.options.chunk_bytes = static_cast<uint32_t>(chunk_size);
     s = RunPack(pack, out, err);
+  } else if (*add_cmd) {
+    s = RunAdd(add, out, err);
+  } else if (*convert_cmd) {
+    s = RunConvert(convert, out);
   } else if (*mount_cmd) {
     std::string joined;
     for (const auto& o : mount_opts) joined += (joined.empty() ? "" : ",") + o;

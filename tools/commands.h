@@ -19,11 +19,29 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
 // Subcommands, called by DsfsMain after parsing.
 struct PackCommand {
   std::string src, dst;
+  std::string backend = "lmdb";  // "lmdb" (one file) or "rocksdb" (a directory)
   bool force = false;
   bool quiet = false;
   PackOptions options;
 };
 Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err);
+
+struct AddCommand {
+  std::string store, src;
+  bool quiet = false;
+  AddOptions options;
+};
+// dsfs add STORE SRC [--prefix PATH] [--replace]: see AddDirectory.
+Status RunAdd(const AddCommand& cmd, std::ostream& out, std::ostream& err);
+
+struct ConvertCommand {
+  std::string src, dst;
+  std::string backend = "lmdb";
+  bool force = false;
+};
+// dsfs convert SRC DST --backend NAME: copies every record of SRC, byte for byte (payloads
+// are not decompressed), into a new store of another (or the same) backend.
+Status RunConvert(const ConvertCommand& cmd, std::ostream& out);
 
 // Parses a mount option list ("threads=2,allow_other,...") into `config`: the one place where
 // -o options are understood. InvalidArgument names an unknown or malformed option.

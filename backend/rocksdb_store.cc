@@ -1,0 +1,414 @@
+#include "backend/rocksdb_store.h"
+
+#include <fcntl.h>
+#include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/options.h>
+#include <rocksdb/sst_file_writer.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "common/log.h"
+
+namespace dsfs {
+namespace {
+
+namespace fs = std::filesystem;
+
+// RocksDB writes its own LOG file into the database directory unless given a logger: a store
+// on read-only media could not be opened, and a served store must not grow. dsfs logs itself.
+class NullLogger final : public rocksdb::Logger {
+ public:
+  using rocksdb::Logger::Logv;
+  void Logv(const char* /*format*/, va_list /*ap*/) override {}
+};
+
+Status FromRocks(const rocksdb::Status& s, const std::string& path, std::string_view what) {
+  std::string text = path + ": " + std::string(what) + ": " + s.ToString();
+  if (s.IsNotFound()) return Status::NotFound(text);
+  if (s.IsCorruption()) return Status::Corruption(path + ": corrupt store (" + s.ToString() + ")");
+  if (s.IsNoSpace() || s.ToString().find("No space left") != std::string::npos) {
+    return Status::NoSpace(path + ": no space left on device while " + std::string(what));
+  }
+  if (s.IsInvalidArgument()) return Status::InvalidArgument(text);
+  if (s.IsBusy() || s.ToString().find("lock") != std::string::npos) {
+    return Status::IOError(path + ": the store is being written by another process (" +
+                           s.ToString() + ")");
+  }
+  return Status::IOError(text);
+}
+
+// The table settings every dsfs SST file is written with (readers take them from the files).
+//  - No RocksDB compression: payload and pixel records are zstd-compressed (with dsfs's own
+//    dictionary) record by record already, and the metadata tables are read in place; an
+//    uncompressed block is served straight from the memory map, a compressed one would be
+//    copied into a heap block on every read.
+//  - 4 KiB blocks: a payload group (64-256 KiB) is one value, so every group is its own block
+//    and the index has one entry per group; only the small metadata keys share blocks.
+//  - No bloom filter: dsfs reads payloads by Seek (a filter helps only point lookups), and its
+//    few point lookups (the metadata keys, once at open) always hit.
+rocksdb::Options TableOptions() {
+  rocksdb::Options o;
+  rocksdb::BlockBasedTableOptions t;
+  t.block_size = 4096;
+  t.no_block_cache = true;  // see OpenRocksdbReader
+  t.cache_index_and_filter_blocks = false;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+  o.compression = rocksdb::kNoCompression;
+  o.bottommost_compression = rocksdb::kNoCompression;
+  o.info_log = std::make_shared<NullLogger>();
+  // Nothing but dsfs writes these databases, and only by ingestion: no compaction ever runs,
+  // so no file a mounted reader uses is deleted.
+  o.disable_auto_compactions = true;
+  return o;
+}
+
+std::atomic<uint64_t> g_next_reader_id{1};
+
+struct CopyPin : PinnedValue::Pin {
+  std::string bytes;
+};
+struct SlicePin : PinnedValue::Pin {
+  rocksdb::PinnableSlice slice;
+};
+
+class RocksdbReader final : public KvReader {
+ public:
+  RocksdbReader(rocksdb::DB* db, std::string path)
+      : db_(db), path_(std::move(path)), id_(g_next_reader_id.fetch_add(1)) {
+    // dsfs checks every record it reads (xxh3 per payload record and metadata segment):
+    // RocksDB's block checksums would hash each value a second time.
+    ro_.verify_checksums = false;
+    ro_.fill_cache = false;
+  }
+  ~RocksdbReader() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      iterators_.clear();
+    }
+    db_->Close().PermitUncheckedError();
+    delete db_;
+  }
+
+  Status Get(std::string_view key, PinnedValue* value) override {
+    auto pin = std::make_unique<SlicePin>();
+    rocksdb::Status s = db_->Get(ro_, db_->DefaultColumnFamily(),
+                                 rocksdb::Slice(key.data(), key.size()), &pin->slice);
+    if (s.IsNotFound()) return Status::NotFound("key not found");
+    if (!s.ok()) return FromRocks(s, path_, "reading");
+    std::string_view data(pin->slice.data(), pin->slice.size());
+    value->Set(data, std::move(pin));
+    return Status::OK();
+  }
+
+  Status Seek(std::string_view key, std::string* found_key, PinnedValue* value) override {
+    rocksdb::Iterator* it = nullptr;
+    DSFS_RETURN_IF_ERROR(ThreadIterator(&it));
+    it->Seek(rocksdb::Slice(key.data(), key.size()));
+    if (!it->Valid()) {
+      if (!it->status().ok()) return FromRocks(it->status(), path_, "reading");
+      return Status::NotFound("no key at or after");
+    }
+    found_key->assign(it->key().data(), it->key().size());
+    rocksdb::Slice v = it->value();
+    // The value is valid only until this thread's next Seek, so it is copied out. Pinning
+    // blocks for the iterator's life (ReadOptions::pin_data) would avoid the copy, but the
+    // pins are released only with the iterator, which lives as long as the mount: memory
+    // would grow with every block ever read. The copy is one group, next to decompressing.
+    auto pin = std::make_unique<CopyPin>();
+    pin->bytes.assign(v.data(), v.size());
+    std::string_view data = pin->bytes;
+    value->Set(data, std::move(pin));
+    return Status::OK();
+  }
+
+  std::string_view Name() const override { return "rocksdb"; }
+
+  void WillNeed(std::string_view range) override {
+    // The files are mapped with random-access advice, as LMDB's map is: fetch a large value in
+    // readahead-window steps instead of a page fault at a time.
+    uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    uintptr_t begin = reinterpret_cast<uintptr_t>(range.data()) & ~(page - 1);
+    uintptr_t end = reinterpret_cast<uintptr_t>(range.data()) + range.size();
+    constexpr uintptr_t kStep = 128 << 10;
+    for (uintptr_t p = begin; p < end; p += kStep) {
+      ::madvise(reinterpret_cast<void*>(p), std::min(kStep, end - p), MADV_WILLNEED);
+    }
+  }
+
+ private:
+  // One iterator per thread (iterators are not thread-safe), created on first use and kept
+  // for the reader's life: the store does not change under a read-only instance.
+  Status ThreadIterator(rocksdb::Iterator** out) {
+    thread_local std::vector<std::pair<uint64_t, rocksdb::Iterator*>> cache;
+    for (const auto& [id, it] : cache) {
+      if (id == id_) {
+        *out = it;
+        return Status::OK();
+      }
+    }
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro_));
+    if (!it->status().ok()) return FromRocks(it->status(), path_, "opening an iterator");
+    rocksdb::Iterator* raw = it.get();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      iterators_.push_back(std::move(it));
+    }
+    if (cache.size() >= 64) cache.erase(cache.begin());
+    cache.emplace_back(id_, raw);
+    *out = raw;
+    return Status::OK();
+  }
+
+  rocksdb::DB* db_;
+  std::string path_;
+  uint64_t id_;
+  rocksdb::ReadOptions ro_;
+  std::mutex mu_;  // guards iterators_
+  std::vector<std::unique_ptr<rocksdb::Iterator>> iterators_;
+};
+
+// Streams puts into one SST file per leading key byte (dsfs's key spaces: H, I, L, N, P, Q,
+// Z), so the files never overlap and are ingested together. A key that arrives out of order
+// within its space is held in memory and written through a WriteBatch after the ingestion
+// (fresh stores only: an update must stay one atomic ingestion).
+class RocksdbWriter final : public KvWriter {
+ public:
+  // `db_dir`: the directory the database is built in. Fresh store: `final_path`.tmp-PID,
+  // renamed to `final_path` at commit. Update: the store itself, already open in `db`.
+  RocksdbWriter(std::string final_path, std::string db_dir, bool overwrite, rocksdb::DB* db)
+      : final_(std::move(final_path)),
+        dir_(std::move(db_dir)),
+        staging_(dir_ + "/dsfs-staging-" + std::to_string(::getpid())),
+        overwrite_(overwrite),
+        update_(db != nullptr),
+        db_(db) {}
+  ~RocksdbWriter() override {
+    streams_.clear();
+    CloseDb();
+    std::error_code ec;
+    fs::remove_all(staging_, ec);
+    if (!committed_ && !update_) fs::remove_all(dir_, ec);
+  }
+
+  Status Prepare() {
+    std::error_code ec;
+    if (!update_ && !fs::create_directory(dir_, ec)) {
+      return Status::FromErrno(ec.value() ? ec.value() : EEXIST, "cannot create " + dir_);
+    }
+    if (update_) {
+      // Staging directories of updaters that were killed (this one holds the LOCK now).
+      for (const auto& e : fs::directory_iterator(dir_, ec)) {
+        if (e.path().filename().string().rfind("dsfs-staging-", 0) == 0) {
+          fs::remove_all(e.path(), ec);
+        }
+      }
+    }
+    fs::remove_all(staging_, ec);
+    if (!fs::create_directory(staging_, ec)) {
+      return Status::FromErrno(ec.value(), "cannot create " + staging_);
+    }
+    return Status::OK();
+  }
+
+  Status Put(std::string_view key, std::string_view value) override {
+    if (failed_) return Status::IOError(dir_ + ": writer already failed");
+    unsigned char space = key.empty() ? 0 : static_cast<unsigned char>(key[0]);
+    Stream& st = streams_[space];
+    if (key.empty() || (!st.last.empty() && key <= std::string_view(st.last))) {
+      held_[std::string(key)] = std::string(value);
+      return Status::OK();
+    }
+    if (!st.writer) {
+      char name[32];
+      std::snprintf(name, sizeof(name), "/space-%02x.sst", space);
+      st.path = staging_ + name;
+      st.writer = std::make_unique<rocksdb::SstFileWriter>(rocksdb::EnvOptions(), options_);
+      rocksdb::Status s = st.writer->Open(st.path);
+      if (!s.ok()) return Fail(FromRocks(s, st.path, "creating"));
+    }
+    rocksdb::Status s = st.writer->Put(rocksdb::Slice(key.data(), key.size()),
+                                       rocksdb::Slice(value.data(), value.size()));
+    if (!s.ok()) return Fail(FromRocks(s, st.path, "writing"));
+    st.last.assign(key);
+    return Status::OK();
+  }
+
+  Status Commit() override {
+    if (failed_) return Status::IOError(dir_ + ": writer already failed");
+    if (update_ && !held_.empty()) {
+      return Fail(Status::InvalidArgument(final_ + ": keys out of order in an update (" +
+                                          held_.begin()->first + ")"));
+    }
+    std::vector<std::string> files;
+    for (auto& [space, st] : streams_) {
+      if (!st.writer) continue;
+      rocksdb::Status s = st.writer->Finish();
+      if (!s.ok()) return Fail(FromRocks(s, st.path, "finishing"));
+      files.push_back(st.path);
+    }
+    streams_.clear();
+    if (!db_) {
+      rocksdb::Options o = options_;
+      o.create_if_missing = true;
+      o.error_if_exists = true;
+      rocksdb::Status s = rocksdb::DB::Open(o, dir_, &db_);
+      if (!s.ok()) return Fail(FromRocks(s, dir_, "creating the store"));
+    }
+    if (!files.empty()) {
+      rocksdb::IngestExternalFileOptions ifo;
+      ifo.move_files = true;  // hard links: no copy
+      rocksdb::Status s = db_->IngestExternalFile(files, ifo);
+      if (!s.ok()) return Fail(FromRocks(s, dir_, "ingesting"));
+    }
+    if (!held_.empty()) {
+      rocksdb::WriteBatch batch;
+      for (const auto& [k, v] : held_) batch.Put(k, v);
+      rocksdb::WriteOptions wo;
+      wo.sync = true;
+      rocksdb::Status s = db_->Write(wo, &batch);
+      if (s.ok()) s = db_->Flush(rocksdb::FlushOptions());
+      if (!s.ok()) return Fail(FromRocks(s, dir_, "writing"));
+      held_.clear();
+    }
+    rocksdb::Status s = db_->SyncWAL();
+    if (!s.ok() && !s.IsNotSupported()) return Fail(FromRocks(s, dir_, "syncing"));
+    CloseDb();
+    std::error_code ec;
+    fs::remove_all(staging_, ec);
+    if (!update_) DSFS_RETURN_IF_ERROR(Fail(MoveIntoPlace()));
+    committed_ = true;
+    return Status::OK();
+  }
+
+ private:
+  struct Stream {
+    std::unique_ptr<rocksdb::SstFileWriter> writer;
+    std::string path;
+    std::string last;
+  };
+
+  Status Fail(Status s) {
+    if (!s.ok()) failed_ = true;
+    return s;
+  }
+  void CloseDb() {
+    if (!db_) return;
+    db_->Close().PermitUncheckedError();
+    delete db_;
+    db_ = nullptr;
+  }
+  // Renames the finished directory to its final path. An existing store there (--force) is
+  // swapped out atomically (RENAME_EXCHANGE: the path always holds a complete store), then
+  // removed.
+  Status MoveIntoPlace() {
+    std::string parent = fs::path(final_).parent_path().string();
+    if (parent.empty()) parent = ".";
+    SyncDir(dir_);
+    struct stat st;
+    if (::lstat(final_.c_str(), &st) == 0) {
+      if (!overwrite_)
+        return Status::Exists(final_ + ": already exists (use --force to overwrite)");
+      if (::renameat2(AT_FDCWD, dir_.c_str(), AT_FDCWD, final_.c_str(), RENAME_EXCHANGE) != 0) {
+        return Status::FromErrno(errno, "replacing " + final_);
+      }
+      std::error_code ec;
+      fs::remove_all(dir_, ec);  // now the old store
+    } else if (::rename(dir_.c_str(), final_.c_str()) != 0) {
+      return Status::FromErrno(errno, "renaming " + dir_ + " to " + final_);
+    }
+    SyncDir(parent);
+    return Status::OK();
+  }
+  static void SyncDir(const std::string& dir) {
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+      ::fsync(fd);
+      ::close(fd);
+    }
+  }
+
+  std::string final_, dir_, staging_;
+  bool overwrite_, update_;
+  rocksdb::DB* db_ = nullptr;
+  rocksdb::Options options_ = TableOptions();
+  std::map<unsigned char, Stream> streams_;
+  std::map<std::string, std::string> held_;
+  bool failed_ = false, committed_ = false;
+};
+
+}  // namespace
+
+bool LooksLikeRocksdb(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+  return ::stat((path + "/CURRENT").c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+Status OpenRocksdbReader(const std::string& path, const KvReaderOptions& options,
+                         std::unique_ptr<KvReader>* reader) {
+  if (!LooksLikeRocksdb(path)) return Status::InvalidArgument(path + ": not a dsfs store");
+  rocksdb::Options o = TableOptions();
+  // Memory-mapped reads, like LMDB: uncompressed blocks are used in place, the page cache is
+  // the block cache, and dsfs keeps decompressed records in its own cache (so RocksDB's block
+  // cache is off: it would hold a second copy of what the page cache has).
+  o.allow_mmap_reads = true;
+  o.advise_random_on_open = options.random_access;
+  o.max_open_files = -1;  // every file opened (and held) at open: see the header
+  o.skip_stats_update_on_db_open = true;
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(o, path, &db);
+  if (!s.ok()) {
+    if (s.IsCorruption())
+      return Status::Corruption(path + ": corrupt store (" + s.ToString() + ")");
+    if (s.IsIOError() && s.ToString().find("No such file") != std::string::npos) {
+      return Status::Corruption(path + ": store is incomplete (" + s.ToString() + ")");
+    }
+    return FromRocks(s, path, "opening");
+  }
+  *reader = std::make_unique<RocksdbReader>(db, path);
+  return Status::OK();
+}
+
+Status NewRocksdbWriter(const std::string& path, const KvWriterOptions& options,
+                        std::unique_ptr<KvWriter>* writer) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0 && !options.overwrite) {
+    return Status::Exists(path + ": already exists (use --force to overwrite)");
+  }
+  std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  auto w = std::make_unique<RocksdbWriter>(path, tmp, options.overwrite, nullptr);
+  DSFS_RETURN_IF_ERROR(w->Prepare());
+  *writer = std::move(w);
+  return Status::OK();
+}
+
+Status NewRocksdbUpdater(const std::string& path, std::unique_ptr<KvWriter>* writer) {
+  if (!LooksLikeRocksdb(path)) return Status::InvalidArgument(path + ": not a dsfs store");
+  rocksdb::Options o = TableOptions();
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(o, path, &db);
+  if (!s.ok()) return FromRocks(s, path, "opening for writing");
+  auto w = std::make_unique<RocksdbWriter>(path, path, false, db);
+  DSFS_RETURN_IF_ERROR(w->Prepare());
+  *writer = std::move(w);
+  return Status::OK();
+}
+
+}  // namespace dsfs

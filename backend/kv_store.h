@@ -82,6 +82,11 @@ class KvWriter {
   // Makes everything durable and moves the store to its final path atomically. After a failed
   // Commit, or if the writer is destroyed without one, the temporary data is removed.
   virtual Status Commit() = 0;
+  // True when small values waste space in this backend (LMDB puts every value over ~2 KB on
+  // whole pages), so callers should batch small records into large values; false where the
+  // backend packs small values into its own blocks (RocksDB), so one record per value is
+  // cheapest to read.
+  virtual bool PrefersLargeValues() const { return false; }
 };
 
 struct KvWriterOptions {

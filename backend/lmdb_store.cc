@@ -217,6 +217,8 @@ class LmdbWriter final : public KvWriter {
     return Status::OK();
   }
 
+  bool PrefersLargeValues() const override { return true; }
+
   Status Put(std::string_view key, std::string_view value) override {
     if (!txn_) return Status::IOError(tmp_ + ": writer already failed");
     MDB_val k{key.size(), const_cast<char*>(key.data())};

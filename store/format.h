@@ -14,10 +14,11 @@
 // version 1 stores are read as stores without image information.
 //
 // File contents are payload records, one per chunk of chunk_bytes, numbered by payload id.
-// Consecutive records are stored together in groups of about kGroupTargetBytes, keyed by the
-// id of their last record: LMDB puts every value over ~2 KB on whole 4 KiB pages, so one value
-// per small file would waste up to half the space on files of a few KB. Each record is still
-// compressed and checksummed alone, so reading one file decompresses only that file, and a
+// On LMDB, consecutive records are stored together in groups of about kGroupTargetBytes, keyed
+// by the id of their last record: LMDB puts every value over ~2 KB on whole 4 KiB pages, so one
+// value per small file would waste up to half the space on files of a few KB. (RocksDB packs
+// small values into its own blocks: there each record is a group of one, read alone.) Each record
+// is still compressed and checksummed alone, so reading one file decompresses only that file, and a
 // cold read faults in only the pages it touches. A group is
 //   u32 count, u32 end[count] (end offset of each record, from the first record), records.
 //

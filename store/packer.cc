@@ -348,8 +348,11 @@ class OrderedCompressor {
 // After kGroupTargetBytes, a group ends where the next record would spill onto a new page:
 // LMDB stores large values on whole 4 KiB pages (16-byte page header), so the group then
 // wastes less than one record's worth of its last page.
-bool GroupEndsBefore(size_t group_bytes, size_t next_bytes) {
+// A backend that packs small values itself (RocksDB) gets one record per group: a read then
+// fetches just its record.
+bool GroupEndsBefore(const KvWriter& writer, size_t group_bytes, size_t next_bytes) {
   constexpr size_t kPage = 4096, kPageHeader = 16;
+  if (!writer.PrefersLargeValues()) return true;
   if (group_bytes < kGroupTargetBytes) return false;
   size_t pages_now = (group_bytes + kPageHeader + kPage - 1) / kPage;
   size_t pages_next = (group_bytes + next_bytes + kPageHeader + kPage - 1) / kPage;
@@ -430,7 +433,7 @@ class PackRun {
       for (size_t i = 0; s.ok() && i < b.ends.size(); ++i) {
         std::string_view record = std::string_view(b.records).substr(begin, b.ends[i] - begin);
         begin = b.ends[i];
-        if (group.count() > 0 && GroupEndsBefore(group.bytes(), record.size() + 4)) {
+        if (group.count() > 0 && GroupEndsBefore(*writer_, group.bytes(), record.size() + 4)) {
           s = writer_->Put(PayloadKey(next_id_ - 1), group.Finish());
         }
         group.Add(record);
@@ -470,7 +473,8 @@ class PackRun {
     for (size_t end : r.pixel_ends) {
       std::string_view record = std::string_view(r.pixel_records).substr(begin, end - begin);
       begin = end;
-      if (pixel_group_.count() > 0 && GroupEndsBefore(pixel_group_.bytes(), record.size() + 4)) {
+      if (pixel_group_.count() > 0 &&
+          GroupEndsBefore(*writer_, pixel_group_.bytes(), record.size() + 4)) {
         DSFS_RETURN_IF_ERROR(
             writer_->Put(PayloadKey(next_pixel_id_ - 1, kPixelSpace), pixel_group_.Finish()));
       }
@@ -1029,52 +1033,55 @@ std::vector<uint32_t> AssignPayloadIds(Tree* tree, uint32_t chunk_bytes, uint64_
 Status CompressFiles(PackRun* run, Tree* tree, const std::vector<uint32_t>& files,
                      const PackOptions& options, std::shared_ptr<const Dictionary> dict) {
   const uint64_t first_id = run->next_payload_id();
-  return run->Compress(dict, [&](OrderedCompressor* comp) -> Status {
-    uint64_t id = first_id;
-    Batch b;
-    for (uint32_t ino : files) {
-      const uint64_t size = tree->inodes[ino - 1].size;
-      std::string path = SourcePath(*tree, ino);
-      bool image = false;
-      size_t first_raw = b.raws.size();
-      for (uint64_t off = 0; off < size; off += options.chunk_bytes) {
-        if (b.raws.empty()) b.first_id = id;
-        std::string raw;
-        Status s = ReadSource(path, size, off,
-                              std::min<uint64_t>(options.chunk_bytes, size - off), &raw);
-        if (!s.ok()) {
-          b.status = s;
-          comp->Submit(std::move(b));
-          return Status::OK();  // the error reaches the writer in order, after earlier batches
+  return run->Compress(
+      dict,
+      [&](OrderedCompressor* comp) -> Status {
+        uint64_t id = first_id;
+        Batch b;
+        for (uint32_t ino : files) {
+          const uint64_t size = tree->inodes[ino - 1].size;
+          std::string path = SourcePath(*tree, ino);
+          bool image = false;
+          size_t first_raw = b.raws.size();
+          for (uint64_t off = 0; off < size; off += options.chunk_bytes) {
+            if (b.raws.empty()) b.first_id = id;
+            std::string raw;
+            Status s = ReadSource(path, size, off,
+                                  std::min<uint64_t>(options.chunk_bytes, size - off), &raw);
+            if (!s.ok()) {
+              b.status = s;
+              comp->Submit(std::move(b));
+              return Status::OK();  // the error reaches the writer in order, after earlier batches
+            }
+            if (off == 0) {
+              image = size <= kMaxImageFileBytes && SniffImage(raw) != ImageKind::kNone;
+            }
+            b.Add(std::move(raw), size <= kDictMaxFileBytes);
+            ++id;
+            // An image's chunks stay in one batch: the worker decodes it whole.
+            if (b.full() && !image) {
+              if (!comp->Submit(std::move(b))) return Status::OK();
+              b = Batch();
+            }
+          }
+          if (image) b.images.push_back({ino, first_raw, b.raws.size() - first_raw, path});
+          ++b.files_completed;
+          if (b.full()) {
+            if (!comp->Submit(std::move(b))) return Status::OK();
+            b = Batch();
+          }
         }
-        if (off == 0) {
-          image = size <= kMaxImageFileBytes && SniffImage(raw) != ImageKind::kNone;
-        }
-        b.Add(std::move(raw), size <= kDictMaxFileBytes);
-        ++id;
-        // An image's chunks stay in one batch: the worker decodes it whole.
-        if (b.full() && !image) {
-          if (!comp->Submit(std::move(b))) return Status::OK();
-          b = Batch();
-        }
-      }
-      if (image) b.images.push_back({ino, first_raw, b.raws.size() - first_raw, path});
-      ++b.files_completed;
-      if (b.full()) {
-        if (!comp->Submit(std::move(b))) return Status::OK();
-        b = Batch();
-      }
-    }
-    if (!b.raws.empty() || b.files_completed) comp->Submit(std::move(b));
-    return Status::OK();
-  }, [&](const ImageResult& r, uint64_t pixels) {
-    // The producer reads only the size and names of records: these fields are the writer's.
-    InodeRecord& rec = tree->inodes[r.handle - 1];
-    rec.image = static_cast<uint8_t>(r.kind);
-    rec.width = r.width;
-    rec.height = r.height;
-    rec.pixels = pixels;
-  });
+        if (!b.raws.empty() || b.files_completed) comp->Submit(std::move(b));
+        return Status::OK();
+      },
+      [&](const ImageResult& r, uint64_t pixels) {
+        // The producer reads only the size and names of records: these fields are the writer's.
+        InodeRecord& rec = tree->inodes[r.handle - 1];
+        rec.image = static_cast<uint8_t>(r.kind);
+        rec.width = r.width;
+        rec.height = r.height;
+        rec.pixels = pixels;
+      });
 }
 
 std::string StripSlashes(std::string src) {
@@ -1229,8 +1236,8 @@ Status AddDirectory(const Store& base, const std::string& src_in, const AddOptio
   }
 
   PackStats added;
-  std::vector<uint32_t> files = AssignPayloadIds(&tree, options.chunk_bytes, h.payload_count,
-                                                 &added);
+  std::vector<uint32_t> files =
+      AssignPayloadIds(&tree, options.chunk_bytes, h.payload_count, &added);
   --added.dirs;  // the source directory itself is the prefix, not a new entry
   prog.files_total = added.files;
   prog.files_done = added.files - files.size();

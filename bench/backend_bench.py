@@ -1,0 +1,206 @@
+#!/usr/bin/python3
+"""LMDB and RocksDB stores side by side (issue 5), in one run.
+
+  /usr/bin/python3 bench/backend_bench.py [--dsfs BUILD/dsfs] [--readbench BUILD/bench/dsfs-readbench]
+                                          [--work /var/tmp/dsfs-bench] [--datasets photo32 fmnist]
+                                          [--scale-store PATH]
+
+Per data set (the core benchmark's trees, built by bench/datasets.py if missing), for each
+backend: `dsfs pack` time and store size; `dsfs add` of 1% more files (a copy of 1% of the
+tree under a new directory) against a full repack of the grown tree; mount time; shuffled
+open+read+close of every file (dsfs-readbench, the same shuffled list for both), first touch
+after drop_caches and hot (1 and 4 threads); ImageFolder + DataLoader (2 workers, batch 256,
+20,000 images, epochs 1 and 2). With --scale-store (an LMDB store of 10 million files, e.g. from
+bench/scale_bench.sh --keep-store): `dsfs convert` to RocksDB, mount time and daemon RSS of both.
+Writes bench/results/backends-<date>.md and .jsonl. Mounts only under WORK/mnt.
+"""
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+from views_bench import Mount, drop_caches, imagefolder, sh  # noqa: E402
+
+
+def readbench(rb, root, lst, threads, passes):
+    r = sh([rb, root, "--list", lst, "--threads", str(threads), "--passes", str(passes)],
+           timeout=1800)
+    rows = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    if r.returncode != 0 or not rows:
+        raise RuntimeError(f"readbench {root}: {r.stderr.strip()[-300:]}")
+    return rows
+
+
+def daemon_rss_kb(store):
+    r = sh(["pgrep", "-f", f"dsfs mount {store}"])
+    for pid in r.stdout.split():
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1])
+        except OSError:
+            pass
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dsfs", default=os.path.join(REPO, "build", "dsfs"))
+    ap.add_argument("--readbench", default=os.path.join(REPO, "build", "bench", "dsfs-readbench"))
+    ap.add_argument("--work", default=os.environ.get("BENCH_WORK", "/var/tmp/dsfs-bench"))
+    ap.add_argument("--datasets", nargs="+", default=["photo32", "fmnist"])
+    ap.add_argument("--subset", type=int, default=20000)
+    ap.add_argument("--scale-store", default="")
+    ap.add_argument("--desc", default=os.environ.get("DSFS_DESC", ""))
+    a = ap.parse_args()
+    dsfs, rb = os.path.abspath(a.dsfs), os.path.abspath(a.readbench)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = os.path.join(REPO, "bench", "results", f"backends-{stamp}")
+    jsonl = open(out + ".jsonl", "w")
+    mnt = os.path.join(a.work, "mnt", "backends")
+    res = {}
+
+    def rec(ds, key, value):
+        res.setdefault(ds, {})[key] = value
+        jsonl.write(json.dumps({"ds": ds, "metric": key, "data": value}) + "\n")
+        jsonl.flush()
+        print(f"[{time.strftime('%H:%M:%S')}] {ds} {key}: {value}", flush=True)
+
+    for ds in a.datasets:
+        src = os.path.join(a.work, ds)
+        lst = os.path.join(a.work, ds + ".list")
+        if not os.path.isdir(src):
+            raise SystemExit(f"{src} missing: run bench/core_bench.sh once (it builds the trees)")
+        if not os.path.exists(lst):
+            sh([rb, src, "--write-list", lst])
+        # The 1% to add: a copy of every 100th file, under a new top directory.
+        extra = os.path.join(a.work, f"{ds}.add1pct")
+        shutil.rmtree(extra, ignore_errors=True)
+        with open(lst) as f:
+            paths = [l.rstrip("\n") for l in f][::100]
+        for p in paths:
+            dst = os.path.join(extra, "added", os.path.relpath(os.path.join(src, p), src))
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copyfile(os.path.join(src, p), dst)
+        for backend in ("lmdb", "rocksdb"):
+            store = os.path.join(a.work, f"{ds}.{backend}.dsfs")
+            t0 = time.perf_counter()
+            r = sh([dsfs, "pack", "-q", "-f", "--backend", backend, src, store])
+            if r.returncode != 0:
+                raise SystemExit(f"pack: {r.stderr.strip()}")
+            pack_s = time.perf_counter() - t0
+            size = int(sh(["du", "-sb", store]).stdout.split()[0])
+            rec(ds, f"{backend}_pack", {"seconds": round(pack_s, 2), "bytes": size})
+            drop_caches()
+            t0 = time.perf_counter()
+            with Mount(dsfs, store, mnt):
+                mount_s = time.perf_counter() - t0
+                cold = readbench(rb, mnt, lst, 4, 1)[0]
+            drop_caches()
+            with Mount(dsfs, store, mnt):
+                cold1 = readbench(rb, mnt, lst, 1, 1)[0]
+                hot1 = readbench(rb, mnt, lst, 1, 3)[-1]
+                hot4 = readbench(rb, mnt, lst, 4, 3)[-1]
+            rec(ds, f"{backend}_reads", {
+                "mount_s": round(mount_s, 3), "cold_4t": cold["files_per_s"],
+                "cold_1t": cold1["files_per_s"], "hot_1t": hot1["files_per_s"],
+                "hot_4t": hot4["files_per_s"],
+                "errors": cold["errors"] + cold1["errors"] + hot1["errors"] + hot4["errors"]})
+            drop_caches()
+            with Mount(dsfs, store, mnt):
+                rec(ds, f"{backend}_imagefolder", imagefolder(mnt, a.subset, backend))
+            # Growing the store by 1%, against packing the grown tree again.
+            grown = store + ".grown"
+            shutil.rmtree(grown, ignore_errors=True)
+            if os.path.isdir(store):
+                shutil.copytree(store, grown)
+            else:
+                shutil.copyfile(store, grown)
+            t0 = time.perf_counter()
+            r = sh([dsfs, "add", grown, os.path.join(extra, "added"), "--prefix", "added"])
+            add_s = time.perf_counter() - t0
+            if r.returncode != 0:
+                raise SystemExit(f"add: {r.stderr.strip()}")
+            # The grown tree to repack: a hard-linked copy (pack never follows symlinks).
+            both = os.path.join(a.work, f"{ds}.grown-tree")
+            shutil.rmtree(both, ignore_errors=True)
+            sh(["cp", "-al", src, both])
+            sh(["cp", "-al", os.path.join(extra, "added"), os.path.join(both, "added")])
+            t0 = time.perf_counter()
+            r = sh([dsfs, "pack", "-q", "-f", "--backend", backend, both, grown + ".repack"])
+            repack_s = time.perf_counter() - t0
+            rec(ds, f"{backend}_add", {"files": len(paths), "add_s": round(add_s, 3),
+                                       "repack_s": round(repack_s, 2),
+                                       "ratio": round(add_s / repack_s, 4)})
+            for p in (grown, grown + ".repack"):
+                if os.path.isdir(p):
+                    shutil.rmtree(p)
+                elif os.path.exists(p):
+                    os.remove(p)
+            shutil.rmtree(both, ignore_errors=True)
+        shutil.rmtree(extra, ignore_errors=True)
+
+    if a.scale_store:
+        rocks = a.scale_store + ".rocksdb"
+        shutil.rmtree(rocks, ignore_errors=True)
+        t0 = time.perf_counter()
+        r = sh([dsfs, "convert", a.scale_store, rocks, "--backend", "rocksdb"], timeout=3600)
+        if r.returncode != 0:
+            raise SystemExit(f"convert: {r.stderr.strip()}")
+        rec("scale", "convert_s", round(time.perf_counter() - t0, 1))
+        for backend, store in (("lmdb", a.scale_store), ("rocksdb", rocks)):
+            drop_caches()
+            t0 = time.perf_counter()
+            with Mount(dsfs, store, mnt):
+                rec("scale", f"{backend}_mount", {"mount_s": round(time.perf_counter() - t0, 3),
+                                                  "rss_kb": daemon_rss_kb(store)})
+        shutil.rmtree(rocks, ignore_errors=True)
+
+    lines = [f"# dsfs backends side by side: LMDB vs RocksDB, {stamp}", "",
+             f"- machine: {os.cpu_count()} CPUs, kernel {platform.release()}; dsfs {dsfs} {a.desc}",
+             "- reads: dsfs-readbench over the same shuffled list of every file; cold = one pass "
+             "after drop_caches and a fresh mount; hot = the third pass", ""]
+    for ds in a.datasets:
+        r = res[ds]
+        lines += [f"## {ds}", "", "| | LMDB | RocksDB | RocksDB / LMDB |", "|---|---|---|---|"]
+
+        def row(label, key, field, fmt="{:,.0f}"):
+            x, y = r[f"lmdb_{key}"][field], r[f"rocksdb_{key}"][field]
+            lines.append(f"| {label} | {fmt.format(x)} | {fmt.format(y)} | {y / x:.2f}x |")
+
+        row("pack s", "pack", "seconds", "{:.1f}")
+        row("store bytes", "pack", "bytes")
+        row("mount s", "reads", "mount_s", "{:.3f}")
+        row("first touch files/s, 4 threads", "reads", "cold_4t")
+        row("first touch files/s, 1 thread", "reads", "cold_1t")
+        row("hot files/s, 1 thread", "reads", "hot_1t")
+        row("hot files/s, 4 threads", "reads", "hot_4t")
+        row("ImageFolder images/s, epoch 1", "imagefolder", "epoch1")
+        row("ImageFolder images/s, epoch 2", "imagefolder", "epoch2")
+        row("add 1% more files, s", "add", "add_s", "{:.2f}")
+        row("repack of the grown tree, s", "add", "repack_s", "{:.1f}")
+        row("add / repack", "add", "ratio", "{:.3f}")
+        lines.append("")
+    if "scale" in res:
+        s = res["scale"]
+        lines += ["## 10 million files", "",
+                  f"- `dsfs convert` LMDB -> RocksDB: {s['convert_s']} s",
+                  f"- mount s: LMDB {s['lmdb_mount']['mount_s']}, RocksDB "
+                  f"{s['rocksdb_mount']['mount_s']}; daemon RSS after mount: LMDB "
+                  f"{s['lmdb_mount']['rss_kb']} kB, RocksDB {s['rocksdb_mount']['rss_kb']} kB", ""]
+    lines.append("Raw figures: the .jsonl beside this file; command: `bench/backend_bench.py`.\n")
+    with open(out + ".md", "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

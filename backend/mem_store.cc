@@ -13,6 +13,8 @@ class MemWriter final : public KvWriter {
     pending_[std::string(key)] = std::string(value);
     return Status::OK();
   }
+  // Like LMDB: tests then exercise records grouped into one value.
+  bool PrefersLargeValues() const override { return true; }
   Status Commit() override {
     std::unique_lock lock(table_->mu);
     for (auto& [k, v] : pending_) table_->data[k] = std::move(v);

@@ -21,7 +21,7 @@ Filesystem::Filesystem(std::unique_ptr<Store> store, const FsOptions& options)
 void Filesystem::FillStat(uint64_t ino, const InodeRecord& rec, struct stat* st) const {
   std::memset(st, 0, sizeof(*st));
   st->st_ino = Out(ino);
-  st->st_mode = rec.mode;
+  st->st_mode = rec.mode & ~(options_.umask & 07777);
   // Directories report one link, as btrfs does: tools then make no assumption from it.
   st->st_nlink = 1;
   st->st_uid = options_.uid;
@@ -36,8 +36,7 @@ void Filesystem::FillStat(uint64_t ino, const InodeRecord& rec, struct stat* st)
   st->st_ctim = st->st_mtim;
 }
 
-void Filesystem::FillViewStat(View v, uint32_t ino, const InodeRecord& rec,
-                              struct stat* st) const {
+void Filesystem::FillViewStat(View v, uint32_t ino, const InodeRecord& rec, struct stat* st) const {
   FillStat(Make(static_cast<uint32_t>(v), ino), rec, st);
   if (IsReg(rec) && v != View::kOriginal) {
     uint64_t size = ViewFileBytes(v, rec);
@@ -131,7 +130,8 @@ Status Filesystem::LookupIn(uint64_t parent, std::string_view name, uint64_t* in
   }
   uint32_t kind = Kind(parent);
   if (kind == kControl) return Status::NotFound("no such file or directory");
-  if (kind > static_cast<uint32_t>(View::kTensor)) return Status::InvalidArgument("not a directory");
+  if (kind > static_cast<uint32_t>(View::kTensor))
+    return Status::InvalidArgument("not a directory");
   const View v = static_cast<View>(kind);
   const uint32_t dir = Number(parent);
   InodeRecord rec;
@@ -333,10 +333,11 @@ Status Filesystem::Pixels(uint32_t ino, const InodeRecord& rec, bool keep,
     *px = std::move(img.rgb);
   }
   images_decoded_.fetch_add(1, std::memory_order_relaxed);
-  image_decode_ns_.fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                       std::chrono::steady_clock::now() - t0)
-                                                       .count()),
-                             std::memory_order_relaxed);
+  image_decode_ns_.fetch_add(
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::steady_clock::now() - t0)
+                                .count()),
+      std::memory_order_relaxed);
   if (keep && cache) cache->Insert(kPixelsKey | ino, px);
   *out = std::move(px);
   return Status::OK();
@@ -365,8 +366,8 @@ Status Filesystem::ReadImageView(View v, uint32_t ino, const InodeRecord& rec, u
   ByteCache::Value px;
   DSFS_RETURN_IF_ERROR(Pixels(ino, rec, true, &px));
   if (offset >= header.size()) {
-    *out = std::string_view(*px).substr(std::min<uint64_t>(offset - header.size(), px->size()),
-                                        size);
+    *out =
+        std::string_view(*px).substr(std::min<uint64_t>(offset - header.size(), px->size()), size);
     buf->pin = std::move(px);
     return Status::OK();
   }
@@ -467,7 +468,7 @@ void Filesystem::NoteServedAsIs(uint32_t ino) const {
   for (uint32_t cur = ino; cur != Store::kRootIno;) {
     InodeRecord r;
     std::string_view name;
-    if (!store_->GetInode(cur, &r).ok() || !store_->GetName(r, &name).ok() || r.parent == cur) {
+    if (!store_->GetInode(cur, &r).ok() || !store_->GetName(r, &name).ok() || r.parent >= cur) {
       break;
     }
     path = "/" + std::string(name) + path;

@@ -21,10 +21,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
-
-#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -38,6 +37,7 @@ namespace dsfs {
 struct FsOptions {
   uid_t uid = ::getuid();  // owner shown for every file: the mounting user by default
   gid_t gid = ::getgid();
+  mode_t umask = 0;             // permission bits cleared from every stored mode (-o umask=)
   View view = View::kOriginal;  // what the mount shows at its root
 };
 
@@ -110,10 +110,10 @@ class Filesystem {
   void FillViewStat(View v, uint32_t ino, const InodeRecord& rec, struct stat* st) const;
 
   // Reads of view files.
-  Status ReadImageView(View v, uint32_t ino, const InodeRecord& rec, uint64_t offset,
-                       uint64_t size, ReadBuffer* buf, std::string_view* out) const;
-  Status ReadTensorFile(TensorFile f, uint32_t dir, uint64_t offset, uint64_t size,
-                        ReadBuffer* buf, std::string_view* out) const;
+  Status ReadImageView(View v, uint32_t ino, const InodeRecord& rec, uint64_t offset, uint64_t size,
+                       ReadBuffer* buf, std::string_view* out) const;
+  Status ReadTensorFile(TensorFile f, uint32_t dir, uint64_t offset, uint64_t size, ReadBuffer* buf,
+                        std::string_view* out) const;
   // The decoded pixels of image `ino` (from the cache, the stored pixels or by decoding the
   // original); cached when `keep`.
   Status Pixels(uint32_t ino, const InodeRecord& rec, bool keep, ByteCache::Value* out) const;

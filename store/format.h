@@ -105,11 +105,11 @@ struct StoreHeader {
   uint64_t payload_count;  // payload records
   uint64_t payload_bytes;  // bytes of payload records as stored
   uint64_t names_bytes;
-  uint64_t image_count;        // files the views decode (version 2)
-  uint64_t pixel_count;        // pixel records ("Q"; pack --predecode)
-  uint64_t pixel_bytes;        // bytes of pixel records as stored
-  uint64_t reserved[7];        // zero; room for later fields
-  uint64_t checksum;      // xxh3-64 of all bytes above
+  uint64_t image_count;  // files the views decode (version 2)
+  uint64_t pixel_count;  // pixel records ("Q"; pack --predecode)
+  uint64_t pixel_bytes;  // bytes of pixel records as stored
+  uint64_t reserved[7];  // zero; room for later fields
+  uint64_t checksum;     // xxh3-64 of all bytes above
 };
 static_assert(sizeof(StoreHeader) == 192);
 
@@ -180,6 +180,9 @@ class InodeLayout {
 // magic number, dictionary id or content size (the header has the size): 10 bytes less per file.
 enum class Codec : uint8_t { kRaw = 0, kZstd = 1, kZstdDict = 2 };
 inline constexpr uint32_t kMaxPayloadBytes = (1u << 30) - 1;
+// Largest chunk a store may declare (dsfs pack --chunk-size allows no more): a reader never
+// allocates more than this for one record, whatever a damaged or crafted store claims.
+inline constexpr uint32_t kMaxChunkBytes = 64u << 20;
 struct PayloadHeader {
   uint32_t checksum;        // low 32 bits of xxh3-64 of the record from byte 4 on
   uint32_t codec_and_size;  // codec << 30 | raw size
@@ -199,8 +202,7 @@ class CheckedTable {
   // `will_need`, when set, is told about byte ranges of `data` about to be read (the backend
   // starts reading them from disk in one request instead of a page fault at a time).
   Status Init(std::string_view name, std::string_view data, std::string_view sums,
-              uint32_t segment_bytes,
-              std::function<void(std::string_view)> will_need = nullptr);
+              uint32_t segment_bytes, std::function<void(std::string_view)> will_need = nullptr);
   // OK if [off, off + len) lies in the table and every segment it touches matches its checksum.
   Status Check(uint64_t off, uint64_t len) const;
   // Announces that [off, off + len) will be checked soon: the not yet verified segments it

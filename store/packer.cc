@@ -535,8 +535,9 @@ class PackRun {
 
 Status CheckOptions(const PackOptions& options) {
   if (options.chunk_bytes < 4096 || options.segment_bytes < 4096 ||
-      options.chunk_bytes > kMaxPayloadBytes) {
-    return Status::InvalidArgument("chunk and segment sizes must be at least 4096 bytes");
+      options.chunk_bytes > kMaxChunkBytes) {
+    return Status::InvalidArgument(
+        "chunk sizes must be 4096 bytes to 64 MiB, segment sizes at least 4096 bytes");
   }
   if (options.zstd_level < 1 || options.zstd_level > ZSTD_maxCLevel()) {
     return Status::InvalidArgument("compression level must be between 1 and " +
@@ -920,32 +921,35 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
   DSFS_RETURN_IF_ERROR(Dictionary::Create(dict_bytes, options.zstd_level, &dict));
   run.LogPhase("reading samples and training");
 
-  DSFS_RETURN_IF_ERROR(run.Compress(dict, [&](OrderedCompressor* comp) -> Status {
-    bool aborted = false;
-    auto submit = [&](Batch* batch) {
-      if (!comp->Submit(std::move(*batch))) aborted = true;
-      *batch = Batch();
-      return aborted ? Status::IOError("aborted") : Status::OK();
-    };
-    for (Batch& h : held) {
-      if (!comp->Submit(std::move(h))) return Status::OK();
-    }
-    held.clear();
-    while (!at_end) {
-      Status s = read_entry(&b, submit);
-      if (aborted) return Status::OK();  // the writer failed; it reports why
-      if (!s.ok()) return s;
-      run.Report(false);
-    }
-    if (!b.raws.empty() || b.files_completed) comp->Submit(std::move(b));
-    return Status::OK();
-  }, [&](const ImageResult& r, uint64_t pixels) {
-    ArchiveTree::Node& n = tree.node(r.handle);
-    n.image = static_cast<uint8_t>(r.kind);
-    n.width = r.width;
-    n.height = r.height;
-    n.pixels = pixels;
-  }));
+  DSFS_RETURN_IF_ERROR(run.Compress(
+      dict,
+      [&](OrderedCompressor* comp) -> Status {
+        bool aborted = false;
+        auto submit = [&](Batch* batch) {
+          if (!comp->Submit(std::move(*batch))) aborted = true;
+          *batch = Batch();
+          return aborted ? Status::IOError("aborted") : Status::OK();
+        };
+        for (Batch& h : held) {
+          if (!comp->Submit(std::move(h))) return Status::OK();
+        }
+        held.clear();
+        while (!at_end) {
+          Status s = read_entry(&b, submit);
+          if (aborted) return Status::OK();  // the writer failed; it reports why
+          if (!s.ok()) return s;
+          run.Report(false);
+        }
+        if (!b.raws.empty() || b.files_completed) comp->Submit(std::move(b));
+        return Status::OK();
+      },
+      [&](const ImageResult& r, uint64_t pixels) {
+        ArchiveTree::Node& n = tree.node(r.handle);
+        n.image = static_cast<uint8_t>(r.kind);
+        n.width = r.width;
+        n.height = r.height;
+        n.pixels = pixels;
+      }));
   run.LogPhase("reading and compressing");
   if (archive_read_close(a.get()) != ARCHIVE_OK) return ArchiveError(a.get(), name);
 
@@ -1007,52 +1011,55 @@ Status PackDirectory(const std::string& src_in, const PackOptions& options, KvWr
   DSFS_RETURN_IF_ERROR(Dictionary::Create(dict_bytes, options.zstd_level, &dict));
   run.LogPhase("dictionary training");
 
-  DSFS_RETURN_IF_ERROR(run.Compress(dict, [&](OrderedCompressor* comp) -> Status {
-    uint64_t id = 0;
-    Batch b;
-    for (uint32_t ino : files) {
-      const uint64_t size = tree.inodes[ino - 1].size;
-      std::string path = SourcePath(tree, ino);
-      bool image = false;
-      size_t first_raw = b.raws.size();
-      for (uint64_t off = 0; off < size; off += options.chunk_bytes) {
-        if (b.raws.empty()) b.first_id = id;
-        std::string raw;
-        Status s = ReadSource(path, size, off,
-                              std::min<uint64_t>(options.chunk_bytes, size - off), &raw);
-        if (!s.ok()) {
-          b.status = s;
-          comp->Submit(std::move(b));
-          return Status::OK();  // the error reaches the writer in order, after earlier batches
+  DSFS_RETURN_IF_ERROR(run.Compress(
+      dict,
+      [&](OrderedCompressor* comp) -> Status {
+        uint64_t id = 0;
+        Batch b;
+        for (uint32_t ino : files) {
+          const uint64_t size = tree.inodes[ino - 1].size;
+          std::string path = SourcePath(tree, ino);
+          bool image = false;
+          size_t first_raw = b.raws.size();
+          for (uint64_t off = 0; off < size; off += options.chunk_bytes) {
+            if (b.raws.empty()) b.first_id = id;
+            std::string raw;
+            Status s = ReadSource(path, size, off,
+                                  std::min<uint64_t>(options.chunk_bytes, size - off), &raw);
+            if (!s.ok()) {
+              b.status = s;
+              comp->Submit(std::move(b));
+              return Status::OK();  // the error reaches the writer in order, after earlier batches
+            }
+            if (off == 0) {
+              image = size <= kMaxImageFileBytes && SniffImage(raw) != ImageKind::kNone;
+            }
+            b.Add(std::move(raw), size <= kDictMaxFileBytes);
+            ++id;
+            // An image's chunks stay in one batch: the worker decodes it whole.
+            if (b.full() && !image) {
+              if (!comp->Submit(std::move(b))) return Status::OK();
+              b = Batch();
+            }
+          }
+          if (image) b.images.push_back({ino, first_raw, b.raws.size() - first_raw, path});
+          ++b.files_completed;
+          if (b.full()) {
+            if (!comp->Submit(std::move(b))) return Status::OK();
+            b = Batch();
+          }
         }
-        if (off == 0) {
-          image = size <= kMaxImageFileBytes && SniffImage(raw) != ImageKind::kNone;
-        }
-        b.Add(std::move(raw), size <= kDictMaxFileBytes);
-        ++id;
-        // An image's chunks stay in one batch: the worker decodes it whole.
-        if (b.full() && !image) {
-          if (!comp->Submit(std::move(b))) return Status::OK();
-          b = Batch();
-        }
-      }
-      if (image) b.images.push_back({ino, first_raw, b.raws.size() - first_raw, path});
-      ++b.files_completed;
-      if (b.full()) {
-        if (!comp->Submit(std::move(b))) return Status::OK();
-        b = Batch();
-      }
-    }
-    if (!b.raws.empty() || b.files_completed) comp->Submit(std::move(b));
-    return Status::OK();
-  }, [&](const ImageResult& r, uint64_t pixels) {
-    // The producer reads only the size and names of records: these fields are the writer's.
-    InodeRecord& rec = tree.inodes[r.handle - 1];
-    rec.image = static_cast<uint8_t>(r.kind);
-    rec.width = r.width;
-    rec.height = r.height;
-    rec.pixels = pixels;
-  }));
+        if (!b.raws.empty() || b.files_completed) comp->Submit(std::move(b));
+        return Status::OK();
+      },
+      [&](const ImageResult& r, uint64_t pixels) {
+        // The producer reads only the size and names of records: these fields are the writer's.
+        InodeRecord& rec = tree.inodes[r.handle - 1];
+        rec.image = static_cast<uint8_t>(r.kind);
+        rec.width = r.width;
+        rec.height = r.height;
+        rec.pixels = pixels;
+      }));
   run.LogPhase("compressing");
   DSFS_RETURN_IF_ERROR(run.Finish(tree.inodes, tree.names, dict_bytes, &st));
   if (stats) *stats = st;

@@ -29,9 +29,6 @@ struct PackProgress {
   const char* phase = "";  // "scanning", "training", "compressing", "finishing"
 };
 
-// JPEG and PNG files up to this size are decoded at pack time (larger ones: served as is).
-inline constexpr uint64_t kMaxImageFileBytes = 32 << 20;
-
 struct PackStats {
   uint64_t files = 0, dirs = 0, symlinks = 0, skipped = 0;
   uint64_t bytes_in = 0;       // sum of regular file sizes
@@ -45,10 +42,10 @@ struct PackStats {
 
 // Walks `src` (never following symlinks; storing them as symlinks), compresses file contents on
 // `options.threads` threads (and decodes every JPEG and PNG up to kMaxImageFileBytes, to record
-// whether and at what size the views can serve it decoded) and writes a complete store to `writer`, then commits it. Special
-// files (devices, fifos, sockets) are skipped with a warning. Errors name the path involved; on
-// error nothing is committed. `progress` (may be empty) is called from the calling thread a few
-// times a second.
+// whether and at what size the views can serve it decoded) and writes a complete store to `writer`,
+// then commits it. Special files (devices, fifos, sockets) are skipped with a warning. Errors name
+// the path involved; on error nothing is committed. `progress` (may be empty) is called from the
+// calling thread a few times a second.
 Status PackDirectory(const std::string& src, const PackOptions& options, KvWriter* writer,
                      const std::function<void(const PackProgress&)>& progress, PackStats* stats);
 

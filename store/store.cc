@@ -50,7 +50,7 @@ Status Store::Init() {
   DSFS_RETURN_IF_ERROR(ParseHeader(hv.data(), &header_));
   const StoreHeader& h = header_;
   if (h.inode_count == 0 || h.inode_count > UINT32_MAX - 1 || h.chunk_bytes == 0 ||
-      h.segment_bytes == 0) {
+      h.chunk_bytes > kMaxChunkBytes || h.segment_bytes == 0) {
     return Status::Corruption("store header has impossible values");
   }
   auto get = [&](std::string_view key, PinnedValue* v) -> Status {
@@ -73,8 +73,8 @@ Status Store::Init() {
     return Status::Corruption("name table size does not match the header");
   }
   auto will_need = [kv = kv_.get()](std::string_view range) { kv->WillNeed(range); };
-  DSFS_RETURN_IF_ERROR(inodes_.Init("inode", inode_value_.data(), inode_sums_.data(),
-                                    h.segment_bytes, will_need));
+  DSFS_RETURN_IF_ERROR(
+      inodes_.Init("inode", inode_value_.data(), inode_sums_.data(), h.segment_bytes, will_need));
   DSFS_RETURN_IF_ERROR(
       names_.Init("name", name_value_.data(), name_sums_.data(), h.segment_bytes, will_need));
   std::string_view dict_bytes;
@@ -231,7 +231,6 @@ Status Store::ReadPixels(const InodeRecord& rec, std::string* rgb) const {
   uint64_t total = uint64_t{rec.width} * rec.height * 3;
   uint64_t chunk = header_.chunk_bytes;
   rgb->clear();
-  rgb->reserve(total);
   std::string scratch;
   for (uint64_t i = 0; i * chunk < total; ++i) {
     ByteCache::Value pin;
@@ -239,14 +238,16 @@ Status Store::ReadPixels(const InodeRecord& rec, std::string* rgb) const {
     Status s = ReadRecord(kPixelSpace, rec.pixels - 1 + i, std::min(chunk, total - i * chunk),
                           nullptr, &pin, &scratch, &data);
     if (!s.ok()) return s.WithContext("pixel record " + std::to_string(rec.pixels - 1 + i));
+    // Reserved only once a record matched its expected size: a claimed size alone (bounded by
+    // IsDecodableImage anyway) allocates nothing.
+    if (i == 0) rgb->reserve(total);
     rgb->append(data);
   }
   return Status::OK();
 }
 
 Status Store::ReadRecord(char space, uint64_t id, uint64_t expected, ByteCache* cache,
-                         ByteCache::Value* pin, std::string* scratch,
-                         std::string_view* out) const {
+                         ByteCache::Value* pin, std::string* scratch, std::string_view* out) const {
   if (cache) {
     if (ByteCache::Value v = cache->Get(id)) {
       *out = *v;

@@ -264,6 +264,7 @@ Status Store::ReadRecord(char space, uint64_t id, uint64_t expected, ByteCache* 
     s = Status::Corruption("payload record missing");
   }
   if (s.ok()) s = FindInGroup(v.data(), last_id, id, &record);
+  if (s.ok()) s = CheckGroupStart(space, v.data(), last_id);
   if (s.ok()) {
     NoteBackendRead(record.size());
     // Small records sit in one or two pages; a large one is fetched in one go.
@@ -293,6 +294,26 @@ Status Store::ReadRecord(char space, uint64_t id, uint64_t expected, ByteCache* 
     }
   }
   return s;
+}
+
+Status Store::CheckGroupStart(char space, std::string_view group, uint64_t last_id) const {
+  // Records carry no id: a group found under a damaged key (one that grew, still below the
+  // next group's) would hand out its neighbours' records, checksums and all. The group before
+  // must end exactly where this one starts.
+  uint32_t count;
+  std::memcpy(&count, group.data(), 4);  // FindInGroup checked the size
+  if (count > last_id + 1) return Status::Corruption("payload group key damaged");
+  const uint64_t first = last_id - count + 1;
+  if (first == 0) return Status::OK();
+  std::string key;
+  PinnedValue prev;
+  uint64_t prev_id = 0;
+  Status s = kv_->Seek(PayloadKey(first - 1, space), &key, &prev);
+  if (!s.ok() && !s.IsNotFound()) return s;
+  if (!s.ok() || !ParsePayloadKey(key, &prev_id, space) || prev_id != first - 1) {
+    return Status::Corruption("payload group key damaged");
+  }
+  return Status::OK();
 }
 
 void Store::NoteBackendRead(uint64_t bytes) const {

@@ -106,6 +106,8 @@ class Store {
   // cache (may be null) is looked up and filled by id.
   Status ReadRecord(char space, uint64_t id, uint64_t expected, ByteCache* cache,
                     ByteCache::Value* pin, std::string* scratch, std::string_view* out) const;
+  // Corruption unless the group before `group` (keyed `last_id`) ends right before it.
+  Status CheckGroupStart(char space, std::string_view group, uint64_t last_id) const;
   Status TimedDecode(const PayloadView& p, char* dst) const;
   void NoteBackendRead(uint64_t bytes) const;
 

@@ -582,5 +582,49 @@ TEST(PackSymlinkTest, SymlinksOutOfTheTreeAreStoredNotFollowed) {
   }
 }
 
+// Records carry no id of their own: a group key damaged into a larger id (still below the next
+// group's) must not make the group serve its records under the wrong ids.
+TEST(StoreGroupTest, GroupUnderADamagedKeyIsNotServedForOtherIds) {
+  // 400 incompressible files of 1000 bytes: groups of ~64 records each.
+  TempDir dir;
+  for (int i = 0; i < 400; ++i) {
+    WriteFile(dir / ("src/f" + std::to_string(1000 + i)), RandomBytes(1000, i));
+  }
+  PackOptions o;
+  o.dict_bytes = 0;
+  std::shared_ptr<MemTable> table;
+  std::unique_ptr<Store> store;
+  ASSERT_TRUE(PackToMemory(dir / "src", o, &table, &store).ok());
+  // Move the second group's key up by two (still below the third's).
+  auto damaged = std::make_shared<MemTable>();
+  damaged->data = table->data;
+  auto it = std::next(damaged->data.lower_bound(PayloadKey(0)));
+  uint64_t last_id = 0, next_id = 0;
+  ASSERT_TRUE(ParsePayloadKey(it->first, &last_id));
+  ASSERT_TRUE(ParsePayloadKey(std::next(it)->first, &next_id));
+  ASSERT_GT(next_id, last_id + 2);
+  std::string group = it->second;
+  damaged->data.erase(it);
+  damaged->data[PayloadKey(last_id + 2)] = group;
+  ASSERT_TRUE(Store::Open(NewMemReader(damaged), &store).ok());
+  // Every file reads right or fails with EIO: none gets a neighbour's bytes.
+  int failed = 0;
+  for (int i = 0; i < 400; ++i) {
+    uint32_t ino;
+    InodeRecord r;
+    ASSERT_TRUE(store->LookupPath("f" + std::to_string(1000 + i), &ino, &r).ok());
+    ReadBuffer buf;
+    std::string_view out;
+    Status s = store->Read(r, 0, r.size, &buf, &out);
+    if (!s.ok()) {
+      EXPECT_EQ(s.ToErrno(), EIO);
+      ++failed;
+    } else {
+      EXPECT_TRUE(out == RandomBytes(1000, i)) << "f" << 1000 + i << ": a neighbour's bytes";
+    }
+  }
+  EXPECT_GT(failed, 0);
+}
+
 }  // namespace
 }  // namespace dsfs

@@ -73,7 +73,7 @@ for target in store image record; do
     echo "  (fix it, then add the input to tests/fuzz/regressions/$target/)" >&2
     exit 1
   fi
-  grep -E "^#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss_mb" "$work/log" |
+  grep -E "^#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::peak_rss_mb" "$work/log" |
     sed "s/^/fuzz_$target: /"
   rm -rf "$work"
 done

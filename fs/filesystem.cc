@@ -21,7 +21,7 @@ Filesystem::Filesystem(std::unique_ptr<Store> store, const FsOptions& options)
 void Filesystem::FillStat(uint64_t ino, const InodeRecord& rec, struct stat* st) const {
   std::memset(st, 0, sizeof(*st));
   st->st_ino = Out(ino);
-  st->st_mode = rec.mode;
+  st->st_mode = rec.mode & ~(options_.umask & 07777);
   // Directories report one link, as btrfs does: tools then make no assumption from it.
   st->st_nlink = 1;
   st->st_uid = options_.uid;
@@ -480,7 +480,7 @@ void Filesystem::NoteServedAsIs(uint32_t ino) const {
   for (uint32_t cur = ino; cur != Store::kRootIno;) {
     InodeRecord r;
     std::string_view name;
-    if (!store_->GetInode(cur, &r).ok() || !store_->GetName(r, &name).ok() || r.parent == cur) {
+    if (!store_->GetInode(cur, &r).ok() || !store_->GetName(r, &name).ok() || r.parent >= cur) {
       break;
     }
     path = "/" + std::string(name) + path;

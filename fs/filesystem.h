@@ -37,6 +37,7 @@ namespace dsfs {
 struct FsOptions {
   uid_t uid = ::getuid();  // owner shown for every file: the mounting user by default
   gid_t gid = ::getgid();
+  mode_t umask = 0;             // permission bits cleared from every stored mode (-o umask=)
   View view = View::kOriginal;  // what the mount shows at its root
 };
 

@@ -84,6 +84,9 @@ uint64_t TensorIndex::FileBytes(TensorFile f) const {
 
 namespace {
 
+constexpr uint64_t kMaxTensorPathBytes = 4096;        // PATH_MAX
+constexpr uint64_t kMaxTensorIndexBytes = 256 << 20;  // all directory paths of one index
+
 struct Entry {
   uint32_t ino;
   InodeRecord rec;
@@ -117,10 +120,20 @@ Status AddClass(const Store& store, uint32_t cls, const std::string& prefix, uin
   // "/a", "/a/b" below), then sorted as os.walk's root strings sort.
   std::vector<std::pair<std::string, uint32_t>> dirs{{"", cls}};
   std::vector<Entry> entries;
+  uint64_t path_bytes = 0;
   for (size_t i = 0; i < dirs.size(); ++i) {
     DSFS_RETURN_IF_ERROR(Entries(store, dirs[i].second, &entries));
     for (const Entry& e : entries) {
-      if (IsDir(e.rec)) dirs.emplace_back(dirs[i].first + "/" + std::string(e.name), e.ino);
+      if (!IsDir(e.rec)) continue;
+      // Paths no program could open, or more path bytes than any real tree has, mean a
+      // damaged or crafted store: the view is refused instead of holding them all in memory.
+      std::string rel = dirs[i].first + "/" + std::string(e.name);
+      path_bytes += rel.size();
+      if (prefix.size() + rel.size() >= kMaxTensorPathBytes || path_bytes > kMaxTensorIndexBytes) {
+        index->why = prefix + rel.substr(0, 64) + "...: paths too long or too many";
+        return Status::OK();
+      }
+      dirs.emplace_back(std::move(rel), e.ino);
     }
   }
   std::sort(dirs.begin(), dirs.end());
@@ -210,7 +223,8 @@ Status TensorFilesText(const Store& store, uint32_t dir, const TensorIndex& inde
       std::string_view name;
       DSFS_RETURN_IF_ERROR(store.GetName(r, &name));
       parts.push_back(name);
-      if (r.parent == cur) return Status::Corruption("image is not below its directory");
+      // Parents have smaller numbers (breadth-first): a damaged parent field cannot loop.
+      if (r.parent >= cur) return Status::Corruption("image is not below its directory");
       cur = r.parent;
     }
     for (size_t i = parts.size(); i-- > 0;) {

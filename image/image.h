@@ -28,6 +28,9 @@ enum class ImageKind : uint8_t {
 // Largest image the views decode, per side and in pixels (larger ones are served as is).
 inline constexpr uint32_t kMaxImageSide = 65535;
 inline constexpr uint64_t kMaxImagePixels = 64ull << 20;
+// JPEG and PNG files up to this size are decoded (at pack time, and by the views); larger ones
+// are served as is.
+inline constexpr uint64_t kMaxImageFileBytes = 32 << 20;
 
 // JPEG or PNG by signature, else kNone.
 ImageKind SniffImage(std::string_view data);

@@ -149,7 +149,8 @@ Status InodeLayout::Parse(std::string_view bytes, uint32_t version, InodeLayout*
     return Status::Corruption("inode layout has the wrong size");
   }
   l.modes_.resize(n);
-  std::memcpy(l.modes_.data(), bytes.data() + fields + 12, 4ull * n);
+  // (An empty table, which only a damaged layout has, leaves data() null: no memcpy of it.)
+  if (n > 0) std::memcpy(l.modes_.data(), bytes.data() + fields + 12, 4ull * n);
   for (int f = 0; f < kFields; ++f) {
     if (l.bits_[f] > 64) return Status::Corruption("inode layout has an impossible width");
   }
@@ -200,7 +201,12 @@ Status InodeLayout::Decode(const char* src, InodeRecord* r) const {
   r->height = static_cast<uint32_t>(height);
   r->pixels = GetBits(buf, offset_[kPixels], bits_[kPixels]);
   r->name_len = static_cast<uint32_t>(name_len);
-  r->mtime_s = min_mtime_s_ + static_cast<int64_t>(GetBits(buf, offset_[kMtime], bits_[kMtime]));
+  // A damaged offset may not fit: refused rather than overflowed.
+  uint64_t mtime_offset = GetBits(buf, offset_[kMtime], bits_[kMtime]);
+  if (mtime_offset > static_cast<uint64_t>(INT64_MAX) ||
+      __builtin_add_overflow(min_mtime_s_, static_cast<int64_t>(mtime_offset), &r->mtime_s)) {
+    return Status::Corruption("inode record out of range");
+  }
   r->mtime_ns = static_cast<uint32_t>(ns);
   r->mode = modes_[mode];
   r->parent = static_cast<uint32_t>(parent);

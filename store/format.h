@@ -181,6 +181,9 @@ class InodeLayout {
 // magic number, dictionary id or content size (the header has the size): 10 bytes less per file.
 enum class Codec : uint8_t { kRaw = 0, kZstd = 1, kZstdDict = 2 };
 inline constexpr uint32_t kMaxPayloadBytes = (1u << 30) - 1;
+// Largest chunk a store may declare (dsfs pack --chunk-size allows no more): a reader never
+// allocates more than this for one record, whatever a damaged or crafted store claims.
+inline constexpr uint32_t kMaxChunkBytes = 64u << 20;
 struct PayloadHeader {
   uint32_t checksum;        // low 32 bits of xxh3-64 of the record from byte 4 on
   uint32_t codec_and_size;  // codec << 30 | raw size

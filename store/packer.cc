@@ -551,8 +551,9 @@ class PackRun {
 
 Status CheckOptions(const PackOptions& options) {
   if (options.chunk_bytes < 4096 || options.segment_bytes < 4096 ||
-      options.chunk_bytes > kMaxPayloadBytes) {
-    return Status::InvalidArgument("chunk and segment sizes must be at least 4096 bytes");
+      options.chunk_bytes > kMaxChunkBytes) {
+    return Status::InvalidArgument(
+        "chunk sizes must be 4096 bytes to 64 MiB, segment sizes at least 4096 bytes");
   }
   if (options.zstd_level < 1 || options.zstd_level > ZSTD_maxCLevel()) {
     return Status::InvalidArgument("compression level must be between 1 and " +

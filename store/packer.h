@@ -30,9 +30,6 @@ struct PackProgress {
   const char* phase = "";  // "scanning", "training", "compressing", "finishing"
 };
 
-// JPEG and PNG files up to this size are decoded at pack time (larger ones: served as is).
-inline constexpr uint64_t kMaxImageFileBytes = 32 << 20;
-
 struct PackStats {
   uint64_t files = 0, dirs = 0, symlinks = 0, skipped = 0;
   uint64_t bytes_in = 0;       // sum of regular file sizes

@@ -50,7 +50,7 @@ Status Store::Init() {
   DSFS_RETURN_IF_ERROR(ParseHeader(hv.data(), &header_));
   const StoreHeader& h = header_;
   if (h.inode_count == 0 || h.inode_count > UINT32_MAX - 1 || h.chunk_bytes == 0 ||
-      h.segment_bytes == 0) {
+      h.chunk_bytes > kMaxChunkBytes || h.segment_bytes == 0) {
     return Status::Corruption("store header has impossible values");
   }
   auto get = [&](std::string_view key, PinnedValue* v) -> Status {
@@ -232,7 +232,6 @@ Status Store::ReadPixels(const InodeRecord& rec, std::string* rgb) const {
   uint64_t total = uint64_t{rec.width} * rec.height * 3;
   uint64_t chunk = header_.chunk_bytes;
   rgb->clear();
-  rgb->reserve(total);
   std::string scratch;
   for (uint64_t i = 0; i * chunk < total; ++i) {
     ByteCache::Value pin;
@@ -240,6 +239,9 @@ Status Store::ReadPixels(const InodeRecord& rec, std::string* rgb) const {
     Status s = ReadRecord(kPixelSpace, rec.pixels - 1 + i, std::min(chunk, total - i * chunk),
                           nullptr, &pin, &scratch, &data);
     if (!s.ok()) return s.WithContext("pixel record " + std::to_string(rec.pixels - 1 + i));
+    // Reserved only once a record matched its expected size: a claimed size alone (bounded by
+    // IsDecodableImage anyway) allocates nothing.
+    if (i == 0) rgb->reserve(total);
     rgb->append(data);
   }
   return Status::OK();
@@ -263,6 +265,7 @@ Status Store::ReadRecord(char space, uint64_t id, uint64_t expected, ByteCache* 
     s = Status::Corruption("payload record missing");
   }
   if (s.ok()) s = FindInGroup(v.data(), last_id, id, &record);
+  if (s.ok()) s = CheckGroupStart(space, v.data(), last_id);
   if (s.ok()) {
     NoteBackendRead(record.size());
     // Small records sit in one or two pages; a large one is fetched in one go.
@@ -292,6 +295,26 @@ Status Store::ReadRecord(char space, uint64_t id, uint64_t expected, ByteCache* 
     }
   }
   return s;
+}
+
+Status Store::CheckGroupStart(char space, std::string_view group, uint64_t last_id) const {
+  // Records carry no id: a group found under a damaged key (one that grew, still below the
+  // next group's) would hand out its neighbours' records, checksums and all. The group before
+  // must end exactly where this one starts.
+  uint32_t count;
+  std::memcpy(&count, group.data(), 4);  // FindInGroup checked the size
+  if (count > last_id + 1) return Status::Corruption("payload group key damaged");
+  const uint64_t first = last_id - count + 1;
+  if (first == 0) return Status::OK();
+  std::string key;
+  PinnedValue prev;
+  uint64_t prev_id = 0;
+  Status s = kv_->Seek(PayloadKey(first - 1, space), &key, &prev);
+  if (!s.ok() && !s.IsNotFound()) return s;
+  if (!s.ok() || !ParsePayloadKey(key, &prev_id, space) || prev_id != first - 1) {
+    return Status::Corruption("payload group key damaged");
+  }
+  return Status::OK();
 }
 
 void Store::NoteBackendRead(uint64_t bytes) const {

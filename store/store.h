@@ -13,6 +13,7 @@
 
 #include "backend/kv_store.h"
 #include "cache/byte_cache.h"
+#include "image/image.h"
 #include "store/codec.h"
 #include "store/format.h"
 
@@ -108,6 +109,8 @@ class Store {
   // cache (may be null) is looked up and filled by id.
   Status ReadRecord(char space, uint64_t id, uint64_t expected, ByteCache* cache,
                     ByteCache::Value* pin, std::string* scratch, std::string_view* out) const;
+  // Corruption unless the group before `group` (keyed `last_id`) ends right before it.
+  Status CheckGroupStart(char space, std::string_view group, uint64_t last_id) const;
   Status TimedDecode(const PayloadView& p, char* dst) const;
   void NoteBackendRead(uint64_t bytes) const;
 
@@ -129,8 +132,12 @@ inline bool IsDir(const InodeRecord& r) { return (r.mode & 0170000) == 0040000; 
 inline bool IsReg(const InodeRecord& r) { return (r.mode & 0170000) == 0100000; }
 inline bool IsLink(const InodeRecord& r) { return (r.mode & 0170000) == 0120000; }
 // A regular file the views serve decoded (ImageKind kJpeg or kPng, with its size recorded).
+// The limits are checked here too, not only at pack time: a damaged or crafted store claiming a
+// huge image gets it served as is, never a huge decode buffer or view file.
 inline bool IsDecodableImage(const InodeRecord& r) {
-  return IsReg(r) && (r.image == 1 || r.image == 2) && r.width > 0 && r.height > 0;
+  return IsReg(r) && (r.image == 1 || r.image == 2) && r.width > 0 && r.height > 0 &&
+         r.width <= kMaxImageSide && r.height <= kMaxImageSide &&
+         uint64_t{r.width} * r.height <= kMaxImagePixels && r.size <= kMaxImageFileBytes;
 }
 
 }  // namespace dsfs

@@ -241,7 +241,7 @@ TEST_F(CliTest, BitFlipsAnywhereNeverCrash) {
 TEST(MountOptionsTest, ParsesEveryOption) {
   MountConfig c;
   ASSERT_TRUE(ParseMountOptions("threads=4,allow_other,uid=7,gid=8,ro,cache_size=64M,push=1G,"
-                                "timeout=5,zero_open=0,preload=/train,os_readahead=1",
+                                "timeout=5,zero_open=0,preload=/train,os_readahead=1,umask=027",
                                 &c)
                   .ok());
   EXPECT_EQ(c.cache_bytes, 64u << 20);
@@ -260,16 +260,19 @@ TEST(MountOptionsTest, ParsesEveryOption) {
   EXPECT_TRUE(c.fuse.allow_other);
   EXPECT_EQ(c.fs.uid, 7u);
   EXPECT_EQ(c.fs.gid, 8u);
+  EXPECT_EQ(c.fs.umask, 027u);
   MountConfig d;
   ASSERT_TRUE(ParseMountOptions("", &d).ok());
   EXPECT_EQ(d.fuse.threads, 2);
   EXPECT_EQ(d.fs.uid, ::getuid());
+  EXPECT_EQ(d.fs.umask, 0u);
   ASSERT_TRUE(ParseMountOptions("debug", &d).ok());
   EXPECT_TRUE(d.fuse.debug);
   SetLogLevel("warn");
   for (const char* bad :
        {"threads=0", "threads=x", "threads=", "uid=-1", "rw", "nonsense", "allow_other=1",
-        "gid=99999999999", "cache_size=lots", "push=", "zero_open=2", "timeout=-1"}) {
+        "gid=99999999999", "cache_size=lots", "push=", "zero_open=2", "timeout=-1", "umask=8",
+        "umask=01000", "umask=", "umask=-1"}) {
     MountConfig e;
     Status s = ParseMountOptions(bad, &e);
     EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
@@ -437,9 +440,10 @@ TEST(HelpTest, HelpTellsHowToRunItAsAService) {
   r = Dsfs({"mount", "--help"});
   EXPECT_EQ(r.code, 0);
   for (const char* needle :
-       {"cache_size=", "push=", "preload", "threads=", "timeout=", "zero_open=", "os_readahead=",
-        "allow_other", "uid=N,gid=N", "log_level=", "log_file=", "status_interval=", "debug",
-        "NOTIFY_SOCKET", "READY=1", "STOPPING=1", "SIGHUP", "SIGTERM", "fuse.dsfs"}) {
+       {"cache_size=", "push=",         "preload",          "threads=",    "timeout=",
+        "zero_open=",  "os_readahead=", "allow_other",      "uid=N,gid=N", "umask=",
+        "log_level=",  "log_file=",     "status_interval=", "debug",       "NOTIFY_SOCKET",
+        "READY=1",     "STOPPING=1",    "SIGHUP",           "SIGTERM",     "fuse.dsfs"}) {
     EXPECT_NE(r.out.find(needle), std::string::npos) << needle << " not in:\n" << r.out;
   }
 }

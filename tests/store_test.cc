@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <utility>
 
 #include "backend/faulty_store.h"
 #include "backend/mem_store.h"
 #include "cache/byte_cache.h"
+#include "fs/filesystem.h"
 #include "store/packer.h"
 #include "tests/test_util.h"
 
@@ -463,6 +465,186 @@ TEST(StoreMetadataTest, LookupAnnouncesTheDirectoryOnceThenNothing) {
   rec->Take();
   ASSERT_TRUE(store->Lookup(big, "file-with-a-long-name-1234", &ino, &r).ok());
   EXPECT_TRUE(rec->Take().empty());
+}
+
+// Reads fail, time out or come back short at random, from many threads at once: the requests a
+// fault hit answer EIO (or still the right bytes, when the fault missed the record they
+// needed), every other request the right bytes, and once the faults stop everything reads
+// right again (nothing damaged was cached).
+TEST_P(StoreTest, RandomFaultsFailOnlyTheRequestsTheyHit) {
+  std::atomic<bool> faults_on{true};
+  FaultPolicy random = RandomFaults(
+      0.05, 42, "PQ", {Fault::kError, Fault::kTimeout, Fault::kTruncate, Fault::kFlipBit});
+  std::unique_ptr<Store> faulty;
+  auto cache = std::make_shared<ByteCache>(16 << 10, 1);  // small: reads keep missing it
+  ASSERT_TRUE(Store::Open(NewFaultyReader(Reader(),
+                                          [&](std::string_view key) {
+                                            return faults_on ? random(key) : Fault::kNone;
+                                          }),
+                          &faulty, cache)
+                  .ok());
+  Filesystem fs(std::move(faulty), FsOptions{});
+  struct File {
+    uint64_t ino;
+    std::string data;
+  };
+  std::vector<File> files;
+  auto add = [&](const std::string& path, std::string data) {
+    uint32_t ino;
+    InodeRecord r;
+    ASSERT_TRUE(store_->LookupPath(path, &ino, &r).ok()) << path;
+    files.push_back({ino, std::move(data)});
+  };
+  add("sub/deep/x.bin", RandomBytes(50000, 1));
+  add("sub/text.txt", TextBytes(20000, 2));
+  for (int i = 0; i < 300; i += 7)
+    add("many/f" + std::to_string(i), "file number " + std::to_string(i));
+  std::atomic<uint64_t> requests{0}, hit{0}, failed{0}, wrong{0}, failed_unhit{0};
+  auto reader = [&](uint32_t seed) {
+    std::mt19937 rng(seed);
+    ReadBuffer buf;
+    for (int i = 0; i < 3000; ++i) {
+      const File& f = files[rng() % files.size()];
+      uint64_t off = rng() % f.data.size(), size = 1 + rng() % 9000;
+      uint64_t before = InjectedFaults();
+      std::string_view out;
+      Status s = fs.Read(f.ino, off, size, &buf, &out);
+      bool was_hit = InjectedFaults() != before;
+      ++requests;
+      hit += was_hit;
+      if (!s.ok()) {
+        ++failed;
+        failed_unhit += !was_hit;
+        EXPECT_EQ(s.ToErrno(), EIO) << s.ToString();
+      } else if (out != std::string_view(f.data).substr(off, size)) {
+        ++wrong;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (uint32_t t = 0; t < 8; ++t) threads.emplace_back(reader, t + 1);
+  for (auto& t : threads) t.join();
+  std::printf("[ faults ] %llu requests, %llu hit by a fault, %llu answered EIO\n",
+              static_cast<unsigned long long>(requests.load()),
+              static_cast<unsigned long long>(hit.load()),
+              static_cast<unsigned long long>(failed.load()));
+  EXPECT_EQ(wrong.load(), 0u) << "wrong bytes served";
+  EXPECT_EQ(failed_unhit.load(), 0u) << "requests failed that no fault hit";
+  EXPECT_GT(failed.load(), 50u) << "too few faults to prove anything";
+  EXPECT_LE(failed.load(), hit.load());
+  // The daemon keeps serving: without faults, every file reads right.
+  faults_on = false;
+  ReadBuffer buf;
+  for (const File& f : files) {
+    std::string_view out;
+    ASSERT_TRUE(fs.Read(f.ino, 0, f.data.size(), &buf, &out).ok());
+    EXPECT_TRUE(out == f.data);
+  }
+}
+
+// A timeout fault blocks for the reader's timeout, then fails with EIO.
+TEST_P(StoreTest, TimeoutFaultBlocksThenFails) {
+  std::unique_ptr<Store> faulty;
+  ASSERT_TRUE(Store::Open(NewFaultyReader(
+                              Reader(),
+                              [](std::string_view key) {
+                                return key[0] == 'P' ? Fault::kTimeout : Fault::kNone;
+                              },
+                              std::chrono::milliseconds(50)),
+                          &faulty)
+                  .ok());
+  uint32_t ino;
+  InodeRecord r;
+  ASSERT_TRUE(faulty->LookupPath("a.txt", &ino, &r).ok());
+  ReadBuffer buf;
+  std::string_view out;
+  auto t0 = std::chrono::steady_clock::now();
+  Status s = faulty->Read(r, 0, 5, &buf, &out);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(50));
+  EXPECT_EQ(s.ToErrno(), EIO) << s.ToString();
+}
+
+// Symlinks pointing out of the source tree (to a file, to a directory, absolute or through
+// "..") are stored as symlinks with their targets: pack never reads what they point at.
+TEST(PackSymlinkTest, SymlinksOutOfTheTreeAreStoredNotFollowed) {
+  TempDir dir;
+  const std::string secret = "outside the tree: must not be packed\n";
+  WriteFile(dir / "outside/secret.txt", secret);
+  WriteFile(dir / "outside/sub/more.txt", secret);
+  WriteFile(dir / "src/in.txt", "inside");
+  ASSERT_EQ(::symlink((dir / "outside/secret.txt").c_str(), (dir / "src/abs").c_str()), 0);
+  ASSERT_EQ(::symlink("../outside/secret.txt", (dir / "src/rel").c_str()), 0);
+  ASSERT_EQ(::symlink((dir / "outside").c_str(), (dir / "src/dirlink").c_str()), 0);
+  PackOptions o;
+  o.dict_bytes = 0;
+  std::shared_ptr<MemTable> table;
+  std::unique_ptr<Store> store;
+  ASSERT_TRUE(PackToMemory(dir / "src", o, &table, &store).ok());
+  EXPECT_EQ(store->header().file_count, 1u);
+  EXPECT_EQ(store->header().symlink_count, 3u);
+  for (auto [name, target] :
+       {std::pair<std::string, std::string>{"abs", dir / "outside/secret.txt"},
+        {"rel", "../outside/secret.txt"},
+        {"dirlink", dir / "outside"}}) {
+    uint32_t ino;
+    InodeRecord r;
+    ASSERT_TRUE(store->LookupPath(name, &ino, &r).ok()) << name;
+    EXPECT_TRUE(IsLink(r)) << name;
+    std::string_view t;
+    ASSERT_TRUE(store->ReadLink(r, &t).ok());
+    EXPECT_EQ(t, target);
+  }
+  uint32_t ino;
+  InodeRecord r;
+  EXPECT_FALSE(store->LookupPath("dirlink/secret.txt", &ino, &r).ok());
+  // Nothing of the outside file's bytes is in the store.
+  for (const auto& [k, v] : table->data) {
+    EXPECT_EQ(v.find("must not be packed"), std::string::npos) << "found in record " << k;
+  }
+}
+
+// Records carry no id of their own: a group key damaged into a larger id (still below the next
+// group's) must not make the group serve its records under the wrong ids.
+TEST(StoreGroupTest, GroupUnderADamagedKeyIsNotServedForOtherIds) {
+  // 400 incompressible files of 1000 bytes: groups of ~64 records each.
+  TempDir dir;
+  for (int i = 0; i < 400; ++i) {
+    WriteFile(dir / ("src/f" + std::to_string(1000 + i)), RandomBytes(1000, i));
+  }
+  PackOptions o;
+  o.dict_bytes = 0;
+  std::shared_ptr<MemTable> table;
+  std::unique_ptr<Store> store;
+  ASSERT_TRUE(PackToMemory(dir / "src", o, &table, &store).ok());
+  // Move the second group's key up by two (still below the third's).
+  auto damaged = std::make_shared<MemTable>();
+  damaged->data = table->data;
+  auto it = std::next(damaged->data.lower_bound(PayloadKey(0)));
+  uint64_t last_id = 0, next_id = 0;
+  ASSERT_TRUE(ParsePayloadKey(it->first, &last_id));
+  ASSERT_TRUE(ParsePayloadKey(std::next(it)->first, &next_id));
+  ASSERT_GT(next_id, last_id + 2);
+  std::string group = it->second;
+  damaged->data.erase(it);
+  damaged->data[PayloadKey(last_id + 2)] = group;
+  ASSERT_TRUE(Store::Open(NewMemReader(damaged), &store).ok());
+  // Every file reads right or fails with EIO: none gets a neighbour's bytes.
+  int failed = 0;
+  for (int i = 0; i < 400; ++i) {
+    uint32_t ino;
+    InodeRecord r;
+    ASSERT_TRUE(store->LookupPath("f" + std::to_string(1000 + i), &ino, &r).ok());
+    ReadBuffer buf;
+    std::string_view out;
+    Status s = store->Read(r, 0, r.size, &buf, &out);
+    if (!s.ok()) {
+      EXPECT_EQ(s.ToErrno(), EIO);
+      ++failed;
+    } else {
+      EXPECT_TRUE(out == RandomBytes(1000, i)) << "f" << 1000 + i << ": a neighbour's bytes";
+    }
+  }
+  EXPECT_GT(failed, 0);
 }
 
 }  // namespace

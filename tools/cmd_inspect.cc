@@ -54,22 +54,42 @@ std::string JsonString(std::string_view s) {
 // name), and, when `recursive`, everything below them depth-first.
 using Visitor =
     std::function<Status(const InodeRecord&, std::string_view name, const std::string& path)>;
-Status Walk(const Store& store, uint32_t dir, const std::string& prefix, bool recursive,
-            const Visitor& visit) {
+// Deeper trees are refused as damaged: the walk recurses once per level.
+constexpr int kMaxWalkDepth = 4096;
+
+// One path buffer for the whole walk (appended to and cut back), so a deep tree costs one path,
+// not a copy of its prefix per level.
+Status WalkFrom(const Store& store, uint32_t dir, std::string* path, bool recursive, int depth,
+                const Visitor& visit) {
+  if (depth > kMaxWalkDepth) {
+    return Status::Corruption("tree deeper than " + std::to_string(kMaxWalkDepth) + " levels");
+  }
   InodeRecord d;
   DSFS_RETURN_IF_ERROR(store.GetInode(dir, &d));
   uint32_t first, count;
   DSFS_RETURN_IF_ERROR(store.DirEntries(dir, d, &first, &count));
+  const size_t base = path->size();
   for (uint32_t i = 0; i < count; ++i) {
     InodeRecord r;
     std::string_view name;
     DSFS_RETURN_IF_ERROR(store.GetInode(first + i, &r));
     DSFS_RETURN_IF_ERROR(store.GetName(r, &name));
-    std::string path = prefix + "/" + std::string(name);
-    DSFS_RETURN_IF_ERROR(visit(r, name, path));
-    if (recursive && IsDir(r)) DSFS_RETURN_IF_ERROR(Walk(store, first + i, path, true, visit));
+    path->resize(base);
+    *path += '/';
+    *path += name;
+    DSFS_RETURN_IF_ERROR(visit(r, name, *path));
+    if (recursive && IsDir(r)) {
+      DSFS_RETURN_IF_ERROR(WalkFrom(store, first + i, path, true, depth + 1, visit));
+    }
   }
+  path->resize(base);
   return Status::OK();
+}
+
+Status Walk(const Store& store, uint32_t dir, const std::string& prefix, bool recursive,
+            const Visitor& visit) {
+  std::string path = prefix;
+  return WalkFrom(store, dir, &path, recursive, 1, visit);
 }
 
 }  // namespace

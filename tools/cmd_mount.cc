@@ -117,6 +117,15 @@ Status ParseMountOptions(const std::string& list, MountConfig* config) {
     } else if (key == "gid") {
       DSFS_RETURN_IF_ERROR(ParseNumber(key, value, UINT32_MAX - 1, &n));
       config->fs.gid = static_cast<gid_t>(n);
+    } else if (key == "umask") {
+      // Octal, as for other filesystems' umask= (0022, 077, 0).
+      uint32_t mask = 0;
+      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), mask, 8);
+      if (ec != std::errc() || ptr != value.data() + value.size() || value.empty() || mask > 0777) {
+        return Status::InvalidArgument("mount option umask=" + std::string(value) +
+                                       ": not an octal mode (0 to 0777)");
+      }
+      config->fs.umask = static_cast<mode_t>(mask);
     } else if (key == "allow_other" && value.empty()) {
       config->fuse.allow_other = true;
     } else if (key == "debug" && value.empty()) {

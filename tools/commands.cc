@@ -35,6 +35,7 @@ constexpr const char* kMountOptionsHelp = R"(Mount options (-o, comma-separated;
   os_readahead=0|1      let the OS read ahead in the store file (default 0)
   allow_other           let other users in (stored permission bits apply)
   uid=N,gid=N           owner shown for every file (default: the mounting user)
+  umask=MODE            octal permission bits cleared from every stored mode (default 0)
   view=NAME             show a view at the root: original (default), bmp, npy, tensor
                         (all views are also at MOUNTPOINT/.dsfs/NAME)
   log_level=LEVEL       trace, debug, info, warn, error, off (default: --log-level)

@@ -20,6 +20,7 @@ PKGS=(
   dataset-fashion-mnist
   python3-torch python3-torchvision python3-numpy python3-pil
   psmisc procps util-linux mount
+  clang-14 libclang-rt-14-dev llvm-14
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,0 +1,122 @@
+// Writes the checked-in seed corpus of the fuzz targets (tests/fuzz/corpus/{store,record}) from
+// a small tree packed in memory: text, a chunked file, a symlink, an empty directory and the
+// image seeds (tests/fuzz/corpus/image) in class directories, so the seeds reach the views.
+// Usage: dsfs_fuzz_seeds CORPUS_DIR      (run again after a format change; commit the output)
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "backend/mem_store.h"
+#include "store/format.h"
+#include "store/packer.h"
+#include "tests/fuzz/fuzz_targets.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void Put(const fs::path& p, const std::string& data) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << data;
+}
+
+void Copy(const fs::path& from, const fs::path& to) {
+  fs::create_directories(to.parent_path());
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing);
+}
+
+// Packs `src` in memory; false (and a message) on failure.
+bool Pack(const fs::path& src, bool predecode, dsfs::MemTable** out,
+          std::shared_ptr<dsfs::MemTable>* keep) {
+  dsfs::PackOptions o;
+  o.zstd_level = 3;
+  o.dict_bytes = 1024;
+  o.chunk_bytes = 4096;
+  o.segment_bytes = 4096;
+  o.threads = 1;
+  o.predecode = predecode;
+  *keep = std::make_shared<dsfs::MemTable>();
+  auto writer = dsfs::NewMemWriter(*keep);
+  dsfs::Status s = dsfs::PackDirectory(src.string(), o, writer.get(), nullptr, nullptr);
+  if (!s.ok()) {
+    std::cerr << "dsfs_fuzz_seeds: " << s.ToString() << "\n";
+    return false;
+  }
+  *out = keep->get();
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::cerr << "usage: dsfs_fuzz_seeds CORPUS_DIR\n";
+    return 2;
+  }
+  const fs::path corpus = argv[1];
+  const fs::path src = fs::temp_directory_path() / ("dsfs-seeds-" + std::to_string(::getpid()));
+  fs::remove_all(src);
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "line " + std::to_string(i * 7919 % 1000) + " of seeds\n";
+  Put(src / "notes.txt", text.substr(0, 300));
+  Put(src / "big.txt", text);  // several 4 KiB chunks
+  for (int i = 0; i < 8; ++i)
+    Put(src / "docs" / ("d" + std::to_string(i)), text.substr(i * 50, 200));
+  fs::create_directories(src / "empty");
+  fs::create_symlink("notes.txt", src / "link");
+  // 8x8 images in two classes (the tensor view exists there); the others in a mixed directory.
+  const fs::path images = corpus / "image";
+  Copy(images / "rgb8.jpg", src / "train/c0/a.jpg");
+  Copy(images / "gray8.jpg", src / "train/c0/b.jpg");
+  Copy(images / "rgb8.png", src / "train/c1/a.png");
+  Copy(images / "pal8.png", src / "train/c1/b.png");
+  for (const char* n : {"prog16.jpg", "sub420.jpg", "gray1.png", "interlaced.png"}) {
+    Copy(images / n, src / "mixed" / n);
+  }
+  int rc = 0;
+  for (bool predecode : {false, true}) {
+    dsfs::MemTable* table;
+    std::shared_ptr<dsfs::MemTable> keep;
+    if (!Pack(src, predecode, &table, &keep)) {
+      rc = 1;
+      continue;
+    }
+    const std::string name = predecode ? "predecode" : "plain";
+    Put(corpus / "store" / (name + "-repaired"), dsfs::fuzz::SerializeTable(*table, true));
+    Put(corpus / "store" / (name + "-checked"), dsfs::fuzz::SerializeTable(*table, false));
+    if (predecode) continue;
+    // Record seeds: a header, the layout with some records, and each payload group.
+    const auto& d = table->data;
+    Put(corpus / "record" / "header", std::string(1, '\3') + d.at(std::string(dsfs::kHeaderKey)));
+    std::string layout = d.at(std::string(dsfs::kLayoutKey));
+    uint16_t n = static_cast<uint16_t>(layout.size());
+    Put(corpus / "record" / "layout",
+        std::string(1, '\1') + std::string(reinterpret_cast<const char*>(&n), 2) + layout +
+            d.at(std::string(dsfs::kInodeKey)).substr(0, 256));
+    int groups = 0;
+    for (const auto& [k, v] : d) {
+      uint64_t id;
+      if (!dsfs::ParsePayloadKey(k, &id) || groups >= 3) continue;
+      ++groups;
+      uint64_t first = id;  // the group's first id: its last record id minus count + 1
+      uint32_t count;
+      std::memcpy(&count, v.data(), 4);
+      first = id - count + 1;
+      std::string ids(16, '\0');
+      std::memcpy(ids.data(), &id, 8);
+      std::memcpy(ids.data() + 8, &first, 8);
+      Put(corpus / "record" / ("group" + std::to_string(groups)), std::string(1, '\2') + ids + v);
+      std::string_view rec;
+      if (dsfs::FindInGroup(v, id, first, &rec).ok()) {
+        Put(corpus / "record" / ("payload" + std::to_string(groups)),
+            std::string(1, '\0') + std::string(rec));
+      }
+    }
+  }
+  fs::remove_all(src);
+  return rc;
+}

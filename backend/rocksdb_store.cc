@@ -57,8 +57,9 @@ Status FromRocks(const rocksdb::Status& s, const std::string& path, std::string_
 //    dictionary) record by record already, and the metadata tables are read in place; an
 //    uncompressed block is served straight from the memory map, a compressed one would be
 //    copied into a heap block on every read.
-//  - 4 KiB blocks: a payload group (64-256 KiB) is one value, so every group is its own block
-//    and the index has one entry per group; only the small metadata keys share blocks.
+//  - 4 KiB blocks: payload records (one per value, see KvWriter::PrefersLargeValues) share
+//    blocks, so a cold read of a small file touches one or two pages; large records and the
+//    metadata tables are blocks of their own.
 //  - No bloom filter: dsfs reads payloads by Seek (a filter helps only point lookups), and its
 //    few point lookups (the metadata keys, once at open) always hit.
 rocksdb::Options TableOptions() {
@@ -90,9 +91,10 @@ class RocksdbReader final : public KvReader {
  public:
   RocksdbReader(rocksdb::DB* db, std::string path)
       : db_(db), path_(std::move(path)), id_(g_next_reader_id.fetch_add(1)) {
-    // dsfs checks every record it reads (xxh3 per payload record and metadata segment):
-    // RocksDB's block checksums would hash each value a second time.
-    ro_.verify_checksums = false;
+    // dsfs checks every record it reads (xxh3 per payload record and metadata segment), but a
+    // damaged block must be refused before RocksDB parses it: it asserts (aborts the daemon)
+    // on malformed block entries (found by tests/corruption_test.cc).
+    ro_.verify_checksums = true;
     ro_.fill_cache = false;
   }
   ~RocksdbReader() override {

@@ -27,15 +27,30 @@ namespace {
 
 struct BackendFactory {
   std::string name;
-  // Packs directory `src` into a new store file at `path`.
-  std::function<Status(const std::string& src, const std::string& path, const PackOptions&)> pack;
+  // The file of a store at `path` whose bytes the trials flip: the store itself for a one-file
+  // backend, else the file holding the data (RocksDB: its largest table file).
+  std::function<std::string(const std::string& path)> data_file;
 };
 
+Status PackWith(const std::string& backend, const std::string& src, const std::string& path,
+                const PackOptions& o) {
+  std::unique_ptr<KvWriter> w;
+  DSFS_RETURN_IF_ERROR(NewKvWriter(path, backend, {}, &w));
+  return PackDirectory(src, o, w.get(), nullptr, nullptr);
+}
+
 std::vector<BackendFactory> Backends() {
-  return {{"lmdb", [](const std::string& src, const std::string& path, const PackOptions& o) {
-             std::unique_ptr<KvWriter> w;
-             DSFS_RETURN_IF_ERROR(NewLmdbWriter(path, {}, &w));
-             return PackDirectory(src, o, w.get(), nullptr, nullptr);
+  return {{"lmdb", [](const std::string& path) { return path; }},
+          {"rocksdb", [](const std::string& path) {
+             std::string largest;
+             uintmax_t size = 0;
+             for (const auto& e : std::filesystem::directory_iterator(path)) {
+               if (e.path().extension() == ".sst" && e.file_size() > size) {
+                 size = e.file_size();
+                 largest = e.path().string();
+               }
+             }
+             return largest;
            }}};
 }
 
@@ -77,8 +92,13 @@ struct Outcomes {
 
 TEST_P(CorruptionTest, FlippedBytesAreRefusedOrFailOnlyTheDamagedFiles) {
   const std::string store_path = dir_ / "store.db";
-  ASSERT_TRUE(GetParam().pack(src_, store_path, options_).ok());
-  const std::string pristine = ReadFile(store_path);
+  ASSERT_TRUE(PackWith(GetParam().name, src_, store_path, options_).ok());
+  // Trials damage a copy: one file of it, rewritten each time from the pristine bytes.
+  const std::string damaged_path = dir_ / "damaged.db";
+  std::filesystem::copy(store_path, damaged_path, std::filesystem::copy_options::recursive);
+  const std::string target = GetParam().data_file(damaged_path);
+  ASSERT_FALSE(target.empty());
+  const std::string pristine = ReadFile(target);
   ASSERT_GT(pristine.size(), 4096u);
   // Positions: an even spread over the whole file (every page, headers included) and random
   // ones; the flipped bit varies with the trial.
@@ -88,13 +108,12 @@ TEST_P(CorruptionTest, FlippedBytesAreRefusedOrFailOnlyTheDamagedFiles) {
   std::mt19937_64 rng(11);
   for (int i = 0; i < kRandom; ++i) positions.push_back(rng() % pristine.size());
   Outcomes o;
-  const std::string damaged_path = dir_ / "damaged.db";
   for (size_t t = 0; t < positions.size(); ++t) {
     const size_t pos = std::min(positions[t], pristine.size() - 1);
     SCOPED_TRACE("trial " + std::to_string(t) + ": byte " + std::to_string(pos));
     std::string bytes = pristine;
     bytes[pos] = static_cast<char>(bytes[pos] ^ (1u << (t % 8)));
-    WriteFile(damaged_path, bytes);
+    WriteFile(target, bytes);
     ++o.trials;
     std::unique_ptr<Store> store;
     Status open = Store::Open(damaged_path, StoreOptions{}, &store);

@@ -1,7 +1,10 @@
 #include "backend/kv_store.h"
 
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 
@@ -9,6 +12,16 @@
 #include "backend/rocksdb_store.h"
 
 namespace dsfs {
+
+void WillNeedMapped(std::string_view range) {
+  uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  uintptr_t begin = reinterpret_cast<uintptr_t>(range.data()) & ~(page - 1);
+  uintptr_t end = reinterpret_cast<uintptr_t>(range.data()) + range.size();
+  constexpr uintptr_t kStep = 128 << 10;  // the default readahead window
+  for (uintptr_t p = begin; p < end; p += kStep) {
+    ::madvise(reinterpret_cast<void*>(p), std::min(kStep, end - p), MADV_WILLNEED);
+  }
+}
 
 Status DetectBackend(const std::string& path, std::string* backend) {
   struct stat st;

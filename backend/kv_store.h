@@ -73,6 +73,11 @@ class KvReader {
   virtual void WillNeed(std::string_view range) {}
 };
 
+// For memory-mapped backends: asks the kernel to read `range` of a mapping opened for random
+// access, in steps of the readahead window (the kernel drops what a single request asks
+// beyond it), instead of a page fault at a time.
+void WillNeedMapped(std::string_view range);
+
 // Write side. Not thread-safe: one thread writes.
 class KvWriter {
  public:

@@ -106,15 +106,7 @@ class LmdbReader final : public KvReader {
   void WillNeed(std::string_view range) override {
     // The map is opened MDB_NORDAHEAD (random small reads must not drag in neighbours), so a
     // large value would otherwise fault in one 4 KiB page at a time from a cold disk.
-    uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-    uintptr_t begin = reinterpret_cast<uintptr_t>(range.data()) & ~(page - 1);
-    uintptr_t end = reinterpret_cast<uintptr_t>(range.data()) + range.size();
-    // The kernel reads at most the device's readahead window per call (128 KiB by default)
-    // and drops the rest of a larger request: ask in steps of that size.
-    constexpr uintptr_t kStep = 128 << 10;
-    for (uintptr_t p = begin; p < end; p += kStep) {
-      ::madvise(reinterpret_cast<void*>(p), std::min(kStep, end - p), MADV_WILLNEED);
-    }
+    WillNeedMapped(range);
   }
 
   // LMDB does not say where it mapped the file (me_mapaddr is only set for MDB_FIXEDMAP):

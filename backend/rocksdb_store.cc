@@ -141,15 +141,8 @@ class RocksdbReader final : public KvReader {
   std::string_view Name() const override { return "rocksdb"; }
 
   void WillNeed(std::string_view range) override {
-    // The files are mapped with random-access advice, as LMDB's map is: fetch a large value in
-    // readahead-window steps instead of a page fault at a time.
-    uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-    uintptr_t begin = reinterpret_cast<uintptr_t>(range.data()) & ~(page - 1);
-    uintptr_t end = reinterpret_cast<uintptr_t>(range.data()) + range.size();
-    constexpr uintptr_t kStep = 128 << 10;
-    for (uintptr_t p = begin; p < end; p += kStep) {
-      ::madvise(reinterpret_cast<void*>(p), std::min(kStep, end - p), MADV_WILLNEED);
-    }
+    // The files are mapped with random-access advice, as LMDB's map is.
+    WillNeedMapped(range);
   }
 
  private:

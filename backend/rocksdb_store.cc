@@ -1,8 +1,10 @@
 #include "backend/rocksdb_store.h"
 
 #include <fcntl.h>
+#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
+#include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
 #include <rocksdb/sst_file_writer.h>
 #include <rocksdb/table.h>
@@ -16,6 +18,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -52,7 +55,8 @@ Status FromRocks(const rocksdb::Status& s, const std::string& path, std::string_
   return Status::IOError(text);
 }
 
-// The table settings every dsfs SST file is written with (readers take them from the files).
+// The settings dsfs uses, and the alternatives bench/rocksdb_options_bench.py measured against
+// them (results in bench/results/rocksdb-options-*.md). The defaults:
 //  - No RocksDB compression: payload and pixel records are zstd-compressed (with dsfs's own
 //    dictionary) record by record already, and the metadata tables are read in place; an
 //    uncompressed block is served straight from the memory map, a compressed one would be
@@ -62,15 +66,70 @@ Status FromRocks(const rocksdb::Status& s, const std::string& path, std::string_
 //    metadata tables are blocks of their own.
 //  - No bloom filter: dsfs reads payloads by Seek (a filter helps only point lookups), and its
 //    few point lookups (the metadata keys, once at open) always hit.
+//  - No block cache, memory-mapped reads: the page cache is the block cache, and dsfs keeps
+//    decompressed records in its own cache (a block cache would hold a third copy).
+// DSFS_ROCKSDB_TUNING="block_size=N,bloom_bits=N,compression=zstd|none,block_cache=BYTES"
+// overrides them, for that benchmark only (block_cache > 0 reads through a block cache of that
+// size instead of the memory map). Not a user option: stores written with it are valid stores.
+struct Tuning {
+  size_t block_size = 4096;
+  int bloom_bits = 0;
+  bool zstd = false;
+  size_t block_cache = 0;
+};
+
+const Tuning& GetTuning() {
+  static const Tuning tuning = [] {
+    Tuning t;
+    const char* env = std::getenv("DSFS_ROCKSDB_TUNING");
+    if (!env) return t;
+    std::string spec = env;
+    size_t pos = 0;
+    while (pos <= spec.size()) {
+      size_t end = spec.find(',', pos);
+      if (end == std::string::npos) end = spec.size();
+      std::string item = spec.substr(pos, end - pos);
+      pos = end + 1;
+      if (item.empty()) continue;
+      size_t eq = item.find('=');
+      std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+      char* rest = nullptr;
+      unsigned long long n = std::strtoull(value.c_str(), &rest, 10);
+      bool number = !value.empty() && rest && *rest == '\0';
+      if (key == "block_size" && number && n >= 512) {
+        t.block_size = n;
+      } else if (key == "bloom_bits" && number && n <= 64) {
+        t.bloom_bits = static_cast<int>(n);
+      } else if (key == "compression" && (value == "zstd" || value == "none")) {
+        t.zstd = value == "zstd";
+      } else if (key == "block_cache" && number) {
+        t.block_cache = n;
+      } else {
+        Log()->warn("DSFS_ROCKSDB_TUNING: ignoring '{}'", item);
+      }
+    }
+    return t;
+  }();
+  return tuning;
+}
+
 rocksdb::Options TableOptions() {
+  const Tuning& tuning = GetTuning();
   rocksdb::Options o;
   rocksdb::BlockBasedTableOptions t;
-  t.block_size = 4096;
-  t.no_block_cache = true;  // see OpenRocksdbReader
+  t.block_size = tuning.block_size;
+  if (tuning.block_cache > 0) {
+    t.block_cache = rocksdb::NewLRUCache(tuning.block_cache);
+  } else {
+    t.no_block_cache = true;
+  }
   t.cache_index_and_filter_blocks = false;
+  if (tuning.bloom_bits > 0) {
+    t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(tuning.bloom_bits));
+  }
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
-  o.compression = rocksdb::kNoCompression;
-  o.bottommost_compression = rocksdb::kNoCompression;
+  o.compression = tuning.zstd ? rocksdb::kZSTD : rocksdb::kNoCompression;
+  o.bottommost_compression = o.compression;
   o.info_log = std::make_shared<NullLogger>();
   // Nothing but dsfs writes these databases, and only by ingestion: no compaction ever runs,
   // so no file a mounted reader uses is deleted.
@@ -95,7 +154,7 @@ class RocksdbReader final : public KvReader {
     // damaged block must be refused before RocksDB parses it: it asserts (aborts the daemon)
     // on malformed block entries (found by tests/corruption_test.cc).
     ro_.verify_checksums = true;
-    ro_.fill_cache = false;
+    ro_.fill_cache = GetTuning().block_cache > 0;
   }
   ~RocksdbReader() override {
     {
@@ -358,10 +417,8 @@ Status OpenRocksdbReader(const std::string& path, const KvReaderOptions& options
                          std::unique_ptr<KvReader>* reader) {
   if (!LooksLikeRocksdb(path)) return Status::InvalidArgument(path + ": not a dsfs store");
   rocksdb::Options o = TableOptions();
-  // Memory-mapped reads, like LMDB: uncompressed blocks are used in place, the page cache is
-  // the block cache, and dsfs keeps decompressed records in its own cache (so RocksDB's block
-  // cache is off: it would hold a second copy of what the page cache has).
-  o.allow_mmap_reads = true;
+  // Memory-mapped reads, like LMDB: uncompressed blocks are used in place (see TableOptions).
+  o.allow_mmap_reads = GetTuning().block_cache == 0;
   o.advise_random_on_open = options.random_access;
   o.max_open_files = -1;  // every file opened (and held) at open: see the header
   o.skip_stats_update_on_db_open = true;

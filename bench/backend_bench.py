@@ -3,15 +3,22 @@
 
   /usr/bin/python3 bench/backend_bench.py [--dsfs BUILD/dsfs] [--readbench BUILD/bench/dsfs-readbench]
                                           [--work /var/tmp/dsfs-bench] [--datasets photo32 fmnist]
-                                          [--scale-store PATH]
+                                          [--scale-files N] [--add-files M]
+                                          [--gentar BUILD/bench/dsfs-gentar]
 
 Per data set (the core benchmark's trees, built by bench/datasets.py if missing), for each
 backend: `dsfs pack` time and store size; `dsfs add` of 1% more files (a copy of 1% of the
 tree under a new directory) against a full repack of the grown tree; mount time; shuffled
 open+read+close of every file (dsfs-readbench, the same shuffled list for both), first touch
 after drop_caches and hot (1 and 4 threads); ImageFolder + DataLoader (2 workers, batch 256,
-20,000 images, epochs 1 and 2). With --scale-store (an LMDB store of 10 million files, e.g. from
-bench/scale_bench.sh --keep-store): `dsfs convert` to RocksDB, mount time and daemon RSS of both.
+20,000 images, epochs 1 and 2).
+--scale-files N (e.g. 10000000): for each backend, `dsfs-gentar --files N | dsfs pack -` (timed),
+store size, mount time, daemon RSS after mount, and lstat of 100,000 random paths (4 threads,
+after drop_caches and a fresh mount, then hot).
+--add-files M (e.g. 1000000): for each backend, a store of M files packed from a dsfs-gentar
+stream, then `dsfs add` of M/100 more files (a dsfs-gentar tree under a new top directory)
+against a full repack of M + M/100 files from a stream.
+--datasets with no names skips the per-data-set part.
 Writes bench/results/backends-<date>.md and .jsonl. Mounts only under WORK/mnt.
 """
 import argparse
@@ -28,9 +35,9 @@ sys.path.insert(0, os.path.join(REPO, "bench"))
 from views_bench import Mount, drop_caches, imagefolder, sh  # noqa: E402
 
 
-def readbench(rb, root, lst, threads, passes):
-    r = sh([rb, root, "--list", lst, "--threads", str(threads), "--passes", str(passes)],
-           timeout=1800)
+def readbench(rb, root, lst, threads, passes, stat=False):
+    r = sh([rb, root, "--list", lst, "--threads", str(threads), "--passes", str(passes)]
+           + (["--stat"] if stat else []), timeout=1800)
     rows = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
     if r.returncode != 0 or not rows:
         raise RuntimeError(f"readbench {root}: {r.stderr.strip()[-300:]}")
@@ -55,12 +62,15 @@ def main():
     ap.add_argument("--dsfs", default=os.path.join(REPO, "build", "dsfs"))
     ap.add_argument("--readbench", default=os.path.join(REPO, "build", "bench", "dsfs-readbench"))
     ap.add_argument("--work", default=os.environ.get("BENCH_WORK", "/var/tmp/dsfs-bench"))
-    ap.add_argument("--datasets", nargs="+", default=["photo32", "fmnist"])
+    ap.add_argument("--datasets", nargs="*", default=["photo32", "fmnist"])
     ap.add_argument("--subset", type=int, default=20000)
-    ap.add_argument("--scale-store", default="")
+    ap.add_argument("--scale-files", type=int, default=0)
+    ap.add_argument("--add-files", type=int, default=0)
+    ap.add_argument("--gentar", default="")
     ap.add_argument("--desc", default=os.environ.get("DSFS_DESC", ""))
     a = ap.parse_args()
     dsfs, rb = os.path.abspath(a.dsfs), os.path.abspath(a.readbench)
+    gentar = os.path.abspath(a.gentar or os.path.join(os.path.dirname(rb), "dsfs-gentar"))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = os.path.join(REPO, "bench", "results", f"backends-{stamp}")
     jsonl = open(out + ".jsonl", "w")
@@ -147,21 +157,81 @@ def main():
             shutil.rmtree(both, ignore_errors=True)
         shutil.rmtree(extra, ignore_errors=True)
 
-    if a.scale_store:
-        rocks = a.scale_store + ".rocksdb"
-        shutil.rmtree(rocks, ignore_errors=True)
-        t0 = time.perf_counter()
-        r = sh([dsfs, "convert", a.scale_store, rocks, "--backend", "rocksdb"], timeout=3600)
-        if r.returncode != 0:
-            raise SystemExit(f"convert: {r.stderr.strip()}")
-        rec("scale", "convert_s", round(time.perf_counter() - t0, 1))
-        for backend, store in (("lmdb", a.scale_store), ("rocksdb", rocks)):
+    def pack_stream(backend, files, store, prefix="train"):
+        """gentar | dsfs pack -: seconds (the pack's output goes to the log)."""
+        shutil.rmtree(store, ignore_errors=True)
+        if os.path.exists(store):
+            os.remove(store)
+        drop_caches()
+        with open(log_path, "a") as log:
+            t0 = time.perf_counter()
+            gen = subprocess.Popen([gentar, "--files", str(files), "--prefix", prefix],
+                                   stdout=subprocess.PIPE)
+            r = subprocess.run([dsfs, "pack", "-q", "--backend", backend, "-", store],
+                               stdin=gen.stdout, stdout=log, stderr=log, timeout=7200)
+            gen.stdout.close()
+            gen.wait()
+            seconds = time.perf_counter() - t0
+        if r.returncode != 0 or gen.returncode != 0:
+            raise SystemExit(f"gentar | dsfs pack ({backend}, {files} files) failed: see {log_path}")
+        return seconds
+
+    def remove_store(store):
+        if os.path.isdir(store):
+            shutil.rmtree(store)
+        elif os.path.exists(store):
+            os.remove(store)
+
+    log_path = os.path.join(a.work, "logs", f"backends-{stamp}.log")
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    scale_dir = os.path.join(a.work, "scale-backends")
+    os.makedirs(scale_dir, exist_ok=True)
+    if a.scale_files:
+        n = a.scale_files
+        paths = os.path.join(scale_dir, "paths")
+        with open(paths, "w") as f:
+            subprocess.run([gentar, "--files", str(n), "--list", "100000"], stdout=f, check=True)
+        for backend in ("lmdb", "rocksdb"):
+            store = os.path.join(scale_dir, f"store.{backend}.dsfs")
+            pack_s = pack_stream(backend, n, store)
+            size = int(sh(["du", "-sb", store]).stdout.split()[0])
             drop_caches()
             t0 = time.perf_counter()
             with Mount(dsfs, store, mnt):
-                rec("scale", f"{backend}_mount", {"mount_s": round(time.perf_counter() - t0, 3),
-                                                  "rss_kb": daemon_rss_kb(store)})
-        shutil.rmtree(rocks, ignore_errors=True)
+                mount_s = time.perf_counter() - t0
+                rss = daemon_rss_kb(store)
+                stat = readbench(rb, mnt, paths, 4, 2, stat=True)
+            rec("scale", f"{backend}_scale", {
+                "files": n, "pack_s": round(pack_s, 1), "bytes": size,
+                "mount_s": round(mount_s, 3), "rss_kb": rss,
+                "stat_cold_4t": stat[0]["files_per_s"], "stat_hot_4t": stat[1]["files_per_s"],
+                "errors": stat[0]["errors"] + stat[1]["errors"]})
+            remove_store(store)
+        os.remove(paths)
+    if a.add_files:
+        m, extra = a.add_files, a.add_files // 100
+        tree = os.path.join(scale_dir, "added-tree")
+        shutil.rmtree(tree, ignore_errors=True)
+        sh([gentar, "--files", str(extra), "--prefix", "added", "--seed", "2", "--tree", tree])
+        for backend in ("lmdb", "rocksdb"):
+            store = os.path.join(scale_dir, f"add.{backend}.dsfs")
+            base_s = pack_stream(backend, m, store)
+            drop_caches()
+            t0 = time.perf_counter()
+            r = sh([dsfs, "add", "-q", store, tree], timeout=3600)
+            add_s = time.perf_counter() - t0
+            if r.returncode != 0:
+                raise SystemExit(f"add ({backend}): {r.stderr.strip()}")
+            v = sh([dsfs, "info", "--json", store])
+            files = json.loads(v.stdout).get("files") if v.returncode == 0 else None
+            repack_s = pack_stream(backend, m + extra, store + ".repack")
+            rec("add", f"{backend}_add_at_scale", {
+                "base_files": m, "added_files": extra, "files_after": files,
+                "pack_base_s": round(base_s, 1), "add_s": round(add_s, 2),
+                "repack_s": round(repack_s, 1), "ratio": round(add_s / repack_s, 4)})
+            remove_store(store)
+            remove_store(store + ".repack")
+        shutil.rmtree(tree, ignore_errors=True)
 
     lines = [f"# dsfs backends side by side: LMDB vs RocksDB, {stamp}", "",
              f"- machine: {os.cpu_count()} CPUs, kernel {platform.release()}; dsfs {dsfs} {a.desc}",
@@ -189,12 +259,30 @@ def main():
         row("add / repack", "add", "ratio", "{:.3f}")
         lines.append("")
     if "scale" in res:
-        s = res["scale"]
-        lines += ["## 10 million files", "",
-                  f"- `dsfs convert` LMDB -> RocksDB: {s['convert_s']} s",
-                  f"- mount s: LMDB {s['lmdb_mount']['mount_s']}, RocksDB "
-                  f"{s['rocksdb_mount']['mount_s']}; daemon RSS after mount: LMDB "
-                  f"{s['lmdb_mount']['rss_kb']} kB, RocksDB {s['rocksdb_mount']['rss_kb']} kB", ""]
+        x, y = res["scale"]["lmdb_scale"], res["scale"]["rocksdb_scale"]
+        lines += [f"## {x['files']:,} files (dsfs-gentar stream)", "",
+                  "| | LMDB | RocksDB | RocksDB / LMDB |", "|---|---|---|---|"]
+        for label, key, fmt in (("pack s (`dsfs-gentar \\| dsfs pack -`)", "pack_s", "{:.1f}"),
+                                ("store bytes", "bytes", "{:,}"),
+                                ("mount s", "mount_s", "{:.3f}"),
+                                ("daemon RSS after mount, kB", "rss_kb", "{:,}"),
+                                ("lstat 100,000 random paths, files/s, 4 threads, cold",
+                                 "stat_cold_4t", "{:,.0f}"),
+                                ("the same, hot", "stat_hot_4t", "{:,.0f}")):
+            lines.append(f"| {label} | {fmt.format(x[key])} | {fmt.format(y[key])} | "
+                         f"{y[key] / x[key]:.2f}x |")
+        lines.append("")
+    if "add" in res:
+        x, y = res["add"]["lmdb_add_at_scale"], res["add"]["rocksdb_add_at_scale"]
+        lines += [f"## add {x['added_files']:,} files to a {x['base_files']:,}-file store", "",
+                  "| | LMDB | RocksDB |", "|---|---|---|"]
+        for label, key, fmt in (("pack of the base store s", "pack_base_s", "{:.1f}"),
+                                ("`dsfs add` s", "add_s", "{:.2f}"),
+                                ("files in the store after add", "files_after", "{:,}"),
+                                ("full repack of base + added s", "repack_s", "{:.1f}"),
+                                ("add / repack", "ratio", "{:.4f}")):
+            lines.append(f"| {label} | {fmt.format(x[key])} | {fmt.format(y[key])} |")
+        lines.append("")
     lines.append("Raw figures: the .jsonl beside this file; command: `bench/backend_bench.py`.\n")
     with open(out + ".md", "w") as f:
         f.write("\n".join(lines))

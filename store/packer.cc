@@ -463,8 +463,14 @@ class PackRun {
   Status WriteImage(const ImageResult& r, const ImageFn& on_image) {
     uint64_t pixels = 0;
     if (r.kind == ImageKind::kUnsupported) {
-      ++images_as_is_;
-      Log()->warn("{}: {}: the views serve it as it is", r.path, r.why);
+      // One line per image for the first few; a tree of millions of non-images (or of one
+      // unsupported kind) must not bury the log: the rest are counted in the pack summary.
+      if (++images_as_is_ <= kImageWarnings) {
+        Log()->warn("{}: {}: the views serve it as it is", r.path, r.why);
+      } else if (images_as_is_ == kImageWarnings + 1) {
+        Log()->warn("more images the views cannot decode: not logged one by one (counted in "
+                    "the summary)");
+      }
     } else {
       ++images_;
     }

@@ -30,6 +30,9 @@ struct PackProgress {
   const char* phase = "";  // "scanning", "training", "compressing", "finishing"
 };
 
+// Images the views cannot decode are logged one by one, up to this many per pack or add.
+inline constexpr uint64_t kImageWarnings = 20;
+
 struct PackStats {
   uint64_t files = 0, dirs = 0, symlinks = 0, skipped = 0;
   uint64_t bytes_in = 0;       // sum of regular file sizes

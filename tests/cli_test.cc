@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "store/format.h"
+#include "store/packer.h"
 #include "tests/test_util.h"
 #include "tools/commands.h"
 
@@ -100,6 +101,26 @@ TEST_F(CliTest, PackPrintsOneSummaryLine) {
   EXPECT_NE(r.out.find("ratio"), std::string::npos);
   EXPECT_NE(r.out.find("files/s"), std::string::npos);
   EXPECT_TRUE(r.err.empty()) << r.err;
+}
+
+TEST_F(CliTest, UndecodableImagesAreLoggedUpToALimit) {
+  // A tree of many files that look like JPEGs but are not: the first kImageWarnings are named
+  // in the log, the rest only counted (a 10-million-file tree must not log 10 million lines).
+  for (int i = 0; i < 30; ++i) {
+    WriteFile(dir_ / ("fake/c/" + std::to_string(i) + ".jpg"), std::string("\xff\xd8\xff") + "x");
+  }
+  std::string log = dir_ / "pack.log";
+  ASSERT_TRUE(LogToFile(log).ok());
+  CliRun r = Dsfs({"pack", "-q", dir_ / "fake", dir_ / "fake.db"});
+  LogToStderr();
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("30 served as they are (the first 20 logged)"), std::string::npos) << r.out;
+  std::string text = ReadFile(log);
+  size_t named = 0, pos = 0;
+  while ((pos = text.find("the views serve it as it is", pos)) != std::string::npos) ++named, ++pos;
+  EXPECT_EQ(named, kImageWarnings) << text;
+  EXPECT_NE(text.find("not logged one by one"), std::string::npos) << text;
+  EXPECT_EQ(Lines(text), static_cast<int>(kImageWarnings) + 1) << text;
 }
 
 TEST_F(CliTest, PackRefusesToOverwriteAndBadOptions) {

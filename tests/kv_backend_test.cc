@@ -196,7 +196,9 @@ TEST_P(KvBackendTest, ReadOnlyMediaNeedsNoWriteAccess) {
     Status s = OpenKvReader(ro + "/s.db", KvReaderOptions{}, &r);
     EXPECT_TRUE(s.ok()) << s.message();
     PinnedValue pv;
-    if (r) EXPECT_TRUE(r->Get("k", &pv).ok());
+    if (r) {
+      EXPECT_TRUE(r->Get("k", &pv).ok());
+    }
     r.reset();
     ::umount(ro.c_str());
   } else {

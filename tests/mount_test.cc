@@ -1616,7 +1616,9 @@ TEST(AddWhileMountedTest, MountKeepsItsVersionAndANewMountSeesTheAdditions) {
   // Read half the files before the add, so the mount has state of the old version.
   int i = 0;
   for (const auto& [name, data] : old_files) {
-    if (i++ % 2 == 0) ASSERT_EQ(ReadFile(mp1 + "/" + name), data) << name;
+    if (i++ % 2 == 0) {
+      ASSERT_EQ(ReadFile(mp1 + "/" + name), data) << name;
+    }
   }
   // Readers run during the add.
   std::atomic<bool> stop{false};
@@ -2130,7 +2132,9 @@ TEST(StressTest, CacheBudgetHoldsReadingAStoreTenTimesLarger) {
       static_cast<unsigned long long>(kOverheadMiB),
       kSanitized ? "; not checked: sanitizer build" : "");
   RecordProperty("peak_rss_kb", static_cast<int>(peak_kb));
-  if (!kSanitized) EXPECT_LE(peak_kb, (kBudgetMiB + kOverheadMiB) * 1024);
+  if (!kSanitized) {
+    EXPECT_LE(peak_kb, (kBudgetMiB + kOverheadMiB) * 1024);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,0 +1,143 @@
+#!/usr/bin/python3
+"""Where an ImageFolder sample's time goes, per step, on each tree (issue 4's bmp targets).
+
+  /usr/bin/python3 bench/sample_costs.py [--dsfs BUILD/dsfs] [--work /var/tmp/dsfs-bench]
+                                         [--datasets photo32 fmnist] [--files 3000]
+
+For N random images of each data set, hot (every file read once before timing), in one process
+and on one core (no DataLoader), the mean microseconds per sample of:
+  - open+read+close as torchvision's default loader does it (`open(path, "rb")`: Python 3.11
+    calls isatty() on it, an ioctl that a FUSE file system must answer);
+  - the same with `open(path, "rb", buffering=0)` (no isatty);
+  - PIL: Image.open of the bytes + convert("RGB") (decoding);
+  - ToTensor() of the image;
+  - the whole sample: default_loader(path) + ToTensor(), as ImageFolder's __getitem__ does;
+on: the source tree on ext4, a copy of the dsfs bmp view's files on ext4 (BMP without FUSE:
+what any file system serving BMP could reach at best), dsfs original files and the dsfs bmp
+view (a --predecode store). Writes bench/results/sample-costs-<date>.md and .jsonl.
+"""
+import argparse
+import io
+import json
+import os
+import platform
+import random
+import shutil
+import sys
+import time
+
+from PIL import Image
+from torchvision.datasets.folder import default_loader
+from torchvision.transforms import ToTensor
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+from views_bench import Mount, sh  # noqa: E402
+
+IMAGE_EXT = (".jpg", ".jpeg", ".png")
+
+
+def per_sample_us(fn, items, repeat=3):
+    best = None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for x in items:
+            fn(x)
+        el = (time.perf_counter() - t0) / len(items) * 1e6
+        best = el if best is None else min(best, el)
+    return round(best, 1)
+
+
+def read_default(p):
+    with open(p, "rb") as f:
+        return f.read()
+
+
+def read_unbuffered(p):
+    with open(p, "rb", buffering=0) as f:
+        return f.read()
+
+
+def measure(paths):
+    to_tensor = ToTensor()
+    for p in paths:  # hot: every file read once
+        read_unbuffered(p)
+    blobs = [read_unbuffered(p) for p in paths]
+    images = [Image.open(io.BytesIO(b)).convert("RGB") for b in blobs]
+    return {
+        "open_read_default": per_sample_us(read_default, paths),
+        "open_read_unbuffered": per_sample_us(read_unbuffered, paths),
+        "decode": per_sample_us(lambda b: Image.open(io.BytesIO(b)).convert("RGB"), blobs),
+        "to_tensor": per_sample_us(to_tensor, images),
+        "sample": per_sample_us(lambda p: to_tensor(default_loader(p)), paths),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dsfs", default=os.path.join(REPO, "build", "dsfs"))
+    ap.add_argument("--work", default=os.environ.get("BENCH_WORK", "/var/tmp/dsfs-bench"))
+    ap.add_argument("--datasets", nargs="+", default=["photo32", "fmnist"])
+    ap.add_argument("--files", type=int, default=3000)
+    ap.add_argument("--desc", default=os.environ.get("DSFS_DESC", ""))
+    a = ap.parse_args()
+    dsfs = os.path.abspath(a.dsfs)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = os.path.join(REPO, "bench", "results", f"sample-costs-{stamp}")
+    res = {}
+    with open(out + ".jsonl", "w") as jsonl:
+        for ds in a.datasets:
+            src = os.path.join(a.work, ds)
+            store = os.path.join(a.work, f"{ds}.views-predecode.dsfs")
+            if not os.path.isdir(src) or not os.path.exists(store):
+                raise SystemExit(f"{src} or {store} missing: run bench/views_bench.py once")
+            rel = []
+            for d, _, files in os.walk(src):
+                rel += [os.path.relpath(os.path.join(d, f), src) for f in files
+                        if f.lower().endswith(IMAGE_EXT)]
+            rel.sort()
+            rel = random.Random(1).sample(rel, min(a.files, len(rel)))
+            mnt = os.path.join(a.work, "mnt", "sample-costs")
+            bmp_copy = os.path.join(a.work, f"{ds}.bmp-copy")
+            shutil.rmtree(bmp_copy, ignore_errors=True)
+            with Mount(dsfs, store, mnt):
+                for r in rel:
+                    os.makedirs(os.path.dirname(os.path.join(bmp_copy, r)), exist_ok=True)
+                    shutil.copyfile(os.path.join(mnt, ".dsfs", "bmp", r), os.path.join(bmp_copy, r))
+                trees = [("source files on ext4", src),
+                         ("bmp view's files copied to ext4 (no FUSE)", bmp_copy),
+                         ("dsfs original files", mnt),
+                         ("dsfs bmp view (--predecode)", os.path.join(mnt, ".dsfs", "bmp"))]
+                for label, root in trees:
+                    m = measure([os.path.join(root, r) for r in rel])
+                    res.setdefault(ds, []).append((label, m))
+                    jsonl.write(json.dumps({"ds": ds, "tree": label, **m}) + "\n")
+                    jsonl.flush()
+                    print(f"[{time.strftime('%H:%M:%S')}] {ds} {label}: {m}", flush=True)
+            shutil.rmtree(bmp_copy, ignore_errors=True)
+
+    lines = [f"# Per-sample costs of an ImageFolder sample, {stamp}", "",
+             f"- machine: {os.cpu_count()} CPUs, kernel {platform.release()}, Python "
+             f"{platform.python_version()}; dsfs {dsfs} {a.desc}",
+             f"- {a.files} random images per data set, hot, one process, best of 3 passes; "
+             "microseconds per sample", ""]
+    for ds, rows in res.items():
+        lines += [f"## {ds}", "",
+                  "| tree | open+read (`open(p, \"rb\")`) | open+read (buffering=0) | "
+                  "PIL open+convert(\"RGB\") | ToTensor | whole sample | vs source on ext4 |",
+                  "|---|---|---|---|---|---|---|"]
+        base = rows[0][1]["sample"]
+        for label, m in rows:
+            lines.append(f"| {label} | {m['open_read_default']} | {m['open_read_unbuffered']} | "
+                         f"{m['decode']} | {m['to_tensor']} | {m['sample']} | "
+                         f"{base / m['sample']:.2f}x |")
+        lines.append("")
+    lines += ["Raw figures: the .jsonl beside this file; command: `bench/sample_costs.py`.", ""]
+    with open(out + ".md", "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,6 +5,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/filter_policy.h>
+#include <rocksdb/metadata.h>
 #include <rocksdb/options.h>
 #include <rocksdb/sst_file_writer.h>
 #include <rocksdb/table.h>
@@ -166,6 +167,7 @@ class RocksdbReader final : public KvReader {
   }
 
   Status Get(std::string_view key, PinnedValue* value) override {
+    ReadAheadLargeValue(key);
     auto pin = std::make_unique<SlicePin>();
     rocksdb::Status s = db_->Get(ro_, db_->DefaultColumnFamily(),
                                  rocksdb::Slice(key.data(), key.size()), &pin->slice);
@@ -199,6 +201,13 @@ class RocksdbReader final : public KvReader {
 
   std::string_view Name() const override { return "rocksdb"; }
 
+  void ReleaseCachedMemory() override {
+    // The table files are read-only shared mappings: MADV_DONTNEED drops this process's page
+    // table entries (its RSS) and leaves the pages in the page cache (as for LMDB's map).
+    std::call_once(maps_located_, [this] { LocateMaps(); });
+    for (const auto& [addr, len] : maps_) ::madvise(addr, len, MADV_DONTNEED);
+  }
+
   void WillNeed(std::string_view range) override {
     // The files are mapped with random-access advice, as LMDB's map is.
     WillNeedMapped(range);
@@ -228,9 +237,63 @@ class RocksdbReader final : public KvReader {
     return Status::OK();
   }
 
+  // A value that is most of its table file (dsfs's metadata tables: one value each) is read
+  // whole by Get (RocksDB verifies the block's checksum) through a mapping opened for random
+  // access, a 4 KiB page fault at a time: 290 MB took 4.7 s at 10 million files. Read such a
+  // file ahead in large requests first. Small values cost one size estimate.
+  void ReadAheadLargeValue(std::string_view key) {
+    constexpr uint64_t kLargeValueBytes = 1 << 20;
+    std::string end(key);
+    end.push_back('\0');
+    rocksdb::Range range(rocksdb::Slice(key.data(), key.size()), rocksdb::Slice(end));
+    uint64_t bytes = 0;
+    if (!db_->GetApproximateSizes(&range, 1, &bytes).ok() || bytes < kLargeValueBytes) return;
+    std::vector<rocksdb::LiveFileMetaData> files;
+    db_->GetLiveFilesMetaData(&files);
+    for (const auto& f : files) {
+      if (key < std::string_view(f.smallestkey) || key > std::string_view(f.largestkey) ||
+          f.size > 2 * bytes) {
+        continue;
+      }
+      int fd = ::open((f.directory + "/" + f.relative_filename).c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      ::posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+      ::close(fd);
+    }
+  }
+
+  // The mappings of this store's table files, from /proc/self/maps (RocksDB does not say where
+  // it mapped them; with max_open_files = -1 they are all mapped at open and never change).
+  void LocateMaps() {
+    std::error_code ec;
+    std::string dir = fs::canonical(path_, ec).string();
+    if (ec) return;
+    dir += "/";
+    std::FILE* f = std::fopen("/proc/self/maps", "re");
+    if (!f) return;
+    char line[4096 + 256];
+    while (std::fgets(line, sizeof(line), f)) {
+      unsigned long start, end;
+      int name_at = 0;
+      if (std::sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &start, &end, &name_at) != 2 ||
+          name_at == 0) {
+        continue;
+      }
+      std::string_view name(line + name_at);
+      while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.remove_suffix(1);
+      if (name.size() > 4 && name.substr(0, dir.size()) == dir &&
+          name.substr(name.size() - 4) == ".sst") {
+        maps_.emplace_back(reinterpret_cast<void*>(start), end - start);
+      }
+    }
+    std::fclose(f);
+  }
+
   rocksdb::DB* db_;
   std::string path_;
   uint64_t id_;
+  std::once_flag maps_located_;
+  std::vector<std::pair<void*, size_t>> maps_;
   rocksdb::ReadOptions ro_;
   std::mutex mu_;  // guards iterators_
   std::vector<std::unique_ptr<rocksdb::Iterator>> iterators_;

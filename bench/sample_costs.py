@@ -5,7 +5,7 @@
                                          [--datasets photo32 fmnist] [--files 3000]
 
 For N random images of each data set, hot (every file read once before timing), in one process
-and on one core (no DataLoader), the mean microseconds per sample of:
+with one torch thread, as in a DataLoader worker (no DataLoader), the mean microseconds per sample of:
   - open+read+close as torchvision's default loader does it (`open(path, "rb")`: Python 3.11
     calls isatty() on it, an ioctl that a FUSE file system must answer);
   - the same with `open(path, "rb", buffering=0)` (no isatty);
@@ -26,6 +26,7 @@ import shutil
 import sys
 import time
 
+import torch
 from PIL import Image
 from torchvision.datasets.folder import default_loader
 from torchvision.transforms import ToTensor
@@ -81,6 +82,10 @@ def main():
     ap.add_argument("--files", type=int, default=3000)
     ap.add_argument("--desc", default=os.environ.get("DSFS_DESC", ""))
     a = ap.parse_args()
+    # As in a DataLoader worker (torch's worker loop sets it): with torch's default intra-op
+    # threads, ToTensor leaves OpenMP threads spinning on the other core, which delays the FUSE
+    # daemon's answers (a measured 2-3x on dsfs rows) and is not what a worker sees.
+    torch.set_num_threads(1)
     dsfs = os.path.abspath(a.dsfs)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = os.path.join(REPO, "bench", "results", f"sample-costs-{stamp}")

@@ -75,9 +75,15 @@ uint64_t GetBits(const unsigned char* p, uint32_t bit, int width) {
   return width == 64 ? v : v & ((uint64_t{1} << width) - 1);
 }
 
+// ORs the low `width` bits of `value` into a zeroed field: only the field's own bytes are
+// touched (records are encoded in place, unpadded).
 void PutBits(unsigned char* p, uint32_t bit, int width, uint64_t value) {
-  for (int i = 0; i < width; ++i, ++bit) {
-    if ((value >> i) & 1) p[bit / 8] |= static_cast<unsigned char>(1u << (bit % 8));
+  if (width == 0) return;
+  if (width < 64) value &= (uint64_t{1} << width) - 1;
+  unsigned __int128 x = static_cast<unsigned __int128>(value) << (bit % 8);
+  unsigned char* q = p + bit / 8;
+  for (int i = 0, n = static_cast<int>((bit % 8 + width + 7) / 8); i < n; ++i) {
+    q[i] |= static_cast<unsigned char>(x >> (8 * i));
   }
 }
 

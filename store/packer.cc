@@ -1154,7 +1154,9 @@ Status AddDirectory(const Store& base, const std::string& src_in, const AddOptio
   run.ContinueFrom(h);
   PackProgress& prog = run.progress();
 
-  // The store's tree, as nodes that are renumbered once the new entries are in.
+  // The store's tree, as nodes that are renumbered once the new entries are in. All of its
+  // metadata is read: ask for it in large requests rather than a page fault at a time.
+  base.WillNeedMetadata(UINT64_MAX);
   ArchiveTree merged;
   prog.phase = "reading the store";
   {

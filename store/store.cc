@@ -93,6 +93,9 @@ Status Store::Init() {
   InodeRecord root;
   DSFS_RETURN_IF_ERROR(GetInode(kRootIno, &root));
   if (!IsDir(root)) return Status::Corruption("store root is not a directory");
+  // Opening may have touched every page of a table (RocksDB verifies a whole block's checksum
+  // on Get): they stay in the page cache, not in the daemon's RSS.
+  kv_->ReleaseCachedMemory();
   return Status::OK();
 }
 

@@ -1,5 +1,6 @@
 #include "backend/kv_store.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,6 +21,14 @@ void WillNeedMapped(std::string_view range) {
   constexpr uintptr_t kStep = 128 << 10;  // the default readahead window
   for (uintptr_t p = begin; p < end; p += kStep) {
     ::madvise(reinterpret_cast<void*>(p), std::min(kStep, end - p), MADV_WILLNEED);
+  }
+}
+
+void WillNeedFile(int fd, uint64_t offset, uint64_t length) {
+  constexpr uint64_t kStep = 128 << 10;  // see WillNeedMapped
+  for (uint64_t off = offset; off < offset + length; off += kStep) {
+    ::posix_fadvise(fd, static_cast<off_t>(off),
+                    static_cast<off_t>(std::min(kStep, offset + length - off)), POSIX_FADV_WILLNEED);
   }
 }
 

@@ -77,6 +77,9 @@ class KvReader {
 // access, in steps of the readahead window (the kernel drops what a single request asks
 // beyond it), instead of a page fault at a time.
 void WillNeedMapped(std::string_view range);
+// The same for `length` bytes of an open file from `offset` (posix_fadvise WILLNEED has the
+// same limit per call).
+void WillNeedFile(int fd, uint64_t offset, uint64_t length);
 
 // Write side. Not thread-safe: one thread writes.
 class KvWriter {

@@ -3,7 +3,7 @@
 
   /usr/bin/python3 bench/backend_bench.py [--dsfs BUILD/dsfs] [--readbench BUILD/bench/dsfs-readbench]
                                           [--work /var/tmp/dsfs-bench] [--datasets photo32 fmnist]
-                                          [--scale-files N] [--add-files M]
+                                          [--scale-files N] [--add-files M] [--scale-store PATH]
                                           [--gentar BUILD/bench/dsfs-gentar]
 
 Per data set (the core benchmark's trees, built by bench/datasets.py if missing), for each
@@ -18,6 +18,8 @@ after drop_caches and a fresh mount, then hot).
 --add-files M (e.g. 1000000): for each backend, a store of M files packed from a dsfs-gentar
 stream, then `dsfs add` of M/100 more files (a dsfs-gentar tree under a new top directory)
 against a full repack of M + M/100 files from a stream.
+--scale-store PATH (an LMDB store, e.g. bench/scale_bench.sh --keep-store's): `dsfs convert` to
+RocksDB, then mount time (after drop_caches) and daemon RSS of both, 3 times each (medians).
 --datasets with no names skips the per-data-set part.
 Writes bench/results/backends-<date>.md and .jsonl. Mounts only under WORK/mnt.
 """
@@ -66,6 +68,7 @@ def main():
     ap.add_argument("--subset", type=int, default=20000)
     ap.add_argument("--scale-files", type=int, default=0)
     ap.add_argument("--add-files", type=int, default=0)
+    ap.add_argument("--scale-store", default="")
     ap.add_argument("--gentar", default="")
     ap.add_argument("--desc", default=os.environ.get("DSFS_DESC", ""))
     a = ap.parse_args()
@@ -233,6 +236,29 @@ def main():
             remove_store(store + ".repack")
         shutil.rmtree(tree, ignore_errors=True)
 
+    if a.scale_store:
+        rocks = os.path.join(scale_dir, "converted.rocksdb.dsfs")
+        remove_store(rocks)
+        t0 = time.perf_counter()
+        r = sh([dsfs, "convert", a.scale_store, rocks, "--backend", "rocksdb"], timeout=3600)
+        if r.returncode != 0:
+            raise SystemExit(f"convert: {r.stderr.strip()}")
+        convert_s = time.perf_counter() - t0
+        v = sh([dsfs, "info", "--json", a.scale_store])
+        files = json.loads(v.stdout).get("files") if v.returncode == 0 else None
+        for backend, store in (("lmdb", a.scale_store), ("rocksdb", rocks)):
+            mounts, rss = [], []
+            for _ in range(3):
+                drop_caches()
+                t0 = time.perf_counter()
+                with Mount(dsfs, store, mnt):
+                    mounts.append(time.perf_counter() - t0)
+                    rss.append(daemon_rss_kb(store))
+            rec("convert", f"{backend}_mount", {"files": files, "convert_s": round(convert_s, 1),
+                                                "mount_s": [round(x, 3) for x in mounts],
+                                                "rss_kb": rss})
+        remove_store(rocks)
+
     lines = [f"# dsfs backends side by side: LMDB vs RocksDB, {stamp}", "",
              f"- machine: {os.cpu_count()} CPUs, kernel {platform.release()}; dsfs {dsfs} {a.desc}",
              "- reads: dsfs-readbench over the same shuffled list of every file; cold = one pass "
@@ -283,6 +309,16 @@ def main():
                                 ("add / repack", "ratio", "{:.4f}")):
             lines.append(f"| {label} | {fmt.format(x[key])} | {fmt.format(y[key])} |")
         lines.append("")
+    if "convert" in res:
+        x, y = res["convert"]["lmdb_mount"], res["convert"]["rocksdb_mount"]
+        med = lambda v: sorted(v)[len(v) // 2]
+        lines += [f"## mount of a {x['files']:,}-file store and of its `dsfs convert` to RocksDB",
+                  "", f"- convert: {y['convert_s']} s", "",
+                  "| | LMDB | RocksDB |", "|---|---|---|",
+                  f"| mount s after drop_caches (median of 3; all) | {med(x['mount_s']):.3f} "
+                  f"({', '.join(map(str, x['mount_s']))}) | {med(y['mount_s']):.3f} "
+                  f"({', '.join(map(str, y['mount_s']))}) |",
+                  f"| daemon RSS after mount, kB | {med(x['rss_kb']):,} | {med(y['rss_kb']):,} |", ""]
     lines.append("Raw figures: the .jsonl beside this file; command: `bench/backend_bench.py`.\n")
     with open(out + ".md", "w") as f:
         f.write("\n".join(lines))

@@ -106,7 +106,7 @@ void Prefetcher::DirectoryListed(uint64_t dir) {
 }
 
 void Prefetcher::PushDir(uint64_t dir) {
-  source_->ForEachFile(dir, [&](uint64_t ino, uint64_t size) {
+  Status listed = source_->ForEachFile(dir, [&](uint64_t ino, uint64_t size) {
     if (size == 0) return true;
     // Reserve the budget before the work, so parallel pushes cannot overshoot it.
     if (push_reserved_.fetch_add(size) + size > options_.push_budget_bytes) {
@@ -133,6 +133,8 @@ void Prefetcher::PushDir(uint64_t dir) {
     pushed_bytes_ += size;
     return true;
   });
+  // Best effort: a directory that cannot be listed is read on demand instead.
+  if (!listed.ok()) Log()->debug("push of directory {}: {}", dir, listed.message());
 }
 
 int Prefetcher::PushFile(uint64_t ino, uint64_t size) {

@@ -695,11 +695,21 @@ class ArchiveTree {
 
   // Numbers the tree breadth-first (entries sorted by name; of two entries with one name the
   // later in the archive wins) and produces the inode records and name pool.
+  // Room for `n` nodes: a tree of millions grows without reallocating (and copying) them all.
+  void Reserve(size_t n) { nodes_.reserve(n); }
+
   Status Build(std::vector<InodeRecord>* inodes, std::string* names, PackStats* st) {
+    inodes->reserve(inodes->size() + nodes_.size());
+    auto before = [&](uint32_t a, uint32_t b) { return nodes_[a].name < nodes_[b].name; };
     for (Node& n : nodes_) {
       if (n.children.empty()) continue;
-      std::stable_sort(n.children.begin(), n.children.end(),
-                       [&](uint32_t a, uint32_t b) { return nodes_[a].name < nodes_[b].name; });
+      // A store's directories come back sorted and unique (the common case of `dsfs add`).
+      if (std::adjacent_find(n.children.begin(), n.children.end(), [&](uint32_t a, uint32_t b) {
+            return !before(a, b);
+          }) == n.children.end()) {
+        continue;
+      }
+      std::stable_sort(n.children.begin(), n.children.end(), before);
       // Keep the last of equal names (stable sort keeps archive order among them).
       std::vector<uint32_t> unique;
       for (size_t i = 0; i < n.children.size(); ++i) {
@@ -1158,6 +1168,7 @@ Status AddDirectory(const Store& base, const std::string& src_in, const AddOptio
   // metadata is read: ask for it in large requests rather than a page fault at a time.
   base.WillNeedMetadata(UINT64_MAX);
   ArchiveTree merged;
+  merged.Reserve(h.inode_count + h.inode_count / 50 + 1024);
   prog.phase = "reading the store";
   {
     InodeRecord root;
@@ -1198,10 +1209,13 @@ Status AddDirectory(const Store& base, const std::string& src_in, const AddOptio
         n.height = c.height;
         n.pixels = c.pixels;
       }
-      std::string path = dir_path[ino].empty() ? n.name : dir_path[ino] + "/" + n.name;
-      node_of[e] = IsDir(c) ? merged.AddDir(node_of[ino], std::move(n), path)
-                            : merged.AddChild(node_of[ino], std::move(n));
-      if (IsDir(c)) dir_path[e] = std::move(path);
+      if (IsDir(c)) {
+        std::string path = dir_path[ino].empty() ? n.name : dir_path[ino] + "/" + n.name;
+        node_of[e] = merged.AddDir(node_of[ino], std::move(n), path);
+        dir_path[e] = std::move(path);
+      } else {
+        node_of[e] = merged.AddChild(node_of[ino], std::move(n));
+      }
     }
   }
   node_of.clear();

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# bench/gpu_run.sh: issue 4's end-to-end check, on a machine with a GPU, from the repository
+# root, with build-gpu/ from bench/gpu_bundle.sh carried along. ResNet-18 (bf16) on the 32x32
+# photo32 subset, images/s of (bench/gpu_train.py, SECONDS each, default 40):
+#   the GPU alone; the whole tree decoded once into one tensor on the GPU ("in RAM");
+#   an unmodified ImageFolder script over the JPEG tree on local disk and over dsfs's bmp view,
+#   with 16 and with 4 DataLoader workers.
+# The JPEG tree is copied out of the store onto the local disk (not /tmp, which may be tmpfs).
+# Writes OUT/gpu-<date>.jsonl and .md (OUT: $OUT, else /tmp/gpu-out). Unmounts what it mounted.
+set -uo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+B=$REPO/build-gpu
+SECONDS_EACH=${1:-40}
+PY=${PY:-python3}
+OUT=${OUT:-/tmp/gpu-out}
+mkdir -p "$OUT"
+STAMP=$(date +%Y%m%d-%H%M%S)
+JSONL=$OUT/gpu-$STAMP.jsonl
+LIBS=$(mktemp -d)
+WORK=$(mktemp -d -p "$REPO" build-gpu-work.XXXX)  # on the machine's disk, not a tmpfs /tmp
+ORIG=$WORK/orig BMP=$WORK/bmp JPEG=$WORK/jpeg
+cleanup() {
+  for m in "$ORIG" "$BMP"; do mountpoint -q "$m" && dsfs umount "$m"; done
+  rm -rf "$LIBS" "$WORK"
+}
+trap cleanup EXIT
+tar -xJf "$B/libs.tar.xz" -C "$LIBS" || exit 1
+# Only dsfs gets the carried libraries (Python and torch keep the machine's own).
+dsfs() { LD_LIBRARY_PATH=$LIBS "$B/dsfs" "$@"; }
+nproc; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
+"$PY" -c 'import torch, torchvision, PIL; print("torch", torch.__version__, "torchvision", torchvision.__version__, "PIL", PIL.__version__, "cuda", torch.cuda.is_available())' || exit 1
+dsfs --version || exit 1
+mkdir -p "$ORIG" "$BMP" "$JPEG"
+dsfs mount "$B/photo32.dsfs" "$ORIG" || exit 1
+cp -a "$ORIG/." "$JPEG/" && dsfs umount "$ORIG" || exit 1
+dsfs mount "$B/photo32.dsfs" "$BMP" -o view=bmp || exit 1
+echo "images: $(find "$JPEG" -type f | wc -l)"
+# TRAIN_ARGS: extra gpu_train.py options (e.g. "--batch 16 --warmup 1" for a smoke test on a CPU)
+train() { "$PY" "$REPO/bench/gpu_train.py" "$@" --seconds "$SECONDS_EACH" ${TRAIN_ARGS:-} | tee -a "$JSONL"; }
+train gpu-only "$JPEG" --label "GPU alone"
+train ram "$JPEG" --label "whole tree in one tensor on the GPU"
+for w in 16 4; do
+  train imagefolder "$JPEG" --workers $w --label "ImageFolder, JPEG on local disk, $w workers"
+  train imagefolder "$BMP" --workers $w --label "ImageFolder, dsfs bmp view, $w workers"
+done
+"$PY" - "$JSONL" >"$OUT/gpu-$STAMP.md" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+by = {r["label"]: r["images_per_s"] for r in rows}
+gpu, ram = by.get("GPU alone"), by.get("whole tree in one tensor on the GPU")
+print("| run | images/s | vs GPU alone | vs in RAM |\n|---|---|---|---|")
+for r in rows:
+    v = r["images_per_s"]
+    print(f"| {r['label']} | {v:,.0f} | {v / gpu:.2f}x | {v / ram:.2f}x |" if gpu and ram else f"| {r['label']} | {v:,.0f} | | |")
+PYEOF
+cat "$OUT/gpu-$STAMP.md"

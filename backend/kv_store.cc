@@ -28,7 +28,8 @@ void WillNeedFile(int fd, uint64_t offset, uint64_t length) {
   constexpr uint64_t kStep = 128 << 10;  // see WillNeedMapped
   for (uint64_t off = offset; off < offset + length; off += kStep) {
     ::posix_fadvise(fd, static_cast<off_t>(off),
-                    static_cast<off_t>(std::min(kStep, offset + length - off)), POSIX_FADV_WILLNEED);
+                    static_cast<off_t>(std::min(kStep, offset + length - off)),
+                    POSIX_FADV_WILLNEED);
   }
 }
 

@@ -93,7 +93,8 @@ const Tuning& GetTuning() {
       pos = end + 1;
       if (item.empty()) continue;
       size_t eq = item.find('=');
-      std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+      std::string key = item.substr(0, eq),
+                  value = eq == std::string::npos ? "" : item.substr(eq + 1);
       char* rest = nullptr;
       unsigned long long n = std::strtoull(value.c_str(), &rest, 10);
       bool number = !value.empty() && rest && *rest == '\0';

@@ -468,8 +468,9 @@ class PackRun {
       if (++images_as_is_ <= kImageWarnings) {
         Log()->warn("{}: {}: the views serve it as it is", r.path, r.why);
       } else if (images_as_is_ == kImageWarnings + 1) {
-        Log()->warn("more images the views cannot decode: not logged one by one (counted in "
-                    "the summary)");
+        Log()->warn(
+            "more images the views cannot decode: not logged one by one (counted in "
+            "the summary)");
       }
     } else {
       ++images_;

@@ -259,6 +259,30 @@ TEST_F(CliTest, BitFlipsAnywhereNeverCrash) {
   EXPECT_GT(trials, 90);
 }
 
+TEST_F(CliTest, RocksdbTuningOfTheOptionsBenchmarkMakesValidStores) {
+  // bench/rocksdb_options_bench.py packs and reads stores with other RocksDB settings: each is
+  // a valid store, read with or without the setting; a bad item is named and ignored.
+  std::string expected = TextBytes(300000, 4);
+  for (std::string tuning : {"block_size=16384,bloom_bits=10", "compression=zstd",
+                             "block_cache=1048576", "block_size=oops"}) {
+    std::string env = "DSFS_ROCKSDB_TUNING=" + tuning;
+    std::string path = dir_ / "tuned.rdb";
+    CommandResult p = RunCommand({"env", env, testing::DsfsBinary(), "pack", "-q", "-f",
+                                  "--backend", "rocksdb", dir_ / "src", path});
+    ASSERT_EQ(p.exit_code, 0) << tuning << ": " << p.err;
+    EXPECT_EQ(p.err.find("ignoring") != std::string::npos, tuning == "block_size=oops") << p.err;
+    CommandResult v = RunCommand({"env", env, testing::DsfsBinary(), "verify", path});
+    EXPECT_EQ(v.exit_code, 0) << tuning << ": " << v.err;
+    for (bool with : {true, false}) {
+      std::vector<std::string> argv = {testing::DsfsBinary(), "cat", path, "dog/c.txt"};
+      if (with) argv.insert(argv.begin(), {"env", env});
+      CommandResult c = RunCommand(argv);
+      EXPECT_EQ(c.exit_code, 0) << tuning << ": " << c.err;
+      EXPECT_EQ(c.out, expected) << tuning;
+    }
+  }
+}
+
 TEST(MountOptionsTest, ParsesEveryOption) {
   MountConfig c;
   ASSERT_TRUE(ParseMountOptions("threads=4,allow_other,uid=7,gid=8,ro,cache_size=64M,push=1G,"

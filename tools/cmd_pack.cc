@@ -63,7 +63,10 @@ Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err) {
     out << "images: " << stats.images << " decodable by the views";
     if (stats.images_as_is) {
       out << ", " << stats.images_as_is << " served as they are ("
-          << (stats.images_as_is > kImageWarnings ? "the first " + std::to_string(kImageWarnings) + " logged" : std::string("logged")) << ")";
+          << (stats.images_as_is > kImageWarnings
+                  ? "the first " + std::to_string(kImageWarnings) + " logged"
+                  : std::string("logged"))
+          << ")";
     }
     if (cmd.options.predecode) out << "; decoded pixels stored: " << FormatBytes(stats.pixel_bytes);
     out << "\n";

@@ -263,8 +263,14 @@ TEST_F(CliTest, RocksdbTuningOfTheOptionsBenchmarkMakesValidStores) {
   // bench/rocksdb_options_bench.py packs and reads stores with other RocksDB settings: each is
   // a valid store, read with or without the setting; a bad item is named and ignored.
   std::string expected = TextBytes(300000, 4);
-  for (std::string tuning : {"block_size=16384,bloom_bits=10", "compression=zstd",
-                             "block_cache=1048576", "block_size=oops"}) {
+  std::vector<std::string> tunings = {"compression=zstd", "block_size=oops"};
+#ifndef __SANITIZE_THREAD__
+  // The system's librocksdb is not built with ThreadSanitizer, which then reports its bloom
+  // filter and block cache code as racing with dsfs's (instrumented) copies of the keys.
+  tunings.push_back("block_size=16384,bloom_bits=10");
+  tunings.push_back("block_cache=1048576");
+#endif
+  for (const std::string& tuning : tunings) {
     std::string env = "DSFS_ROCKSDB_TUNING=" + tuning;
     std::string path = dir_ / "tuned.rdb";
     CommandResult p = RunCommand({"env", env, testing::DsfsBinary(), "pack", "-q", "-f",

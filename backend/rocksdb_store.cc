@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/path.h"
 
 namespace dsfs {
 namespace {
@@ -84,14 +85,8 @@ const Tuning& GetTuning() {
     Tuning t;
     const char* env = std::getenv("DSFS_ROCKSDB_TUNING");
     if (!env) return t;
-    std::string spec = env;
-    size_t pos = 0;
-    while (pos <= spec.size()) {
-      size_t end = spec.find(',', pos);
-      if (end == std::string::npos) end = spec.size();
-      std::string item = spec.substr(pos, end - pos);
-      pos = end + 1;
-      if (item.empty()) continue;
+    for (std::string_view view : SplitList(env, ',')) {
+      std::string item(view);
       size_t eq = item.find('=');
       std::string key = item.substr(0, eq),
                   value = eq == std::string::npos ? "" : item.substr(eq + 1);

@@ -2,16 +2,22 @@
 
 namespace dsfs {
 
-std::vector<std::string_view> PathParts(std::string_view path) {
-  std::vector<std::string_view> parts;
+std::vector<std::string_view> SplitList(std::string_view list, char sep) {
+  std::vector<std::string_view> items;
   size_t pos = 0;
-  while (pos <= path.size()) {
-    size_t slash = path.find('/', pos);
-    if (slash == std::string_view::npos) slash = path.size();
-    std::string_view part = path.substr(pos, slash - pos);
-    pos = slash + 1;
-    if (!part.empty() && part != ".") parts.push_back(part);
+  while (pos <= list.size()) {
+    size_t end = list.find(sep, pos);
+    if (end == std::string_view::npos) end = list.size();
+    std::string_view item = list.substr(pos, end - pos);
+    pos = end + 1;
+    if (!item.empty()) items.push_back(item);
   }
+  return items;
+}
+
+std::vector<std::string_view> PathParts(std::string_view path) {
+  std::vector<std::string_view> parts = SplitList(path, '/');
+  std::erase(parts, std::string_view("."));
   return parts;
 }
 

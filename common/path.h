@@ -9,5 +9,7 @@ namespace dsfs {
 // The components of `path` in order, without empty ones and ".": "./a//b/." -> {"a", "b"}.
 // ".." is returned as is; what it means is the caller's business. The views point into `path`.
 std::vector<std::string_view> PathParts(std::string_view path);
+// The non-empty items of a `sep`-separated list ("a,,b" -> a, b), as views into `list`.
+std::vector<std::string_view> SplitList(std::string_view list, char sep);
 
 }  // namespace dsfs

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "common/log.h"
+#include "common/path.h"
 #include "common/units.h"
 #include "fs/views.h"
 #include "tools/commands.h"
@@ -157,13 +158,8 @@ Status ParseMountOptions(const std::string& list, MountConfig* config) {
 
 Status ParseFstabMountOptions(const std::string& list, bool sloppy, MountConfig* config,
                               std::vector<std::string>* ignored) {
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    size_t comma = list.find(',', pos);
-    if (comma == std::string::npos) comma = list.size();
-    std::string opt = list.substr(pos, comma - pos);
-    pos = comma + 1;
-    if (opt.empty()) continue;
+  for (std::string_view item : SplitList(list, ',')) {
+    std::string opt(item);
     std::string key = opt.substr(0, opt.find('='));
     if (key == "remount" || key == "bind" || key == "rbind" || key == "move") {
       return Status::InvalidArgument("mount option '" + key + "' is not supported by dsfs");

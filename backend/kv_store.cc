@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "backend/lmdb_store.h"
@@ -56,6 +57,16 @@ Status OpenKvReader(const std::string& path, const KvReaderOptions& options,
 
 Status NewKvWriter(const std::string& path, std::string_view backend,
                    const KvWriterOptions& options, std::unique_ptr<KvWriter>* writer) {
+  // The store is built beside `path` and renamed into place: name a missing directory as the
+  // user wrote it, not by the temporary name.
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  struct stat st;
+  if (!dir.empty() && ::stat(dir.c_str(), &st) != 0) {
+    return Status::IOError(dir + ": " + std::strerror(errno) + " (the store's directory)");
+  }
+  if (!dir.empty() && !S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument(dir + ": not a directory (the store's directory)");
+  }
   if (backend == "lmdb") return NewLmdbWriter(path, options, writer);
   if (backend == "rocksdb") return NewRocksdbWriter(path, options, writer);
   return Status::InvalidArgument("unknown backend '" + std::string(backend) +

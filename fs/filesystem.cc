@@ -206,6 +206,17 @@ Status Filesystem::ReadDirControl(uint64_t offset, const DirFiller& fill) const 
   return Status::OK();
 }
 
+bool Filesystem::ShadowedInNpyView(uint32_t dir, std::string_view name) const {
+  constexpr std::string_view kNpyExt = ".npy";
+  if (name.size() <= kNpyExt.size() || name.substr(name.size() - kNpyExt.size()) != kNpyExt) {
+    return false;
+  }
+  uint32_t found;
+  InodeRecord rec;
+  return store_->Lookup(dir, name.substr(0, name.size() - kNpyExt.size()), &found, &rec).ok() &&
+         IsDecodableImage(rec);
+}
+
 Status Filesystem::ReadDir(uint64_t fuse_ino, uint64_t offset, const DirFiller& fill) const {
   counters_.readdir.fetch_add(1, std::memory_order_relaxed);
   const uint64_t ino = In(fuse_ino);
@@ -243,10 +254,13 @@ Status Filesystem::ReadDir(uint64_t fuse_ino, uint64_t offset, const DirFiller& 
     uint32_t ino_i = first + static_cast<uint32_t>(i);
     DSFS_RETURN_IF_ERROR(store_->GetInode(ino_i, &rec));
     DSFS_RETURN_IF_ERROR(store_->GetName(rec, &name));
+    // Names a generated entry takes are not listed twice (lookups find the generated one).
+    if (ino == root_ && name == kDotDsfs) continue;  // dsfs's own .dsfs
     if (has_tensor && std::find(std::begin(kTensorFileNames), std::end(kTensorFileNames), name) !=
                           std::end(kTensorFileNames)) {
-      continue;  // shadowed by the generated file of that name
+      continue;  // the tensor view's file of that name
     }
+    if (v == View::kNpy && !IsDecodableImage(rec) && ShadowedInNpyView(dir_ino, name)) continue;
     if (v == View::kNpy && IsDecodableImage(rec)) {
       npy_name.assign(name);
       npy_name += ".npy";

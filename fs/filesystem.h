@@ -99,14 +99,19 @@ class Filesystem : public PushSource {
   static uint32_t Kind(uint64_t ino) { return static_cast<uint32_t>(ino >> 32); }
   static uint32_t Number(uint64_t ino) { return static_cast<uint32_t>(ino); }
   static uint64_t Make(uint32_t kind, uint32_t number) { return uint64_t{kind} << 32 | number; }
-  // FUSE's inode numbers <-> ours: they differ only for the root of a view mount.
-  uint64_t In(uint64_t fuse_ino) const { return fuse_ino == 1 ? root_ : fuse_ino; }
-  uint64_t Out(uint64_t ino) const { return ino == root_ ? 1 : ino; }
+  // FUSE's inode numbers <-> ours: on a view mount, FUSE's root (1) is the view's root and
+  // the original tree's root (our 1, MOUNT/.dsfs/original) takes the view root's number.
+  uint64_t In(uint64_t fuse_ino) const { return Swap(fuse_ino); }
+  uint64_t Out(uint64_t ino) const { return Swap(ino); }
+  uint64_t Swap(uint64_t ino) const { return ino == 1 ? root_ : ino == root_ ? 1 : ino; }
 
   Status ControlAttr(uint64_t ino, struct stat* st) const;
   Status Attr(uint64_t ino, struct stat* st) const;  // our inode numbers
   Status LookupIn(uint64_t parent, std::string_view name, uint64_t* ino) const;
   Status ReadDirControl(uint64_t offset, const DirFiller& fill) const;
+  // True if `name` in store directory `dir` is "X.npy" for a decodable image X there: the npy
+  // view's file for X then takes that name.
+  bool ShadowedInNpyView(uint32_t dir, std::string_view name) const;
   void FillStat(uint64_t ino, const InodeRecord& rec, struct stat* st) const;
   // What view `v` shows for a store entry: its name (npy: images get ".npy") and attributes.
   void FillViewStat(View v, uint32_t ino, const InodeRecord& rec, struct stat* st) const;

@@ -22,7 +22,7 @@ std::string_view ViewName(View v) {
 }
 
 Status ParseView(std::string_view name, View* v) {
-  for (View c : {View::kOriginal, View::kBmp, View::kNpy, View::kTensor}) {
+  for (View c : kViews) {
     if (name == ViewName(c)) {
       *v = c;
       return Status::OK();
@@ -109,7 +109,83 @@ Status Entries(const Store& store, uint32_t dir, std::vector<Entry>* out) {
   return Status::OK();
 }
 
+// One code point of UTF-8 as Python decodes it (strictly: no overlong forms, no surrogates,
+// nothing past U+10FFFF), or 0 bytes used if `s` does not start with one.
+size_t Utf8CodePoint(std::string_view s, char32_t* cp) {
+  auto b = [&](size_t i) { return i < s.size() ? static_cast<unsigned char>(s[i]) : 0u; };
+  auto cont = [&](size_t i) { return (b(i) & 0xC0) == 0x80; };
+  const unsigned c = b(0);
+  if (c < 0x80) {
+    *cp = c;
+    return 1;
+  }
+  if (c >= 0xC2 && c <= 0xDF && cont(1)) {
+    *cp = (c & 0x1F) << 6 | (b(1) & 0x3F);
+    return 2;
+  }
+  if (c >= 0xE0 && c <= 0xEF && cont(1) && cont(2)) {
+    if ((c == 0xE0 && b(1) < 0xA0) || (c == 0xED && b(1) > 0x9F)) return 0;
+    *cp = (c & 0x0F) << 12 | (b(1) & 0x3F) << 6 | (b(2) & 0x3F);
+    return 3;
+  }
+  if (c >= 0xF0 && c <= 0xF4 && cont(1) && cont(2) && cont(3)) {
+    if ((c == 0xF0 && b(1) < 0x90) || (c == 0xF4 && b(1) > 0x8F)) return 0;
+    *cp = (c & 0x07) << 18 | (b(1) & 0x3F) << 12 | (b(2) & 0x3F) << 6 | (b(3) & 0x3F);
+    return 4;
+  }
+  return 0;
+}
+
+// The key Python sorts a file name by: its code points after os.fsdecode (UTF-8, each byte
+// that does not decode becoming U+DC00 + byte). For valid UTF-8 that is the byte order the
+// store keeps; names that do not decode sort differently ("\xff" before U+1F600).
+std::u32string PythonOrderKey(std::string_view name) {
+  std::u32string key;
+  key.reserve(name.size());
+  while (!name.empty()) {
+    char32_t cp = 0;
+    size_t n = Utf8CodePoint(name, &cp);
+    if (n == 0) {
+      cp = 0xDC00 + static_cast<unsigned char>(name[0]);
+      n = 1;
+    }
+    key.push_back(cp);
+    name.remove_prefix(n);
+  }
+  return key;
+}
+
+bool IsUtf8(std::string_view name) {
+  for (char32_t cp; !name.empty(); name.remove_prefix(Utf8CodePoint(name, &cp))) {
+    if (Utf8CodePoint(name, &cp) == 0) return false;
+  }
+  return true;
+}
+
+// Sorts `items` as Python's sorted() sorts their names (`name(item)` gives one); they come in
+// the store's byte order, which is already that unless a name is not UTF-8.
+template <typename T, typename Name>
+void SortAsPython(std::vector<T>* items, Name name) {
+  if (std::all_of(items->begin(), items->end(), [&](const T& t) { return IsUtf8(name(t)); })) {
+    return;
+  }
+  std::vector<std::pair<std::u32string, T>> keyed;
+  keyed.reserve(items->size());
+  for (T& t : *items) keyed.emplace_back(PythonOrderKey(name(t)), std::move(t));
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 0; i < keyed.size(); ++i) (*items)[i] = std::move(keyed[i].second);
+}
+
 std::string SizeText(uint32_t w, uint32_t h) { return std::to_string(w) + "x" + std::to_string(h); }
+
+// Why a symbolic link makes the tensor view absent: ImageFolder follows links (to a class
+// directory, to images), which the view cannot do inside a store. `leaf`: `path` starts with
+// the '/' of a leaf directory's own entries.
+std::string LinkReason(std::string path, bool leaf) {
+  if (leaf) path.erase(0, 1);
+  return path + " is a symbolic link (ImageFolder follows links; the tensor view does not)";
+}
 
 // Adds the images of class directory `cls` (label `label`) in the order sorted(os.walk(cls))
 // yields directories: by path, where "a/b" sorts after "a-b" ('/' after '-'), then by name.
@@ -124,6 +200,10 @@ Status AddClass(const Store& store, uint32_t cls, const std::string& prefix, uin
   for (size_t i = 0; i < dirs.size(); ++i) {
     DSFS_RETURN_IF_ERROR(Entries(store, dirs[i].second, &entries));
     for (const Entry& e : entries) {
+      if (IsLink(e.rec)) {
+        index->why = LinkReason(prefix + dirs[i].first + "/" + std::string(e.name), prefix.empty());
+        return Status::OK();
+      }
       if (!IsDir(e.rec)) continue;
       // Paths no program could open, or more path bytes than any real tree has, mean a
       // damaged or crafted store: the view is refused instead of holding them all in memory.
@@ -137,16 +217,14 @@ Status AddClass(const Store& store, uint32_t cls, const std::string& prefix, uin
     }
   }
   std::sort(dirs.begin(), dirs.end());
+  SortAsPython(&dirs, [](const auto& d) -> std::string_view { return d.first; });
   for (const auto& [rel, ino] : dirs) {
     DSFS_RETURN_IF_ERROR(Entries(store, ino, &entries));
+    SortAsPython(&entries, [](const Entry& e) { return e.name; });
     for (const Entry& e : entries) {
       if (IsDir(e.rec) || !HasImageExtension(e.name)) continue;
       std::string path = prefix + rel + "/" + std::string(e.name);
       if (prefix.empty()) path.erase(0, 1);  // a leaf directory's own images
-      if (IsLink(e.rec)) {
-        index->why = path + " is a symbolic link (not followed by the tensor view)";
-        return Status::OK();
-      }
       if (!IsDecodableImage(e.rec)) {
         index->why = path + " is not an image the views can decode";
         return Status::OK();
@@ -178,9 +256,16 @@ Status BuildTensorIndex(const Store& store, uint32_t dir, TensorIndex* index) {
   DSFS_RETURN_IF_ERROR(Entries(store, dir, &entries));
   std::vector<Entry> classes;
   for (const Entry& e : entries) {
+    if (IsLink(e.rec)) {
+      index->why = LinkReason(std::string(e.name), false);
+      break;
+    }
     if (IsDir(e.rec)) classes.push_back(e);
   }
-  if (classes.empty()) {
+  SortAsPython(&classes, [](const Entry& e) { return e.name; });
+  if (!index->why.empty()) {
+    // A link: absent.
+  } else if (classes.empty()) {
     // A leaf directory: one class, itself.
     std::string_view name;
     DSFS_RETURN_IF_ERROR(store.GetName(d, &name));

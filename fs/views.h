@@ -25,7 +25,8 @@
 namespace dsfs {
 
 enum class View : uint8_t { kOriginal = 0, kBmp = 1, kNpy = 2, kTensor = 3 };
-inline constexpr View kViews[] = {View::kBmp, View::kNpy, View::kTensor};
+// Every view; MOUNT/.dsfs holds each but the one mounted as the root.
+inline constexpr View kViews[] = {View::kOriginal, View::kBmp, View::kNpy, View::kTensor};
 
 std::string_view ViewName(View v);  // "original", "bmp", "npy", "tensor"
 // InvalidArgument naming the choices for an unknown name.

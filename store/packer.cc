@@ -498,6 +498,15 @@ class PackRun {
                 const std::string& dict_bytes, PackStats* st) {
     prog_.phase = "finishing";
     Report(true);
+    // The root's entries are inodes 2 .. 1 + the root's entry count.
+    for (uint64_t i = 1; !inodes.empty() && i <= inodes[0].size && i < inodes.size(); ++i) {
+      if (std::string_view(names).substr(inodes[i].name_off, inodes[i].name_len) == ".dsfs") {
+        Log()->warn(
+            "the tree's top-level .dsfs is hidden in mounts by dsfs's own .dsfs (views and "
+            "stats); it is reachable inside the views, e.g. MOUNT/.dsfs/bmp/.dsfs, and with "
+            "dsfs ls/cat");
+      }
+    }
     InodeLayout layout = InodeLayout::For(inodes);
     std::string inode_bytes(inodes.size() * layout.record_bytes(), '\0');
     for (size_t i = 0; i < inodes.size(); ++i) {

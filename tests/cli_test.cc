@@ -176,6 +176,13 @@ TEST_F(CliTest, LsCatInfoVerify) {
   ASSERT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("\"files\": 103"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\"format_version\": 2"), std::string::npos);
+  // A bad path: one error line and no half-written report.
+  for (bool json : {false, true}) {
+    r = json ? Dsfs({"info", "--json", store_, "/nope"}) : Dsfs({"info", store_, "/nope"});
+    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(Lines(r.err), 1) << r.err;
+  }
   r = Dsfs({"verify", store_});
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("verified 103 files"), std::string::npos);
@@ -387,6 +394,28 @@ TEST(MountOptionsTest, BadLogLevelsAreOneLineUsageErrors) {
   r = Dsfs({"--log-level", "loud", "info", dir / "s.db"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "dsfs: error: unknown log level 'loud'\n");
+}
+
+TEST(CliUsageTest, UnknownCommandsAndMissingStoreDirectoriesAreNamed) {
+  TempDir dir;
+  CliRun r = Dsfs({"frobnicate"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "dsfs: error: unknown command 'frobnicate' (see dsfs --help)\n");
+  WriteFile(dir / "src/a.txt", "a");
+  r = Dsfs({"pack", dir / "src", dir / "missing/s.db"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "dsfs: error: " + (dir / "missing") +
+                       ": No such file or directory (the store's directory)\n");
+  // A tree with its own top-level .dsfs packs, with a line saying where it went.
+  WriteFile(dir / "src/.dsfs/notes.txt", "n");
+  std::string log = dir / "pack.log";
+  ASSERT_TRUE(LogToFile(log).ok());
+  r = Dsfs({"pack", "-q", dir / "src", dir / "s.db"});
+  LogToStderr();
+  EXPECT_EQ(r.code, 0) << r.err;
+  std::string text = ReadFile(log);
+  EXPECT_EQ(Lines(text), 1) << text;
+  EXPECT_NE(text.find("top-level .dsfs is hidden in mounts"), std::string::npos) << text;
 }
 
 // fstab and `mount -o` hand every filesystem the same generic options: the helper skips them.

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <png.h>
 #include <turbojpeg.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include <cstring>
 #include <map>
@@ -88,6 +90,73 @@ TEST(ImageTest, DecodesJpegAndPngAndRefusesWhatPilWouldSeeDifferently) {
   EXPECT_EQ(DecodeImage("hello", &img).code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(SniffImage(jpeg), ImageKind::kJpeg);
   EXPECT_EQ(SniffImage("BM...."), ImageKind::kNone);
+}
+
+// A PNG assembled chunk by chunk: `chunks` (each a type and a body) go between IHDR and IEND.
+std::string PngChunk(std::string_view type, std::string_view body, bool good_crc = true) {
+  std::string c;
+  auto be32 = [&c](uint32_t v) {
+    for (int i = 3; i >= 0; --i) c.push_back(static_cast<char>(v >> (8 * i)));
+  };
+  be32(static_cast<uint32_t>(body.size()));
+  c.append(type);
+  c.append(body);
+  uint32_t crc = static_cast<uint32_t>(
+      crc32(0, reinterpret_cast<const Bytef*>(c.data() + 4), static_cast<uInt>(body.size() + 4)));
+  be32(good_crc ? crc : crc ^ 1);
+  return c;
+}
+
+std::string Zlib(std::string_view raw) {
+  uLongf size = compressBound(raw.size());
+  std::string z(size, '\0');
+  EXPECT_EQ(compress(reinterpret_cast<Bytef*>(z.data()), &size,
+                     reinterpret_cast<const Bytef*>(raw.data()), raw.size()),
+            Z_OK);
+  z.resize(size);
+  return z;
+}
+
+// An 8-bit palette PNG, one row of `indices`, with `palette` (RGB triples) and `extra` chunks
+// between the palette and the image data.
+std::string PalettePng(std::string_view indices, std::string_view palette,
+                       const std::string& extra = "") {
+  std::string ihdr("\0\0\0\0\0\0\0\1\x08\x03\0\0\0", 13);
+  ihdr[3] = static_cast<char>(indices.size());
+  return std::string("\x89PNG\r\n\x1a\n", 8) + PngChunk("IHDR", ihdr) +
+         PngChunk("PLTE", palette) + extra + PngChunk("IDAT", Zlib(std::string(1, '\0') + std::string(indices))) +
+         PngChunk("IEND", "");
+}
+
+TEST(ImageTest, PngsPilRefusesOrReadsDifferentlyAreRefused) {
+  const std::string idx("\0\1\2\3", 4);
+  const std::string four("\xc8\x0a\x0a\x0a\xc8\x0a\x01\x02\x03\x04\x05\x06", 12);
+  DecodedImage img;
+  ASSERT_TRUE(DecodeImage(PalettePng(idx, four), &img).ok());
+  EXPECT_EQ(img.rgb, four);  // each index looked up
+  // Indices past a 2-entry palette: libpng gives black, PIL a gray level.
+  EXPECT_EQ(DecodeImage(PalettePng(idx, four.substr(0, 6)), &img).code(),
+            Status::Code::kNotSupported);
+  // PIL checks every chunk's checksum before the image data, ancillary ones included.
+  EXPECT_TRUE(
+      DecodeImage(PalettePng(idx, four, PngChunk("tEXt", std::string("k\0v", 3), false)), &img)
+          .IsCorruption());
+  // Text: PIL inflates up to 1 MiB and fails past it, and on unknown compression methods.
+  const std::string big = Zlib(std::string(2 << 20, 'a')), small = Zlib("hello");
+  auto text = [&](std::string_view type, std::string_view head, const std::string& z) {
+    return DecodeImage(PalettePng(idx, four, PngChunk(type, std::string(head) + z)), &img);
+  };
+  EXPECT_TRUE(text("zTXt", std::string("k\0\0", 3), small).ok());
+  EXPECT_EQ(text("zTXt", std::string("k\0\0", 3), big).code(), Status::Code::kNotSupported);
+  EXPECT_EQ(text("zTXt", std::string("k\0\1", 3), small).code(), Status::Code::kNotSupported);
+  EXPECT_EQ(text("iCCP", std::string("p\0\0", 3), big).code(), Status::Code::kNotSupported);
+  EXPECT_TRUE(text("iTXt", std::string("k\0\1\0en\0k\0", 9), small).ok());
+  EXPECT_EQ(text("iTXt", std::string("k\0\1\0en\0k\0", 9), big).code(),
+            Status::Code::kNotSupported);
+  // Transparency and palette chunks of the wrong length.
+  EXPECT_FALSE(DecodeImage(PalettePng(idx, four, PngChunk("tRNS", std::string(5, '\0'))), &img).ok());
+  EXPECT_FALSE(DecodeImage(PalettePng(idx, four + "x"), &img).ok());
+  EXPECT_TRUE(DecodeImage(PalettePng(idx, four, PngChunk("tRNS", std::string(2, '\0'))), &img).ok());
 }
 
 TEST(ImageTest, BmpAndNpyLayouts) {
@@ -351,6 +420,92 @@ TEST_F(FilesystemViewsTest, ViewAsRoot) {
   ASSERT_TRUE(fs.GetAttr(1, &st).ok());
   EXPECT_EQ(st.st_ino, 1u);
   EXPECT_TRUE(S_ISDIR(st.st_mode));
+  // The original tree is there too, under a number of its own (FUSE's 1 is the view's root).
+  uint64_t original = Walk(&fs, ".dsfs/original");
+  EXPECT_NE(original, 0u);
+  EXPECT_NE(original, 1u);
+  ASSERT_TRUE(fs.GetAttr(original, &st).ok());
+  EXPECT_EQ(st.st_ino, original);
+  EXPECT_EQ(ReadAll(&fs, Walk(&fs, ".dsfs/original/b_class/2.jpg")), Jpeg(8, 8, 2));
+  std::vector<std::string> names;
+  ASSERT_TRUE(fs.ReadDir(Walk(&fs, ".dsfs"), 0, [&](std::string_view n, const struct stat&, uint64_t) {
+                  names.emplace_back(n);
+                  return true;
+                }).ok());
+  EXPECT_EQ(names, (std::vector<std::string>{".", "..", "stats", "original", "npy", "tensor"}));
+}
+
+std::vector<std::string> List(Filesystem* fs, uint64_t ino) {
+  std::vector<std::string> names;
+  EXPECT_TRUE(fs->ReadDir(ino, 0, [&](std::string_view n, const struct stat&, uint64_t) {
+                  names.emplace_back(n);
+                  return true;
+                }).ok());
+  return names;
+}
+
+// Names a view generates win over source files of the same name, in lookups and listings
+// alike; the source's own .dsfs directory stays reachable inside the views.
+TEST_F(FilesystemViewsTest, GeneratedNamesWinOverSourceNamesConsistently) {
+  WriteFile(dir_ / "src/.dsfs/user.txt", "mine");
+  WriteFile(dir_ / "src/n/a.jpg", Jpeg(8, 8, 11));
+  WriteFile(dir_ / "src/n/a.jpg.npy", "user data");
+  WriteFile(dir_ / "src/n/b.txt.npy", "kept");
+  auto fs = Mount(false);
+  std::vector<std::string> root = List(fs.get(), 1);
+  EXPECT_EQ(std::count(root.begin(), root.end(), ".dsfs"), 0);
+  EXPECT_NE(Walk(fs.get(), ".dsfs/bmp"), 0u);  // lookups find dsfs's own .dsfs, before or after
+  EXPECT_EQ(ReadAll(fs.get(), Walk(fs.get(), ".dsfs/bmp/.dsfs/user.txt")), "mine");
+  EXPECT_EQ(List(fs.get(), Walk(fs.get(), ".dsfs/npy/n")),
+            (std::vector<std::string>{".", "..", "a.jpg.npy", "b.txt.npy"}));
+  std::string npy = ReadAll(fs.get(), Walk(fs.get(), ".dsfs/npy/n/a.jpg.npy"));
+  EXPECT_EQ(npy.substr(0, 6), "\x93NUMPY");
+  EXPECT_EQ(ReadAll(fs.get(), Walk(fs.get(), ".dsfs/npy/n/b.txt.npy")), "kept");
+}
+
+// ImageFolder sorts names as Python strings: undecodable bytes become U+DC80..U+DCFF, which
+// sort before U+E000 and emoji although their bytes (0x80..0xFF) sort after every lead byte.
+TEST_F(FilesystemViewsTest, TensorViewSortsNamesAsPythonDoes) {
+  const std::string e_acute = "\xc3\xa9", bad = "\xff", smile = "\xf0\x9f\x98\x80";
+  for (const std::string& n : {e_acute, bad, smile}) {
+    WriteFile(dir_ / ("src/u/c/" + n + ".jpg"), Jpeg(8, 8, 12));
+    WriteFile(dir_ / ("src/v/" + n + "_cls/1.jpg"), Jpeg(8, 8, 13));
+  }
+  auto fs = Mount(false);
+  InodeRecord rec;
+  TensorIndex t;
+  std::string files;
+  uint32_t u, v;
+  ASSERT_TRUE(fs->store().LookupPath("u", &u, &rec).ok());
+  ASSERT_TRUE(BuildTensorIndex(fs->store(), u, &t).ok());
+  ASSERT_TRUE(t.available) << t.why;
+  ASSERT_TRUE(TensorFilesText(fs->store(), u, t, &files).ok());
+  EXPECT_EQ(files, "c/" + e_acute + ".jpg\nc/" + bad + ".jpg\nc/" + smile + ".jpg\n");
+  ASSERT_TRUE(fs->store().LookupPath("v", &v, &rec).ok());
+  ASSERT_TRUE(BuildTensorIndex(fs->store(), v, &t).ok());
+  ASSERT_TRUE(t.available) << t.why;
+  EXPECT_EQ(t.classes, (std::vector<std::string>{e_acute + "_cls", bad + "_cls", smile + "_cls"}));
+}
+
+// ImageFolder follows symbolic links (a linked class directory is a class); the tensor view
+// cannot, so any link below makes it absent, saying which.
+TEST_F(FilesystemViewsTest, TensorViewIsAbsentWhereLinksAre) {
+  WriteFile(dir_ / "src/l/real/1.jpg", Jpeg(8, 8, 14));
+  ASSERT_EQ(symlink("real", (dir_ / "src/l/alias").c_str()), 0);
+  WriteFile(dir_ / "src/l2/c/1.jpg", Jpeg(8, 8, 15));
+  ASSERT_EQ(symlink("../../l/real", (dir_ / "src/l2/c/sub").c_str()), 0);
+  WriteFile(dir_ / "src/l3/1.jpg", Jpeg(8, 8, 16));
+  ASSERT_EQ(symlink("1.jpg", (dir_ / "src/l3/notes").c_str()), 0);
+  auto fs = Mount(false);
+  for (auto [dir, link] : {std::pair{"l", "alias"}, {"l2", "c/sub"}, {"l3", "notes"}}) {
+    uint32_t d;
+    InodeRecord rec;
+    TensorIndex t;
+    ASSERT_TRUE(fs->store().LookupPath(dir, &d, &rec).ok());
+    ASSERT_TRUE(BuildTensorIndex(fs->store(), d, &t).ok());
+    EXPECT_FALSE(t.available) << dir;
+    EXPECT_EQ(t.why.find(std::string(link) + " is a symbolic link"), 0u) << t.why;
+  }
 }
 
 }  // namespace

@@ -25,9 +25,11 @@ Exit code 0 on success (or "views: SKIPPED" when it cannot mount here), 1 on any
 import argparse
 import os
 import shutil
+import struct
 import sys
 import tempfile
 import time
+import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_imagefolder_test as e2e  # noqa: E402  (the tree builder and mount helpers)
@@ -96,6 +98,30 @@ def build_specials(root):
     with open(os.path.join(root, "text.jpg"), "w") as f:
         f.write("not an image at all\n")
     expect["text.jpg"] = "as-is"
+    # PNGs libpng reads but PIL refuses or reads otherwise: indices past a short palette (PIL
+    # shows a gray level, libpng black), a bad checksum on a text chunk, a text chunk that
+    # inflates past PIL's 1 MiB limit. Served as they are.
+    def chunk(kind, body, crc=None):
+        crc = zlib.crc32(kind + body) if crc is None else crc
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", crc & 0xFFFFFFFF)
+
+    def palette_png(extra=b"", entries=4):
+        ihdr = struct.pack(">IIBBBBB", 4, 1, 8, 3, 0, 0, 0)
+        plte = bytes([200, 10, 10, 10, 200, 10, 1, 2, 3, 4, 5, 6])[: 3 * entries]
+        return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"PLTE", plte) + extra +
+                chunk(b"IDAT", zlib.compress(b"\0\0\1\2\3")) + chunk(b"IEND", b""))
+
+    for name, blob, how in [
+            ("palette-4.png", palette_png(), "decoded"),
+            ("palette-short.png", palette_png(entries=2), "as-is"),
+            ("text-crc.png", palette_png(chunk(b"tEXt", b"k\0v", crc=0)), "as-is"),
+            ("ztxt-small.png", palette_png(chunk(b"zTXt", b"k\0\0" + zlib.compress(b"hi"))),
+             "decoded"),
+            ("ztxt-big.png",
+             palette_png(chunk(b"zTXt", b"k\0\0" + zlib.compress(b"a" * (2 << 20)))), "as-is")]:
+        with open(os.path.join(root, name), "wb") as f:
+            f.write(blob)
+        expect[name] = how
     return expect
 
 
@@ -122,6 +148,27 @@ def build_uniform(root, count_per_class=25):
     # A JPEG of the same size: the tensor view mixes formats as long as the size is one.
     e2e.synthetic_image(rng, 28, 28, "RGB").save(os.path.join(root, "class-1", "photo.jpg"),
                                                  quality=90)
+    # Names that are not UTF-8 sort as Python sorts them ("\udcff" between "é" and emoji),
+    # not as their bytes.
+    for i, name in enumerate([b"\xc3\xa9.png", b"\xff.png", b"\xf0\x9f\x98\x80.png"]):
+        Image.fromarray(pixels[i], "L").save(os.path.join(os.fsencode(root), b"class-2", name),
+                                             format="PNG")
+
+
+def build_absent(root):
+    """Trees the tensor view cannot serve: a class reached through a symbolic link (ImageFolder
+    follows it), and images of two sizes."""
+    import numpy as np
+    from PIL import Image
+
+    def save(rel, size):
+        os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+        Image.fromarray(np.zeros((size, size), np.uint8), "L").save(os.path.join(root, rel))
+
+    save("links/real/0.png", 28)
+    os.symlink("real", os.path.join(root, "links", "alias"))
+    save("mixed/a/0.png", 28)
+    save("mixed/a/1.png", 14)
 
 
 def pil_array(path):
@@ -274,10 +321,10 @@ def check_tensor(dsfs, store, src, mnt, rel):
             raise TestFailure(f"tensor/{rel}/images.npy: a random batch differs")
     if labels.dtype != np.int64 or labels.tolist() != ds.targets:
         raise TestFailure(f"tensor/{rel}/labels.npy differs from ImageFolder's targets")
-    with open(os.path.join(tdir, "classes.txt")) as f:
+    with open(os.path.join(tdir, "classes.txt"), errors="surrogateescape") as f:
         if f.read().splitlines() != ds.classes:
             raise TestFailure(f"tensor/{rel}/classes.txt differs from ImageFolder's classes")
-    with open(os.path.join(tdir, "files.txt")) as f:
+    with open(os.path.join(tdir, "files.txt"), errors="surrogateescape") as f:
         files = f.read().splitlines()
     if files != [os.path.relpath(p, os.path.join(src, rel)) for p, _ in ds.samples]:
         raise TestFailure(f"tensor/{rel}/files.txt differs from ImageFolder's samples")
@@ -308,12 +355,12 @@ def check_tensor_leaf(src, mnt, rel):
     return len(names)
 
 
-def check_tensor_absent(dsfs, store, mnt, rel):
+def check_tensor_absent(dsfs, store, mnt, rel, reason):
     tdir = os.path.join(mnt, ".dsfs", "tensor", rel)
     if "images.npy" in os.listdir(tdir) or os.path.exists(os.path.join(tdir, "images.npy")):
-        raise TestFailure(f"tensor/{rel}: images.npy exists for images of several sizes")
+        raise TestFailure(f"tensor/{rel}: images.npy exists ({reason})")
     r = run([dsfs, "info", store, rel])
-    if r.returncode != 0 or "absent:" not in r.stdout:
+    if r.returncode != 0 or "absent:" not in r.stdout or reason not in r.stdout:
         raise TestFailure(f"dsfs info {rel} does not say why the tensor view is absent: "
                           f"{r.stdout.strip()} {r.stderr.strip()}")
     return r.stdout.strip().splitlines()[-1]
@@ -348,6 +395,7 @@ def main():
         specials = {os.path.join("specials", k): v
                     for k, v in build_specials(os.path.join(data, "specials")).items()}
         build_uniform(os.path.join(data, "uniform"))
+        build_absent(os.path.join(data, "absent"))
         for predecode in (False, True):
             store = os.path.join(tmp, f"store{int(predecode)}.dsfs")
             r = run([dsfs, "pack", "-q", data, store] + (["--predecode"] if predecode else []))
@@ -364,7 +412,9 @@ def main():
                 t = check_tensor(dsfs, store, data, mnt, "uniform")
                 t_leaf = check_tensor(dsfs, store, data, mnt, "uniform/class-3")
                 t_leaf += check_tensor_leaf(data, mnt, "uniform/class-3/deeper")
-                why = check_tensor_absent(dsfs, store, mnt, "images")
+                why = check_tensor_absent(dsfs, store, mnt, "absent/mixed", "differ in size")
+                check_tensor_absent(dsfs, store, mnt, "absent/links", "alias is a symbolic link")
+                check_tensor_absent(dsfs, store, mnt, "images", "zz-cat-alias is a symbolic link")
             except Exception:
                 e2e.unmount(dsfs, mnt)  # the first failure is the one to report
                 raise
@@ -378,8 +428,12 @@ def main():
             # A view as the mount's root: the unmodified script's path stays the same.
             mount(dsfs, store, mnt, "-o", "view=bmp")
             try:
-                if ".dsfs" in os.listdir(mnt) or "bmp" in os.listdir(os.path.join(mnt, ".dsfs")):
-                    raise TestFailure("view=bmp: .dsfs listed, or the bmp view shown inside it")
+                listed = sorted(os.listdir(os.path.join(mnt, ".dsfs")))
+                if ".dsfs" in os.listdir(mnt) or listed != ["npy", "original", "stats", "tensor"]:
+                    raise TestFailure(f"view=bmp: .dsfs listed, or it holds {listed}")
+                with open(os.path.join(mnt, ".dsfs", "original", "specials", "big.jpg"), "rb") as f:
+                    if f.read(3) != b"\xff\xd8\xff":
+                        raise TestFailure("view=bmp: .dsfs/original/specials/big.jpg is not the JPEG")
                 compare_imagefolder(os.path.join(data, "images"), os.path.join(mnt, "images"))
                 with open(os.path.join(mnt, "specials", "big.jpg"), "rb") as f:
                     if f.read(2) != b"BM":

@@ -150,6 +150,14 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
                std::ostream& out) {
   std::unique_ptr<Store> store;
   DSFS_RETURN_IF_ERROR(OpenStore(store_path, &store));
+  // The tensor view of `path` (there, or why not), before anything is written: a bad path is
+  // an error line and no output.
+  uint32_t dir;
+  InodeRecord rec;
+  DSFS_RETURN_IF_ERROR(store->LookupPath(path, &dir, &rec).WithContext(path));
+  if (!IsDir(rec)) return Status::InvalidArgument(path + ": not a directory");
+  TensorIndex t;
+  DSFS_RETURN_IF_ERROR(BuildTensorIndex(*store, dir, &t));
   const StoreHeader& h = store->header();
   uint64_t store_bytes = StoreBytes(store_path);
   double ratio =
@@ -198,13 +206,6 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
         h.pixel_count ? FormatBytes(h.pixel_bytes).c_str() : "no");
   }
   out << buf;
-  // The tensor view of `path`: there, or why not.
-  uint32_t dir;
-  InodeRecord rec;
-  DSFS_RETURN_IF_ERROR(store->LookupPath(path, &dir, &rec).WithContext(path));
-  if (!IsDir(rec)) return Status::InvalidArgument(path + ": not a directory");
-  TensorIndex t;
-  DSFS_RETURN_IF_ERROR(BuildTensorIndex(*store, dir, &t));
   if (json) {
     out << "\"tensor\": {\"path\": " << JsonString(path)
         << ", \"available\": " << (t.available ? "true" : "false");

@@ -203,7 +203,12 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     out << e.what() << "\n";
     return 0;
   } catch (const CLI::ParseError& e) {
-    err << "dsfs: error: " << e.what() << " (see dsfs --help)\n";
+    std::string what = e.what();
+    // A first word that is no command reads better named than as "a subcommand is required".
+    if (app.get_subcommands().empty() && !args.empty() && !args[0].empty() && args[0][0] != '-') {
+      what = "unknown command '" + args[0] + "'";
+    }
+    err << "dsfs: error: " << what << " (see dsfs --help)\n";
     return 2;
   }
   if (!SetLogLevel(log_level)) {

@@ -13,7 +13,7 @@ PKGS=(
   libgtest-dev libgmock-dev
   libxxhash-dev
   libcli11-dev
-  libturbojpeg0-dev libpng-dev
+  libturbojpeg0-dev libpng-dev zlib1g-dev
   libarchive-dev
   libsystemd-dev systemd
   squashfs-tools squashfuse

@@ -11,10 +11,12 @@ with one torch thread, as in a DataLoader worker (no DataLoader), the mean micro
   - the same with `open(path, "rb", buffering=0)` (no isatty);
   - PIL: Image.open of the bytes + convert("RGB") (decoding);
   - ToTensor() of the image;
-  - the whole sample: default_loader(path) + ToTensor(), as ImageFolder's __getitem__ does;
+  - the whole sample: default_loader(path) + ToTensor(), as ImageFolder's __getitem__ does,
+    and the same without the isatty() of open();
 on: the source tree on ext4, a copy of the dsfs bmp view's files on ext4 (BMP without FUSE:
 what any file system serving BMP could reach at best), dsfs original files and the dsfs bmp
-view (a --predecode store). Writes bench/results/sample-costs-<date>.md and .jsonl.
+view (a --predecode store). Every step of every tree is timed in turn, round after round, and
+the median kept. Writes bench/results/sample-costs-<date>.md and .jsonl.
 """
 import argparse
 import io
@@ -23,6 +25,7 @@ import os
 import platform
 import random
 import shutil
+import statistics
 import sys
 import time
 
@@ -38,15 +41,11 @@ from views_bench import Mount, sh  # noqa: E402
 IMAGE_EXT = (".jpg", ".jpeg", ".png")
 
 
-def per_sample_us(fn, items, repeat=3):
-    best = None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for x in items:
-            fn(x)
-        el = (time.perf_counter() - t0) / len(items) * 1e6
-        best = el if best is None else min(best, el)
-    return round(best, 1)
+def per_sample_us(fn, items):
+    t0 = time.perf_counter()
+    for x in items:
+        fn(x)
+    return (time.perf_counter() - t0) / len(items) * 1e6
 
 
 def read_default(p):
@@ -59,19 +58,41 @@ def read_unbuffered(p):
         return f.read()
 
 
-def measure(paths):
+def loader_no_isatty(p):
+    """default_loader without the isatty() of open(): the same PIL calls on a BufferedReader."""
+    with open(p, "rb", buffering=0) as raw, io.BufferedReader(raw) as f:
+        return Image.open(f).convert("RGB")
+
+
+METRICS = ["open_read_default", "open_read_unbuffered", "decode", "to_tensor", "sample",
+           "sample_no_isatty"]
+
+
+def measure(trees, rounds):
+    """Every metric of every tree, interleaved round by round (this VM's speed drifts by 10-30%
+    within minutes); the median of `rounds` passes each."""
     to_tensor = ToTensor()
-    for p in paths:  # hot: every file read once
-        read_unbuffered(p)
-    blobs = [read_unbuffered(p) for p in paths]
-    images = [Image.open(io.BytesIO(b)).convert("RGB") for b in blobs]
-    return {
-        "open_read_default": per_sample_us(read_default, paths),
-        "open_read_unbuffered": per_sample_us(read_unbuffered, paths),
-        "decode": per_sample_us(lambda b: Image.open(io.BytesIO(b)).convert("RGB"), blobs),
-        "to_tensor": per_sample_us(to_tensor, images),
-        "sample": per_sample_us(lambda p: to_tensor(default_loader(p)), paths),
-    }
+    state = []
+    for _, paths in trees:
+        for p in paths:  # hot: every file read once
+            read_unbuffered(p)
+        blobs = [read_unbuffered(p) for p in paths]
+        images = [Image.open(io.BytesIO(b)).convert("RGB") for b in blobs]
+        state.append({
+            "open_read_default": (read_default, paths),
+            "open_read_unbuffered": (read_unbuffered, paths),
+            "decode": (lambda b: Image.open(io.BytesIO(b)).convert("RGB"), blobs),
+            "to_tensor": (to_tensor, images),
+            "sample": (lambda p: to_tensor(default_loader(p)), paths),
+            "sample_no_isatty": (lambda p: to_tensor(loader_no_isatty(p)), paths),
+        })
+    times = [{m: [] for m in METRICS} for _ in trees]
+    for _ in range(rounds):
+        for i, st in enumerate(state):
+            for m in METRICS:
+                fn, items = st[m]
+                times[i][m].append(per_sample_us(fn, items))
+    return [{m: round(statistics.median(t[m]), 1) for m in METRICS} for t in times]
 
 
 def main():
@@ -80,6 +101,7 @@ def main():
     ap.add_argument("--work", default=os.environ.get("BENCH_WORK", "/var/tmp/dsfs-bench"))
     ap.add_argument("--datasets", nargs="+", default=["photo32", "fmnist"])
     ap.add_argument("--files", type=int, default=3000)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--desc", default=os.environ.get("DSFS_DESC", ""))
     a = ap.parse_args()
     # As in a DataLoader worker (torch's worker loop sets it): with torch's default intra-op
@@ -113,8 +135,9 @@ def main():
                          ("bmp view's files copied to ext4 (no FUSE)", bmp_copy),
                          ("dsfs original files", mnt),
                          ("dsfs bmp view (--predecode)", os.path.join(mnt, ".dsfs", "bmp"))]
-                for label, root in trees:
-                    m = measure([os.path.join(root, r) for r in rel])
+                measured = measure([(label, [os.path.join(root, r) for r in rel])
+                                    for label, root in trees], a.rounds)
+                for (label, _), m in zip(trees, measured):
                     res.setdefault(ds, []).append((label, m))
                     jsonl.write(json.dumps({"ds": ds, "tree": label, **m}) + "\n")
                     jsonl.flush()
@@ -124,18 +147,22 @@ def main():
     lines = [f"# Per-sample costs of an ImageFolder sample, {stamp}", "",
              f"- machine: {os.cpu_count()} CPUs, kernel {platform.release()}, Python "
              f"{platform.python_version()}; dsfs {dsfs} {a.desc}",
-             f"- {a.files} random images per data set, hot, one process, best of 3 passes; "
-             "microseconds per sample", ""]
+             f"- {a.files} random images per data set, hot, one process; every step of every "
+             f"tree timed in turn, {a.rounds} rounds, the median; microseconds per sample",
+             "- whole sample: `ToTensor()(default_loader(p))`, as ImageFolder's __getitem__; "
+             "without isatty: the same PIL calls on `io.BufferedReader(open(p, \"rb\", "
+             "buffering=0))`, which skips the isatty() ioctl that `open(p, \"rb\")` sends", ""]
     for ds, rows in res.items():
         lines += [f"## {ds}", "",
                   "| tree | open+read (`open(p, \"rb\")`) | open+read (buffering=0) | "
-                  "PIL open+convert(\"RGB\") | ToTensor | whole sample | vs source on ext4 |",
-                  "|---|---|---|---|---|---|---|"]
+                  "PIL open+convert(\"RGB\") | ToTensor | whole sample | vs source on ext4 | "
+                  "whole sample without isatty |",
+                  "|---|---|---|---|---|---|---|---|"]
         base = rows[0][1]["sample"]
         for label, m in rows:
             lines.append(f"| {label} | {m['open_read_default']} | {m['open_read_unbuffered']} | "
                          f"{m['decode']} | {m['to_tensor']} | {m['sample']} | "
-                         f"{base / m['sample']:.2f}x |")
+                         f"{base / m['sample']:.2f}x | {m['sample_no_isatty']} |")
         lines.append("")
     lines += ["Raw figures: the .jsonl beside this file; command: `bench/sample_costs.py`.", ""]
     with open(out + ".md", "w") as f:

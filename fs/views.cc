@@ -156,8 +156,11 @@ std::u32string PythonOrderKey(std::string_view name) {
 }
 
 bool IsUtf8(std::string_view name) {
-  for (char32_t cp; !name.empty(); name.remove_prefix(Utf8CodePoint(name, &cp))) {
-    if (Utf8CodePoint(name, &cp) == 0) return false;
+  while (!name.empty()) {
+    char32_t cp;
+    size_t n = Utf8CodePoint(name, &cp);
+    if (n == 0) return false;
+    name.remove_prefix(n);
   }
   return true;
 }

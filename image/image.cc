@@ -226,7 +226,8 @@ Status DecodePng(std::string_view data, DecodedImage* out) {
     if (depth < 8) png_set_expand_gray_1_2_4_to_8(st.png);
     png_set_gray_to_rgb(st.png);
   }
-  if ((color & PNG_COLOR_MASK_ALPHA) || (!palette && png_get_valid(st.png, st.info, PNG_INFO_tRNS))) {
+  if ((color & PNG_COLOR_MASK_ALPHA) ||
+      (!palette && png_get_valid(st.png, st.info, PNG_INFO_tRNS))) {
     png_set_strip_alpha(st.png);
   }
   png_set_interlace_handling(st.png);

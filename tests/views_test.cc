@@ -123,8 +123,8 @@ std::string PalettePng(std::string_view indices, std::string_view palette,
                        const std::string& extra = "") {
   std::string ihdr("\0\0\0\0\0\0\0\1\x08\x03\0\0\0", 13);
   ihdr[3] = static_cast<char>(indices.size());
-  return std::string("\x89PNG\r\n\x1a\n", 8) + PngChunk("IHDR", ihdr) +
-         PngChunk("PLTE", palette) + extra + PngChunk("IDAT", Zlib(std::string(1, '\0') + std::string(indices))) +
+  return std::string("\x89PNG\r\n\x1a\n", 8) + PngChunk("IHDR", ihdr) + PngChunk("PLTE", palette) +
+         extra + PngChunk("IDAT", Zlib(std::string(1, '\0') + std::string(indices))) +
          PngChunk("IEND", "");
 }
 
@@ -154,9 +154,11 @@ TEST(ImageTest, PngsPilRefusesOrReadsDifferentlyAreRefused) {
   EXPECT_EQ(text("iTXt", std::string("k\0\1\0en\0k\0", 9), big).code(),
             Status::Code::kNotSupported);
   // Transparency and palette chunks of the wrong length.
-  EXPECT_FALSE(DecodeImage(PalettePng(idx, four, PngChunk("tRNS", std::string(5, '\0'))), &img).ok());
+  EXPECT_FALSE(
+      DecodeImage(PalettePng(idx, four, PngChunk("tRNS", std::string(5, '\0'))), &img).ok());
   EXPECT_FALSE(DecodeImage(PalettePng(idx, four + "x"), &img).ok());
-  EXPECT_TRUE(DecodeImage(PalettePng(idx, four, PngChunk("tRNS", std::string(2, '\0'))), &img).ok());
+  EXPECT_TRUE(
+      DecodeImage(PalettePng(idx, four, PngChunk("tRNS", std::string(2, '\0'))), &img).ok());
 }
 
 TEST(ImageTest, BmpAndNpyLayouts) {
@@ -381,21 +383,22 @@ TEST_F(FilesystemViewsTest, ListedViewDirectoriesArePushedAsTheViewShowsThem) {
   std::map<uint64_t, std::string> kernel;
   Prefetcher::Options o;
   o.push_budget_bytes = 1 << 30;
-  Prefetcher p(&fs->store(), o,
-               [&](uint64_t ino, uint64_t off, std::string_view data) {
-                 std::lock_guard lock(mu);
-                 std::string& f = kernel[ino];
-                 if (f.size() < off + data.size()) f.resize(off + data.size());
-                 f.replace(off, data.size(), data);
-                 return 0;
-               },
-               fs.get());
+  Prefetcher p(
+      &fs->store(), o,
+      [&](uint64_t ino, uint64_t off, std::string_view data) {
+        std::lock_guard lock(mu);
+        std::string& f = kernel[ino];
+        if (f.size() < off + data.size()) f.resize(off + data.size());
+        f.replace(off, data.size(), data);
+        return 0;
+      },
+      fs.get());
   p.DirectoryListed(Walk(fs.get(), ".dsfs/bmp/b_class"));
   p.DirectoryListed(Walk(fs.get(), ".dsfs/npy/b_class"));
   p.DirectoryListed(Walk(fs.get(), ".dsfs"));  // the control directory: nothing to push
   p.WaitIdle();
-  for (const char* path : {".dsfs/bmp/b_class/2.jpg", ".dsfs/bmp/b_class/1.png",
-                           ".dsfs/npy/b_class/2.jpg.npy"}) {
+  for (const char* path :
+       {".dsfs/bmp/b_class/2.jpg", ".dsfs/bmp/b_class/1.png", ".dsfs/npy/b_class/2.jpg.npy"}) {
     uint64_t ino = Walk(fs.get(), path);
     ASSERT_EQ(kernel.count(ino), 1u) << path;
     EXPECT_EQ(kernel[ino], ReadAll(fs.get(), ino)) << path;
@@ -428,10 +431,11 @@ TEST_F(FilesystemViewsTest, ViewAsRoot) {
   EXPECT_EQ(st.st_ino, original);
   EXPECT_EQ(ReadAll(&fs, Walk(&fs, ".dsfs/original/b_class/2.jpg")), Jpeg(8, 8, 2));
   std::vector<std::string> names;
-  ASSERT_TRUE(fs.ReadDir(Walk(&fs, ".dsfs"), 0, [&](std::string_view n, const struct stat&, uint64_t) {
-                  names.emplace_back(n);
-                  return true;
-                }).ok());
+  ASSERT_TRUE(
+      fs.ReadDir(Walk(&fs, ".dsfs"), 0, [&](std::string_view n, const struct stat&, uint64_t) {
+          names.emplace_back(n);
+          return true;
+        }).ok());
   EXPECT_EQ(names, (std::vector<std::string>{".", "..", "stats", "original", "npy", "tensor"}));
 }
 

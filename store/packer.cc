@@ -6,16 +6,20 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -34,6 +38,8 @@ using Clock = std::chrono::steady_clock;
 
 // Files above this size gain nothing from the dictionary (it is tuned for small inputs).
 constexpr uint64_t kDictMaxFileBytes = 64 << 10;
+// More compression threads than any machine has cores only costs memory (and a thread each).
+constexpr int kMaxPackThreads = 1024;
 // The dictionary is trained on about this many times its size of sample files, spread evenly
 // over the tree. zstd suggests 100x, but on our datasets 10x already gives the same ratio
 // (32x32 JPEG: 0.3850 at 10x, 0.3852 at 100x; Fashion-MNIST PNG: 0.9573 vs 0.9566) while
@@ -66,18 +72,36 @@ InodeRecord RecordFromStat(const struct stat& st) {
   return r;
 }
 
+std::atomic<bool> g_interrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from signal handlers");
+
+Status CheckInterrupted() {
+  return g_interrupted.load(std::memory_order_relaxed) ? Status::IOError("interrupted")
+                                                       : Status::OK();
+}
+
 // Breadth-first walk: each directory's entries get consecutive inode numbers, sorted by name.
 Status Walk(const std::string& src, Tree* tree, const std::function<void(uint64_t)>& tick) {
   struct stat st;
-  if (::lstat(src.c_str(), &st) != 0) return Status::FromErrno(errno, src);
+  // SRC itself may be a symlink to the tree (as tar and mksquashfs take it); links inside it
+  // are stored as links.
+  if (::stat(src.c_str(), &st) != 0) return Status::FromErrno(errno, src);
   if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(src + ": not a directory");
+  std::string root_path = src;
+  if (::lstat(src.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    std::unique_ptr<char, decltype(&std::free)> real(::realpath(src.c_str(), nullptr), &std::free);
+    if (!real) return Status::FromErrno(errno, src);
+    root_path = real.get();
+    if (::stat(root_path.c_str(), &st) != 0) return Status::FromErrno(errno, root_path);
+  }
   InodeRecord root = RecordFromStat(st);
   root.parent = 1;
   tree->inodes.push_back(root);
-  tree->dir_paths[1] = src;
+  tree->dir_paths[1] = root_path;
   std::deque<uint32_t> queue{1};
   std::vector<std::string> entries;
   while (!queue.empty()) {
+    DSFS_RETURN_IF_ERROR(CheckInterrupted());
     uint32_t dir_ino = queue.front();
     queue.pop_front();
     const std::string path = tree->dir_paths[dir_ino];  // kept: its files are read later
@@ -113,10 +137,16 @@ Status Walk(const std::string& src, Tree* tree, const std::function<void(uint64_
       if (S_ISREG(st.st_mode)) {
         r.size = static_cast<uint64_t>(st.st_size);
       } else if (S_ISLNK(st.st_mode)) {
-        std::string target(static_cast<size_t>(st.st_size) + 1, '\0');
-        ssize_t n = ::readlinkat(dfd, name.c_str(), target.data(), target.size());
-        if (n < 0) {
-          int err = errno;
+        // st_size is only a hint (procfs says 0; a link may change after lstat): a target
+        // that fills the buffer may be cut, so read again with a larger one.
+        std::string target(std::max<size_t>(static_cast<size_t>(st.st_size) + 1, 256), '\0');
+        ssize_t n;
+        while ((n = ::readlinkat(dfd, name.c_str(), target.data(), target.size())) >= 0 &&
+               static_cast<size_t>(n) == target.size() && target.size() <= PATH_MAX) {
+          target.resize(target.size() * 2);
+        }
+        if (n < 0 || static_cast<size_t>(n) == target.size()) {
+          int err = n < 0 ? errno : ENAMETOOLONG;
           ::closedir(d);
           return Status::FromErrno(err, "cannot read symlink " + path + "/" + name);
         }
@@ -418,6 +448,7 @@ class PackRun {
     Status s;
     GroupBuilder group;
     for (;;) {
+      if (!(s = CheckInterrupted()).ok()) break;
       Batch b;
       bool eof = false;
       if (!comp.Next(&b, std::chrono::milliseconds(100), &eof)) {
@@ -575,6 +606,10 @@ Status CheckOptions(const PackOptions& options) {
     return Status::InvalidArgument("compression level must be between 1 and " +
                                    std::to_string(ZSTD_maxCLevel()));
   }
+  if (options.threads < 0 || options.threads > kMaxPackThreads) {
+    return Status::InvalidArgument("threads must be 0 (one per CPU) to " +
+                                   std::to_string(kMaxPackThreads));
+  }
   return Status::OK();
 }
 
@@ -699,9 +734,23 @@ class ArchiveTree {
     targets_.append(target);
     return off;
   }
-  void AddHardlink(uint32_t node, std::string target) {
-    hardlinks_.emplace_back(node, std::move(target));
+  // The regular file the archive holds at normalized `path` so far (the latest entry of that
+  // name), or UINT32_MAX.
+  uint32_t FileSoFar(const std::string& path) const {
+    size_t slash = path.rfind('/');
+    auto dir = dirs_.find(slash == std::string::npos ? "" : path.substr(0, slash));
+    if (dir == dirs_.end()) return UINT32_MAX;
+    std::string_view name =
+        slash == std::string::npos ? path : std::string_view(path).substr(slash + 1);
+    const auto& kids = nodes_[dir->second].children;
+    for (auto it = kids.rbegin(); it != kids.rend(); ++it) {
+      if (nodes_[*it].name == name) return S_ISREG(nodes_[*it].mode) ? *it : UINT32_MAX;
+    }
+    return UINT32_MAX;
   }
+  // Node `node` is a hard link of node `source`: one file, so it gets source's contents (and
+  // those of whatever source links to in turn) when the tree is built.
+  void Link(uint32_t node, uint32_t source) { link_source_[node] = source; }
 
   // Numbers the tree breadth-first (entries sorted by name; of two entries with one name the
   // later in the archive wins) and produces the inode records and name pool.
@@ -731,20 +780,19 @@ class ArchiveTree {
       }
       n.children.swap(unique);
     }
-    for (auto& [id, target] : hardlinks_) {
-      std::string path;
-      DSFS_RETURN_IF_ERROR(Normalize(target, &path));
-      uint32_t t = Find(path);
-      if (t == UINT32_MAX || !S_ISREG(nodes_[t].mode)) {
-        return Status::InvalidArgument("archive hard link to a missing file: " + target);
+    for (const auto& [id, first] : link_source_) {
+      uint32_t src = first;
+      for (size_t steps = 0; link_source_.count(src); src = link_source_.at(src)) {
+        if (++steps > link_source_.size()) {
+          return Status::InvalidArgument("archive hard links form a cycle: " + nodes_[id].name);
+        }
       }
-      nodes_[id].mode = nodes_[t].mode;
-      nodes_[id].size = nodes_[t].size;
-      nodes_[id].data = nodes_[t].data;
-      nodes_[id].image = nodes_[t].image;
-      nodes_[id].width = nodes_[t].width;
-      nodes_[id].height = nodes_[t].height;
-      nodes_[id].pixels = nodes_[t].pixels;
+      nodes_[id].size = nodes_[src].size;
+      nodes_[id].data = nodes_[src].data;
+      nodes_[id].image = nodes_[src].image;
+      nodes_[id].width = nodes_[src].width;
+      nodes_[id].height = nodes_[src].height;
+      nodes_[id].pixels = nodes_[src].pixels;
     }
     std::vector<uint32_t> order{0};  // node ids in inode order
     std::vector<uint32_t> ino_of(nodes_.size(), 0);
@@ -800,29 +848,44 @@ class ArchiveTree {
     nodes_.push_back(std::move(n));
     return id;
   }
-  // The node at a normalized path (children must be sorted), or UINT32_MAX.
-  uint32_t Find(const std::string& path) {
-    uint32_t cur = 0;
-    for (std::string_view part : PathParts(path)) {
-      const auto& kids = nodes_[cur].children;
-      auto it = std::lower_bound(
-          kids.begin(), kids.end(), part,
-          [&](uint32_t a, std::string_view p) { return std::string_view(nodes_[a].name) < p; });
-      if (it == kids.end() || nodes_[*it].name != part) return UINT32_MAX;
-      cur = *it;
-    }
-    return cur;
-  }
-
   std::vector<Node> nodes_;
   std::unordered_map<std::string, uint32_t> dirs_;
   std::string targets_;
-  std::vector<std::pair<uint32_t, std::string>> hardlinks_;
+  std::unordered_map<uint32_t, uint32_t> link_source_;  // hard link node -> its source node
 };
 
 struct ArchiveCloser {
   void operator()(struct archive* a) const { archive_read_free(a); }
 };
+
+// The archive's bytes, through zlib: gzip data is inflated with its checksums checked (the
+// gzip filter of libarchive 3.6 ignores a bad CRC and would pack wrong bytes), anything else
+// passes through as it is for libarchive's own filters (bzip2, xz, zstd, ...) and formats.
+struct GzInput {
+  gzFile gz = nullptr;
+  std::string buf = std::string(1 << 20, '\0');
+  ~GzInput() {
+    if (gz) gzclose(gz);
+  }
+};
+
+la_ssize_t GzRead(struct archive* a, void* client, const void** out) {
+  auto* in = static_cast<GzInput*>(client);
+  int n = gzread(in->gz, in->buf.data(), static_cast<unsigned>(in->buf.size()));
+  if (n < 0) {
+    int err = 0;
+    std::string msg = gzerror(in->gz, &err);
+    // zlib names the input "<fd:N>: " first: the caller names the file.
+    if (msg.rfind("<fd:", 0) == 0 && msg.find(": ") != std::string::npos) {
+      msg = msg.substr(msg.find(": ") + 2);
+    }
+    archive_set_error(a, err == Z_ERRNO ? errno : EIO, "%s",
+                      err == Z_ERRNO ? std::strerror(errno) : ("gzip data: " + msg).c_str());
+    return -1;
+  }
+  *out = in->buf.data();
+  return n;
+}
 
 Status ArchiveError(struct archive* a, const std::string& src) {
   const char* msg = archive_error_string(a);
@@ -832,11 +895,33 @@ Status ArchiveError(struct archive* a, const std::string& src) {
   return Status::IOError(text);
 }
 
+// Opens `src` (a path, or "-" for stdin) as the input of `a`.
+Status OpenArchiveInput(struct archive* a, const std::string& src, GzInput* in) {
+  int fd = src == "-" ? ::dup(0) : ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    std::string text = (src == "-" ? "stdin" : src) + ": " + std::strerror(errno);
+    return errno == ENOENT ? Status::NotFound(text) : Status::IOError(text);
+  }
+  in->gz = gzdopen(fd, "rb");
+  if (!in->gz) {
+    ::close(fd);
+    return Status::IOError(src + ": cannot read");
+  }
+  gzbuffer(in->gz, 1 << 20);
+  if (archive_read_open(a, in, nullptr, GzRead, nullptr) != ARCHIVE_OK) {
+    return ArchiveError(a, src == "-" ? "stdin" : src);
+  }
+  return Status::OK();
+}
+
 }  // namespace
+
+void InterruptPacking(bool interrupt) { g_interrupted.store(interrupt, std::memory_order_relaxed); }
 
 Status PackArchive(const std::string& src, const PackOptions& options, KvWriter* writer,
                    const std::function<void(const PackProgress&)>& progress, PackStats* stats) {
   DSFS_RETURN_IF_ERROR(CheckOptions(options));
+  GzInput input;  // outlives the archive reader (declared first, destroyed last)
   std::unique_ptr<struct archive, ArchiveCloser> a(archive_read_new());
   archive_read_support_filter_all(a.get());
   // Real archive formats only: "all" would also take any text file for an mtree spec.
@@ -844,9 +929,7 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
   archive_read_support_format_cpio(a.get());
   archive_read_support_format_zip(a.get());
   archive_read_support_format_7zip(a.get());
-  int rc = src == "-" ? archive_read_open_fd(a.get(), 0, 1 << 20)
-                      : archive_read_open_filename(a.get(), src.c_str(), 1 << 20);
-  if (rc != ARCHIVE_OK) return ArchiveError(a.get(), src == "-" ? "stdin" : src);
+  DSFS_RETURN_IF_ERROR(OpenArchiveInput(a.get(), src, &input));
   std::string name = src == "-" ? "stdin" : src;
 
   PackRun run(options, writer, progress);
@@ -872,16 +955,31 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
     int64_t mtime_s = archive_entry_mtime(e);
     uint32_t mtime_ns = static_cast<uint32_t>(archive_entry_mtime_nsec(e));
     mode_t mode = archive_entry_mode(e);
+    // A hard link names a file stored before it. It is that file from then on (a later entry
+    // of the target's name does not change it, as when tar extracts). A link that carries data
+    // (cpio's newc format puts a file's data on its last link) is the file's contents, for the
+    // earlier names too.
+    uint32_t link_source = UINT32_MAX;
+    const bool has_data = archive_entry_size_is_set(e) && archive_entry_size(e) > 0;
     if (const char* link = archive_entry_hardlink(e)) {
       if (path.empty()) return Status::InvalidArgument(name + ": hard link without a name");
-      uint32_t id = tree.Leaf(path, mtime_s);
-      tree.node(id).mode = S_IFREG | (mode & 07777);
-      tree.node(id).mtime_s = mtime_s;
-      tree.node(id).mtime_ns = mtime_ns;
-      tree.AddHardlink(id, link);
-      return Status::OK();
+      std::string target;
+      DSFS_RETURN_IF_ERROR(ArchiveTree::Normalize(link, &target));
+      link_source = tree.FileSoFar(target);
+      if (link_source == UINT32_MAX) {
+        return Status::InvalidArgument(name + ": " + path + " is a hard link to " + link +
+                                       ", which is not a file stored before it");
+      }
+      if (!has_data) {
+        uint32_t id = tree.Leaf(path, mtime_s);
+        tree.node(id).mode = S_IFREG | (mode & 07777);
+        tree.node(id).mtime_s = mtime_s;
+        tree.node(id).mtime_ns = mtime_ns;
+        tree.Link(id, link_source);
+        return Status::OK();
+      }
     }
-    switch (archive_entry_filetype(e)) {
+    switch (link_source != UINT32_MAX ? AE_IFREG : archive_entry_filetype(e)) {
       case AE_IFDIR: {
         uint32_t id = tree.Dir(path, mtime_s);
         tree.node(id).mode = S_IFDIR | (mode & 07777);
@@ -892,6 +990,11 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
       case AE_IFLNK: {
         if (path.empty()) return Status::InvalidArgument(name + ": symlink without a name");
         const char* target = archive_entry_symlink(e);
+        if (target && std::strlen(target) >= PATH_MAX) {
+          Log()->warn("skipping {}: a symlink target longer than any path ({} bytes)", path,
+                      std::strlen(target));
+          return Status::OK();
+        }
         uint32_t id = tree.Leaf(path, mtime_s);
         ArchiveTree::Node& n = tree.node(id);
         n.mode = S_IFLNK | 0777;
@@ -910,12 +1013,27 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
                      static_cast<uint64_t>(archive_entry_size(e)) <= kDictMaxFileBytes;
         bool image = false;
         size_t first_raw = b->raws.size();
+        // libarchive gives a sparse file's data with its holes filled, except a hole at the end
+        // (all of a file that is one hole): that is filled here, up to the recorded size.
+        const uint64_t declared = archive_entry_sparse_count(e) > 0 && archive_entry_size_is_set(e)
+                                      ? static_cast<uint64_t>(archive_entry_size(e))
+                                      : 0;
+        bool data_end = false;  // libarchive said so: not asked again
+        auto read_data = [&](char* dst, size_t len, uint64_t done) -> la_ssize_t {
+          la_ssize_t n = data_end ? 0 : archive_read_data(a.get(), dst, len);
+          data_end = data_end || n == 0;
+          if (n == 0 && done < declared) {
+            n = static_cast<la_ssize_t>(std::min<uint64_t>(len, declared - done));
+            std::memset(dst, 0, static_cast<size_t>(n));
+          }
+          return n;
+        };
         std::string chunk;
         for (;;) {
           chunk.resize(options.chunk_bytes);
           size_t got = 0;
           while (got < chunk.size()) {
-            la_ssize_t n = archive_read_data(a.get(), chunk.data() + got, chunk.size() - got);
+            la_ssize_t n = read_data(chunk.data() + got, chunk.size() - got, size + got);
             if (n < 0) return ArchiveError(a.get(), name + ": " + path);
             if (n == 0) break;
             got += static_cast<size_t>(n);
@@ -941,6 +1059,7 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
         n.mtime_ns = mtime_ns;
         n.size = size;
         n.data = size ? first : 0;
+        if (link_source != UINT32_MAX) tree.Link(link_source, id);
         ++b->files_completed;
         prog.bytes_total += size;
         ++prog.files_total;
@@ -1167,6 +1286,7 @@ Status AddDirectory(const Store& base, const std::string& src_in, const AddOptio
   options.dict_bytes = h.dict_bytes;
   options.threads = add.threads;
   options.predecode = h.pixel_count > 0;
+  DSFS_RETURN_IF_ERROR(CheckOptions(options));
   std::string prefix;
   DSFS_RETURN_IF_ERROR(ArchiveTree::Normalize(add.prefix, &prefix));
   std::string src = StripSlashes(src_in);

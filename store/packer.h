@@ -30,6 +30,11 @@ struct PackProgress {
   const char* phase = "";  // "scanning", "training", "compressing", "finishing"
 };
 
+// Stops a pack or add in progress (from a signal handler: only sets a flag). The run fails
+// with "interrupted" at its next check (between directories while scanning, between batches
+// while compressing) and, as on any error, leaves no store and no temporary behind.
+void InterruptPacking(bool interrupt = true);
+
 // Images the views cannot decode are logged one by one, up to this many per pack or add.
 inline constexpr uint64_t kImageWarnings = 20;
 
@@ -56,8 +61,9 @@ Status PackDirectory(const std::string& src, const PackOptions& options, KvWrite
 // Same, from a tar (any variant), cpio, zip or 7z archive, compressed or not, at
 // `src`, or from standard input when `src` is "-". The archive is read once, front to back, so
 // a stream works: nothing is extracted to disk. Paths are normalized ("./a", "/a" -> "a");
-// entries with ".." are refused; missing parent directories are created (mode 0755); hard
-// links share their target's payload; of two entries with the same path the later wins.
+// entries with ".." are refused; missing parent directories are created (mode 0755); a hard
+// link is the file it names as stored before it (one that names no earlier file is an error);
+// of two entries with the same path the later wins.
 Status PackArchive(const std::string& src, const PackOptions& options, KvWriter* writer,
                    const std::function<void(const PackProgress&)>& progress, PackStats* stats);
 

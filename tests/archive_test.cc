@@ -1,9 +1,12 @@
 // Packing from archives (PackArchive) gives the same tree as packing the directory.
+#include <archive.h>
+#include <archive_entry.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -145,6 +148,109 @@ TEST_F(ArchiveTest, ImplicitDirectoriesDuplicatesAndHardLinks) {
   EXPECT_EQ(ra.data, rb.data);  // one payload for both names
   ASSERT_TRUE(store->LookupPath("deep/er", &a, &ra).ok());
   EXPECT_TRUE(IsDir(ra));
+}
+
+// A tar written entry by entry (libarchive): {name, contents, hard link target or ""}.
+struct TarEntry {
+  std::string name, data, link;
+};
+void WriteTar(const std::string& path, const std::vector<TarEntry>& entries) {
+  struct archive* a = archive_write_new();
+  archive_write_set_format_pax_restricted(a);
+  ASSERT_EQ(archive_write_open_filename(a, path.c_str()), ARCHIVE_OK);
+  for (const TarEntry& t : entries) {
+    struct archive_entry* e = archive_entry_new();
+    archive_entry_set_pathname(e, t.name.c_str());
+    archive_entry_set_filetype(e, AE_IFREG);
+    archive_entry_set_perm(e, 0644);
+    archive_entry_set_size(e, static_cast<la_int64_t>(t.data.size()));
+    if (!t.link.empty()) archive_entry_set_hardlink(e, t.link.c_str());
+    ASSERT_EQ(archive_write_header(a, e), ARCHIVE_OK);
+    if (!t.data.empty()) archive_write_data(a, t.data.data(), t.data.size());
+    archive_entry_free(e);
+  }
+  archive_write_close(a);
+  archive_write_free(a);
+}
+
+// One file of a cpio "newc" archive (a link of inode `ino`, one of `nlink`).
+std::string Newc(const std::string& name, uint32_t ino, uint32_t nlink, const std::string& data) {
+  char h[111];
+  std::snprintf(h, sizeof(h), "070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X", ino,
+                name == "TRAILER!!!" ? 0u : 0100644u, 0u, 0u, nlink, 1600000000u,
+                static_cast<unsigned>(data.size()), 0u, 0u, 0u, 0u,
+                static_cast<unsigned>(name.size() + 1), 0u);
+  std::string out = h + name + '\0';
+  out.resize((out.size() + 3) / 4 * 4, '\0');
+  out += data;
+  out.resize((out.size() + 3) / 4 * 4, '\0');
+  return out;
+}
+
+TEST_F(ArchiveTest, HardLinksAreTheFileTheyNameWhenTheyAreRead) {
+  std::shared_ptr<MemTable> t;
+  std::unique_ptr<Store> store;
+  auto pack = [&](const std::string& path) {
+    return PackWith([&](KvWriter* w) { return PackArchive(path, options_, w, nullptr, nullptr); },
+                    &store, &t);
+  };
+  auto contents = [&](const std::string& path) {
+    uint32_t ino;
+    InodeRecord r;
+    EXPECT_TRUE(store->LookupPath(path, &ino, &r).ok()) << path;
+    ReadBuffer buf;
+    std::string_view data;
+    EXPECT_TRUE(store->Read(r, 0, r.size, &buf, &data).ok());
+    return std::string(data);
+  };
+  // a is replaced after b links to it: b keeps the first a, as tar extracts it.
+  WriteTar(dir_ / "over.tar", {{"a", "first", ""}, {"b", "", "a"}, {"a", "second", ""}});
+  ASSERT_TRUE(pack(dir_ / "over.tar").ok());
+  EXPECT_EQ(contents("a"), "second");
+  EXPECT_EQ(contents("b"), "first");
+  // Links to a file stored later, or to themselves: an error naming them, not empty files.
+  WriteTar(dir_ / "fwd.tar", {{"c", "", "b"}, {"b", "", "a"}, {"a", "abcd", ""}});
+  Status s = pack(dir_ / "fwd.tar");
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("c is a hard link to b"), std::string::npos) << s.message();
+  WriteTar(dir_ / "self.tar", {{"h", "", "h"}});
+  EXPECT_FALSE(pack(dir_ / "self.tar").ok());
+  // cpio newc stores a file's data with its last link only: every link gets it.
+  std::string cpio = Newc("x", 7, 3, "") + Newc("y", 7, 3, "") + Newc("z", 7, 3, "LINKDATA") +
+                     Newc("plain", 8, 1, "plain") + Newc("TRAILER!!!", 0, 1, "");
+  WriteFile(dir_ / "h.cpio", cpio);
+  ASSERT_TRUE(pack(dir_ / "h.cpio").ok());
+  for (const char* n : {"x", "y", "z"}) EXPECT_EQ(contents(n), "LINKDATA") << n;
+  EXPECT_EQ(contents("plain"), "plain");
+}
+
+TEST_F(ArchiveTest, SparseFilesAndGzipChecksums) {
+  std::shared_ptr<MemTable> t;
+  std::unique_ptr<Store> store;
+  auto pack = [&](const std::string& path) {
+    return PackWith([&](KvWriter* w) { return PackArchive(path, options_, w, nullptr, nullptr); },
+                    &store, &t);
+  };
+  // A file that is one hole, and one with data then a hole, in a sparse tar.
+  WriteFile(dir_ / "sp/hole", "");
+  ASSERT_EQ(::truncate((dir_ / "sp/hole").c_str(), 300000), 0);
+  WriteFile(dir_ / "sp/part", "abc");
+  ASSERT_EQ(::truncate((dir_ / "sp/part").c_str(), 200000), 0);
+  ASSERT_EQ(RunCommand({"tar", "cSf", dir_ / "sp.tar", "-C", dir_ / "sp", "."}).exit_code, 0);
+  ASSERT_TRUE(pack(dir_ / "sp.tar").ok());
+  auto snap = Snapshot(*store);
+  std::string hole = snap["/hole"], part = snap["/part"];
+  EXPECT_EQ(hole.substr(hole.find(' ', hole.find(' ') + 1) + 1), std::string(300000, '\0'));
+  EXPECT_EQ(part.substr(part.find(' ', part.find(' ') + 1) + 1),
+            "abc" + std::string(200000 - 3, '\0'));
+  // A .tar.gz whose gzip checksum is wrong (the data inflates fine): refused.
+  ASSERT_EQ(RunCommand({"tar", "czf", dir_ / "a.tgz", "-C", dir_ / "src", "."}).exit_code, 0);
+  std::string tgz = testing::ReadFile(dir_ / "a.tgz");
+  tgz[tgz.size() - 8] ^= 1;  // the CRC32 in the trailer
+  WriteFile(dir_ / "a.tgz", tgz);
+  Status s = pack(dir_ / "a.tgz");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("gzip data"), std::string::npos) << s.message();
 }
 
 TEST_F(ArchiveTest, BadArchivesAreCleanErrors) {

@@ -396,6 +396,44 @@ TEST(MountOptionsTest, BadLogLevelsAreOneLineUsageErrors) {
   EXPECT_EQ(r.err, "dsfs: error: unknown log level 'loud'\n");
 }
 
+TEST(CliUsageTest, CatReportsWriteErrorsAndPackBoundsThreads) {
+  TempDir dir;
+  WriteFile(dir / "src/a.txt", std::string(100000, 'a'));
+  CliRun r = Dsfs({"pack", "-q", dir / "src", dir / "s.db"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto sh = testing::RunCommand(
+      {"sh", "-c", testing::DsfsBinary() + " cat " + (dir / "s.db") + " a.txt > /dev/full"});
+  EXPECT_EQ(sh.exit_code, 1);
+  EXPECT_NE(sh.err.find("dsfs: error: writing a.txt"), std::string::npos) << sh.err;
+  for (const char* j : {"-1", "40000"}) {
+    r = Dsfs({"pack", "-q", "-j", j, dir / "src", dir / "t.db"});
+    EXPECT_EQ(r.code, 1) << j;
+    EXPECT_NE(r.err.find("threads must be"), std::string::npos) << r.err;
+  }
+  // SRC may be a symlink to the tree.
+  ASSERT_EQ(::symlink((dir / "src").c_str(), (dir / "link").c_str()), 0);
+  r = Dsfs({"pack", "-q", dir / "link", dir / "l.db"});
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+// Ctrl-C during a pack: an "interrupted" line, exit 1, and no store or temporary left.
+TEST(CliUsageTest, InterruptedPackLeavesNothing) {
+  TempDir dir;
+  WriteFile(dir / "src/big", testing::RandomBytes(40 << 20, 5));
+  for (const char* backend : {"lmdb", "rocksdb"}) {
+    std::string dst = dir / (std::string(backend) + ".db");
+    auto sh = testing::RunCommand({"sh", "-c",
+                                   testing::DsfsBinary() + " pack -q -j 1 --level 19 --backend " +
+                                       backend + " " + (dir / "src") + " " + dst +
+                                       " & P=$!; sleep 1; kill -INT $P; wait $P; echo rc=$?"});
+    EXPECT_NE(sh.out.find("rc=1"), std::string::npos) << backend << sh.out << sh.err;
+    EXPECT_NE(sh.err.find("dsfs: error: interrupted"), std::string::npos) << sh.err;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+      EXPECT_EQ(e.path().filename().string().find(backend), std::string::npos) << e.path();
+    }
+  }
+}
+
 TEST(CliUsageTest, UnknownCommandsAndMissingStoreDirectoriesAreNamed) {
   TempDir dir;
   CliRun r = Dsfs({"frobnicate"});

@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <functional>
 
@@ -142,6 +143,14 @@ Status RunCat(const std::string& store_path, const std::string& path, std::ostre
     s = store->Read(rec, off, step, &buf, &data);
     if (!s.ok()) return s.WithContext(path);
     out.write(data.data(), static_cast<std::streamsize>(data.size()));
+    if (!out) break;
+  }
+  // A full disk or a closed pipe: say so (coreutils' cat fails too) instead of a short file.
+  errno = 0;
+  out.flush();
+  if (!out) {
+    return Status::IOError(std::string("writing ") + path + ": " +
+                           (errno ? std::strerror(errno) : "write error"));
   }
   return Status::OK();
 }

@@ -2,11 +2,44 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <csignal>
+#include <optional>
 
 #include "common/log.h"
 #include "common/units.h"
+#include "store/packer.h"
 
 namespace dsfs {
+namespace {
+
+// While alive, SIGINT and SIGTERM interrupt packing (store/packer.h) instead of killing the
+// process; the previous handlers come back after. No SA_RESTART: a read blocked on a pipe
+// fails with EINTR, which also ends the run.
+class InterruptOnSignals {
+ public:
+  InterruptOnSignals() {
+    InterruptPacking(false);
+    struct sigaction sa {};
+    sa.sa_handler = [](int) { InterruptPacking(); };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~InterruptOnSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+    InterruptPacking(false);
+  }
+  InterruptOnSignals(const InterruptOnSignals&) = delete;
+  InterruptOnSignals& operator=(const InterruptOnSignals&) = delete;
+
+ private:
+  struct sigaction old_int_ {
+  }, old_term_{};
+};
+
+}  // namespace
+
 namespace {
 
 // CLI11 validator for sizes like 110K, 256KiB, 1M.
@@ -217,6 +250,9 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   }
 
   Status s;
+  // Ctrl-C or SIGTERM during pack or add: stop, and leave no store or temporary behind.
+  std::optional<InterruptOnSignals> interrupt;
+  if (*pack_cmd || *add_cmd) interrupt.emplace();
   if (*pack_cmd) {
     pack.options.dict_bytes = static_cast<uint32_t>(std::min<uint64_t>(dict_size, UINT32_MAX));
     if (chunk_size > (64u << 20)) {

@@ -968,7 +968,7 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
       link_source = tree.FileSoFar(target);
       if (link_source == UINT32_MAX) {
         return Status::InvalidArgument(name + ": " + path + " is a hard link to " + link +
-                                       ", which is not a file stored before it");
+                                       ", which is not a regular file stored before it");
       }
       if (!has_data) {
         uint32_t id = tree.Leaf(path, mtime_s);

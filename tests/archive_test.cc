@@ -84,8 +84,14 @@ class ArchiveTest : public ::testing::Test {
     options_.chunk_bytes = 64 << 10;
     options_.dict_bytes = 4096;
   }
+  // Packs the archive at `path` into a store in memory.
+  Status PackFile(const std::string& path, std::unique_ptr<Store>* store) {
+    return PackWith([&](KvWriter* w) { return PackArchive(path, options_, w, nullptr, nullptr); },
+                    store, &table_);
+  }
   TempDir dir_;
   PackOptions options_;
+  std::shared_ptr<MemTable> table_;
 };
 
 TEST_F(ArchiveTest, TarGivesTheSameTreeAsTheDirectory) {
@@ -188,12 +194,8 @@ std::string Newc(const std::string& name, uint32_t ino, uint32_t nlink, const st
 }
 
 TEST_F(ArchiveTest, HardLinksAreTheFileTheyNameWhenTheyAreRead) {
-  std::shared_ptr<MemTable> t;
   std::unique_ptr<Store> store;
-  auto pack = [&](const std::string& path) {
-    return PackWith([&](KvWriter* w) { return PackArchive(path, options_, w, nullptr, nullptr); },
-                    &store, &t);
-  };
+  auto pack = [&](const std::string& path) { return PackFile(path, &store); };
   auto contents = [&](const std::string& path) {
     uint32_t ino;
     InodeRecord r;
@@ -225,12 +227,8 @@ TEST_F(ArchiveTest, HardLinksAreTheFileTheyNameWhenTheyAreRead) {
 }
 
 TEST_F(ArchiveTest, SparseFilesAndGzipChecksums) {
-  std::shared_ptr<MemTable> t;
   std::unique_ptr<Store> store;
-  auto pack = [&](const std::string& path) {
-    return PackWith([&](KvWriter* w) { return PackArchive(path, options_, w, nullptr, nullptr); },
-                    &store, &t);
-  };
+  auto pack = [&](const std::string& path) { return PackFile(path, &store); };
   // A file that is one hole, and one with data then a hole, in a sparse tar.
   WriteFile(dir_ / "sp/hole", "");
   ASSERT_EQ(::truncate((dir_ / "sp/hole").c_str(), 300000), 0);

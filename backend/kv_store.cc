@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -55,6 +57,22 @@ Status OpenKvReader(const std::string& path, const KvReaderOptions& options,
   return OpenLmdbReader(path, options, reader);
 }
 
+void RemoveDeadTemporaries(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path p(path);
+  std::string stem = p.filename().string() + ".tmp-";
+  for (const auto& e :
+       std::filesystem::directory_iterator(p.parent_path().empty() ? "." : p.parent_path(), ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind(stem, 0) != 0) continue;
+    char* end = nullptr;
+    long pid = std::strtol(name.c_str() + stem.size(), &end, 10);
+    if (pid > 0 && *end == '\0' && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      std::filesystem::remove_all(e.path(), ec);
+    }
+  }
+}
+
 Status NewKvWriter(const std::string& path, std::string_view backend,
                    const KvWriterOptions& options, std::unique_ptr<KvWriter>* writer) {
   // The store is built beside `path` and renamed into place: name a missing directory as the
@@ -67,6 +85,7 @@ Status NewKvWriter(const std::string& path, std::string_view backend,
   if (!dir.empty() && !S_ISDIR(st.st_mode)) {
     return Status::InvalidArgument(dir + ": not a directory (the store's directory)");
   }
+  RemoveDeadTemporaries(path);
   if (backend == "lmdb") return NewLmdbWriter(path, options, writer);
   if (backend == "rocksdb") return NewRocksdbWriter(path, options, writer);
   return Status::InvalidArgument("unknown backend '" + std::string(backend) +

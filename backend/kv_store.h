@@ -120,6 +120,10 @@ Status NewKvWriter(const std::string& path, std::string_view backend,
 // second one fails with IOError). NotFound / InvalidArgument as OpenKvReader.
 Status NewKvUpdater(const std::string& path, std::unique_ptr<KvWriter>* writer);
 
+// Removes what writers of a store at `path` left behind when they were killed: `path`.tmp-PID
+// files or directories whose process is gone. Writers call it before they start.
+void RemoveDeadTemporaries(const std::string& path);
+
 // The backend of the store at `path` ("lmdb", "rocksdb"). NotFound if nothing is there;
 // InvalidArgument ("not a dsfs store") otherwise.
 Status DetectBackend(const std::string& path, std::string* backend);

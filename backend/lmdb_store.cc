@@ -429,19 +429,7 @@ Status NewLmdbUpdater(const std::string& path, std::unique_ptr<KvWriter>* writer
   // renamed over the store by Commit: atomic, and a mounted reader keeps its open file (LMDB
   // readers opened MDB_NOLOCK could not protect their pages from writers in the same file).
   // Copies left by updaters that were killed (their process is gone) are garbage.
-  std::error_code ec;
-  std::filesystem::path p(path);
-  std::string stem = p.filename().string() + ".tmp-";
-  for (const auto& e :
-       std::filesystem::directory_iterator(p.parent_path().empty() ? "." : p.parent_path(), ec)) {
-    std::string name = e.path().filename().string();
-    if (name.rfind(stem, 0) != 0) continue;
-    char* end = nullptr;
-    long pid = std::strtol(name.c_str() + stem.size(), &end, 10);
-    if (pid > 0 && *end == '\0' && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-      ::unlink(e.path().c_str());
-    }
-  }
+  RemoveDeadTemporaries(path);
   std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   ::unlink(tmp.c_str());
   Status s = CopyFile(path, tmp);

@@ -2,6 +2,7 @@
 // error, as a subprocess.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -414,6 +415,28 @@ TEST(CliUsageTest, CatReportsWriteErrorsAndPackBoundsThreads) {
   ASSERT_EQ(::symlink((dir / "src").c_str(), (dir / "link").c_str()), 0);
   r = Dsfs({"pack", "-q", dir / "link", dir / "l.db"});
   EXPECT_EQ(r.code, 0) << r.err;
+}
+
+// What a killed pack left (its process is gone) is removed by the next pack to that path;
+// a live process's temporary is not touched.
+TEST(CliUsageTest, PackRemovesTemporariesOfDeadPacks) {
+  TempDir dir;
+  WriteFile(dir / "src/a.txt", "a");
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  const std::string stale_file = dir / ("s.db.tmp-" + std::to_string(dead));
+  const std::string stale_dir = dir / ("r.db.tmp-" + std::to_string(dead));
+  const std::string live = dir / ("s.db.tmp-" + std::to_string(::getppid()));  // alive
+  WriteFile(stale_file, "half a store");
+  WriteFile(stale_dir + "/000001.sst", "half a store");
+  WriteFile(live, "in use");
+  EXPECT_EQ(Dsfs({"pack", "-q", dir / "src", dir / "s.db"}).code, 0);
+  EXPECT_EQ(Dsfs({"pack", "-q", "--backend", "rocksdb", dir / "src", dir / "r.db"}).code, 0);
+  EXPECT_FALSE(std::filesystem::exists(stale_file));
+  EXPECT_FALSE(std::filesystem::exists(stale_dir));
+  EXPECT_TRUE(std::filesystem::exists(live));
 }
 
 // Ctrl-C during a pack: an "interrupted" line, exit 1, and no store or temporary left.

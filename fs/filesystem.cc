@@ -164,13 +164,13 @@ Status Filesystem::LookupIn(uint64_t parent, std::string_view name, uint64_t* in
       }
     }
   }
-  if (v == View::kNpy && name.size() > 4 && name.substr(name.size() - 4) == ".npy") {
-    Status s = store_->Lookup(dir, name.substr(0, name.size() - 4), &found, &rec);
-    if (s.ok() && IsDecodableImage(rec)) {
+  if (v == View::kNpy) {
+    Status s = NpyViewImage(dir, name, &found);
+    if (s.ok()) {
       *ino = Make(kind, found);
       return Status::OK();
     }
-    if (!s.ok() && !s.IsNotFound()) return s;
+    if (!s.IsNotFound()) return s;
   }
   DSFS_RETURN_IF_ERROR(store_->Lookup(dir, name, &found, &rec));
   // The npy view shows images only under their .npy names.
@@ -206,15 +206,15 @@ Status Filesystem::ReadDirControl(uint64_t offset, const DirFiller& fill) const 
   return Status::OK();
 }
 
-bool Filesystem::ShadowedInNpyView(uint32_t dir, std::string_view name) const {
+Status Filesystem::NpyViewImage(uint32_t dir, std::string_view name, uint32_t* image) const {
   constexpr std::string_view kNpyExt = ".npy";
   if (name.size() <= kNpyExt.size() || name.substr(name.size() - kNpyExt.size()) != kNpyExt) {
-    return false;
+    return Status::NotFound("not an .npy name");
   }
-  uint32_t found;
   InodeRecord rec;
-  return store_->Lookup(dir, name.substr(0, name.size() - kNpyExt.size()), &found, &rec).ok() &&
-         IsDecodableImage(rec);
+  DSFS_RETURN_IF_ERROR(
+      store_->Lookup(dir, name.substr(0, name.size() - kNpyExt.size()), image, &rec));
+  return IsDecodableImage(rec) ? Status::OK() : Status::NotFound("not a decodable image");
 }
 
 Status Filesystem::ReadDir(uint64_t fuse_ino, uint64_t offset, const DirFiller& fill) const {
@@ -260,7 +260,12 @@ Status Filesystem::ReadDir(uint64_t fuse_ino, uint64_t offset, const DirFiller& 
                           std::end(kTensorFileNames)) {
       continue;  // the tensor view's file of that name
     }
-    if (v == View::kNpy && !IsDecodableImage(rec) && ShadowedInNpyView(dir_ino, name)) continue;
+    if (v == View::kNpy && !IsDecodableImage(rec)) {
+      uint32_t image;
+      Status s = NpyViewImage(dir_ino, name, &image);
+      if (s.ok()) continue;  // the npy view's file of image X takes the name "X.npy"
+      if (!s.IsNotFound()) return s;
+    }
     if (v == View::kNpy && IsDecodableImage(rec)) {
       npy_name.assign(name);
       npy_name += ".npy";

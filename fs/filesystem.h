@@ -109,9 +109,9 @@ class Filesystem : public PushSource {
   Status Attr(uint64_t ino, struct stat* st) const;  // our inode numbers
   Status LookupIn(uint64_t parent, std::string_view name, uint64_t* ino) const;
   Status ReadDirControl(uint64_t offset, const DirFiller& fill) const;
-  // True if `name` in store directory `dir` is "X.npy" for a decodable image X there: the npy
-  // view's file for X then takes that name.
-  bool ShadowedInNpyView(uint32_t dir, std::string_view name) const;
+  // If `name` in store directory `dir` is "X.npy" for a decodable image X there, X (whose npy
+  // view file takes that name) in *image; NotFound otherwise.
+  Status NpyViewImage(uint32_t dir, std::string_view name, uint32_t* image) const;
   void FillStat(uint64_t ino, const InodeRecord& rec, struct stat* st) const;
   // What view `v` shows for a store entry: its name (npy: images get ".npy") and attributes.
   void FillViewStat(View v, uint32_t ino, const InodeRecord& rec, struct stat* st) const;

@@ -182,11 +182,17 @@ void SortAsPython(std::vector<T>* items, Name name) {
 
 std::string SizeText(uint32_t w, uint32_t h) { return std::to_string(w) + "x" + std::to_string(h); }
 
+// The path, relative to the indexed directory, of entry `name` of directory `rel` ("" or
+// "/a/b") of class `prefix` ("" for a leaf directory's own entries).
+std::string EntryPath(const std::string& prefix, const std::string& rel, std::string_view name) {
+  std::string path = prefix + rel + "/" + std::string(name);
+  if (prefix.empty()) path.erase(0, 1);
+  return path;
+}
+
 // Why a symbolic link makes the tensor view absent: ImageFolder follows links (to a class
-// directory, to images), which the view cannot do inside a store. `leaf`: `path` starts with
-// the '/' of a leaf directory's own entries.
-std::string LinkReason(std::string path, bool leaf) {
-  if (leaf) path.erase(0, 1);
+// directory, to images), which the view cannot do inside a store.
+std::string LinkReason(const std::string& path) {
   return path + " is a symbolic link (ImageFolder follows links; the tensor view does not)";
 }
 
@@ -204,7 +210,7 @@ Status AddClass(const Store& store, uint32_t cls, const std::string& prefix, uin
     DSFS_RETURN_IF_ERROR(Entries(store, dirs[i].second, &entries));
     for (const Entry& e : entries) {
       if (IsLink(e.rec)) {
-        index->why = LinkReason(prefix + dirs[i].first + "/" + std::string(e.name), prefix.empty());
+        index->why = LinkReason(EntryPath(prefix, dirs[i].first, e.name));
         return Status::OK();
       }
       if (!IsDir(e.rec)) continue;
@@ -226,8 +232,7 @@ Status AddClass(const Store& store, uint32_t cls, const std::string& prefix, uin
     SortAsPython(&entries, [](const Entry& e) { return e.name; });
     for (const Entry& e : entries) {
       if (IsDir(e.rec) || !HasImageExtension(e.name)) continue;
-      std::string path = prefix + rel + "/" + std::string(e.name);
-      if (prefix.empty()) path.erase(0, 1);  // a leaf directory's own images
+      std::string path = EntryPath(prefix, rel, e.name);
       if (!IsDecodableImage(e.rec)) {
         index->why = path + " is not an image the views can decode";
         return Status::OK();
@@ -260,21 +265,19 @@ Status BuildTensorIndex(const Store& store, uint32_t dir, TensorIndex* index) {
   std::vector<Entry> classes;
   for (const Entry& e : entries) {
     if (IsLink(e.rec)) {
-      index->why = LinkReason(std::string(e.name), false);
+      index->why = LinkReason(std::string(e.name));
       break;
     }
     if (IsDir(e.rec)) classes.push_back(e);
   }
   SortAsPython(&classes, [](const Entry& e) { return e.name; });
-  if (!index->why.empty()) {
-    // A link: absent.
-  } else if (classes.empty()) {
+  if (index->why.empty() && classes.empty()) {
     // A leaf directory: one class, itself.
     std::string_view name;
     DSFS_RETURN_IF_ERROR(store.GetName(d, &name));
     index->classes.emplace_back(name.empty() ? "." : name);
     DSFS_RETURN_IF_ERROR(AddClass(store, dir, "", 0, index));
-  } else {
+  } else if (index->why.empty()) {
     for (const Entry& c : classes) {
       uint32_t label = static_cast<uint32_t>(index->classes.size());
       index->classes.emplace_back(c.name);

@@ -85,15 +85,14 @@ Status Walk(const std::string& src, Tree* tree, const std::function<void(uint64_
   struct stat st;
   // SRC itself may be a symlink to the tree (as tar and mksquashfs take it); links inside it
   // are stored as links.
-  if (::stat(src.c_str(), &st) != 0) return Status::FromErrno(errno, src);
-  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(src + ": not a directory");
   std::string root_path = src;
   if (::lstat(src.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
     std::unique_ptr<char, decltype(&std::free)> real(::realpath(src.c_str(), nullptr), &std::free);
     if (!real) return Status::FromErrno(errno, src);
     root_path = real.get();
-    if (::stat(root_path.c_str(), &st) != 0) return Status::FromErrno(errno, root_path);
   }
+  if (::stat(root_path.c_str(), &st) != 0) return Status::FromErrno(errno, src);
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(src + ": not a directory");
   InodeRecord root = RecordFromStat(st);
   root.parent = 1;
   tree->inodes.push_back(root);
@@ -536,6 +535,7 @@ class PackRun {
             "the tree's top-level .dsfs is hidden in mounts by dsfs's own .dsfs (views and "
             "stats); it is reachable inside the views, e.g. MOUNT/.dsfs/bmp/.dsfs, and with "
             "dsfs ls/cat");
+        break;
       }
     }
     InodeLayout layout = InodeLayout::For(inodes);

@@ -34,13 +34,9 @@ class InterruptOnSignals {
   InterruptOnSignals& operator=(const InterruptOnSignals&) = delete;
 
  private:
-  struct sigaction old_int_ {
-  }, old_term_{};
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
 };
-
-}  // namespace
-
-namespace {
 
 // CLI11 validator for sizes like 110K, 256KiB, 1M.
 struct SizeValidator : public CLI::Validator {

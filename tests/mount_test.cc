@@ -2064,7 +2064,9 @@ TEST(StressTest, ReadersInManyThreadsAndProcessesSeeNoErrorAndUnmountIsPrompt) {
     if (first_error.empty()) first_error = c.first_error;
   }
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
-  EXPECT_LT(umount_s, 5.0) << "unmount under load took " << umount_s << " s";
+  // A hang, not a speed: under a sanitizer on 2 busy vCPUs it is usually under 1 s, but one CI
+  // run measured 8.2 s (the rerun 0.47 s).
+  EXPECT_LT(umount_s, 20.0) << "unmount under load took " << umount_s << " s";
   int wstatus = 0;
   bool exited = WaitChild(daemon, milliseconds(10000), &wstatus);
   EXPECT_TRUE(exited) << "daemon still runs 10 s after a lazy unmount";

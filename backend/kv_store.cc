@@ -1,8 +1,10 @@
 #include "backend/kv_store.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 
 #include "backend/lmdb_store.h"
 #include "backend/rocksdb_store.h"
+#include "common/log.h"
 
 namespace dsfs {
 
@@ -73,6 +76,148 @@ void RemoveDeadTemporaries(const std::string& path) {
   }
 }
 
+Status CheckReplaceable(const std::string& path, const KvWriterOptions& options,
+                        StoreDestination* dest) {
+  dest->path = path;
+  dest->found = {};
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::OK();
+    return Status::FromErrno(errno, path);
+  }
+  if (!options.overwrite) {
+    return Status::Exists(path + ": already exists (use --force to overwrite)");
+  }
+  // --force replaces a store, never what a user keeps there: name what is there instead.
+  std::string what;
+  std::error_code ec;
+  if (S_ISLNK(st.st_mode)) {
+    what = "a symlink";
+  } else if (S_ISDIR(st.st_mode)) {
+    if (std::filesystem::is_empty(path, ec) && !ec) {
+      what.clear();
+    } else if (!LooksLikeRocksdb(path) || (options.is_store && !options.is_store(path))) {
+      what = "a directory that is not a dsfs store";
+    }
+  } else if (!S_ISREG(st.st_mode)) {
+    what = "a special file";
+  } else if (!LooksLikeLmdb(path) || (options.is_store && !options.is_store(path))) {
+    what = "a file that is not a dsfs store";
+  }
+  if (!what.empty()) {
+    return Status::InvalidArgument(path + ": " + what +
+                                   " is there (--force replaces only a dsfs store or an empty "
+                                   "directory)");
+  }
+  dest->found = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                 static_cast<uint32_t>(st.st_mode)};
+  return Status::OK();
+}
+
+namespace {
+
+void SyncDir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+// Gives `to` the owner, group, permission bits and extended attributes (ACLs are
+// system.posix_acl_* attributes) of `from`, of the same file type; for a directory its files
+// get the owner too. An owner or mode that cannot be kept is an error (the new version would
+// be readable by others, or no longer by its group); an attribute the filesystem refuses is
+// logged.
+Status CopyAttributes(const std::string& from, const std::string& to) {
+  struct stat old, now;
+  if (::lstat(from.c_str(), &old) != 0) return Status::FromErrno(errno, from);
+  if (::lstat(to.c_str(), &now) != 0) return Status::FromErrno(errno, to);
+  if ((old.st_mode & S_IFMT) != (now.st_mode & S_IFMT)) return Status::OK();
+  if (old.st_uid != now.st_uid || old.st_gid != now.st_gid) {
+    if (S_ISDIR(old.st_mode)) {
+      std::error_code ec;
+      for (const auto& e : std::filesystem::recursive_directory_iterator(to, ec)) {
+        if (::lchown(e.path().c_str(), old.st_uid, old.st_gid) != 0) {
+          return Status::FromErrno(errno,
+                                   "cannot give " + e.path().string() + " the owner of " + from);
+        }
+      }
+    }
+    if (::lchown(to.c_str(), old.st_uid, old.st_gid) != 0) {
+      return Status::FromErrno(errno, "cannot give the new version of " + from + " its owner (" +
+                                          std::to_string(old.st_uid) + ":" +
+                                          std::to_string(old.st_gid) + ")");
+    }
+  }
+  // After chown, which clears set-id bits.
+  if (::chmod(to.c_str(), old.st_mode & 07777) != 0) {
+    return Status::FromErrno(errno, "cannot give the new version of " + from + " its mode");
+  }
+  ssize_t len = ::llistxattr(from.c_str(), nullptr, 0);
+  if (len <= 0) return Status::OK();
+  std::string names(static_cast<size_t>(len), '\0');
+  len = ::llistxattr(from.c_str(), names.data(), names.size());
+  if (len < 0) return Status::OK();
+  names.resize(static_cast<size_t>(len));
+  for (size_t pos = 0; pos < names.size();) {
+    std::string name = names.c_str() + pos;
+    pos += name.size() + 1;
+    ssize_t n = ::lgetxattr(from.c_str(), name.c_str(), nullptr, 0);
+    if (n < 0) continue;
+    std::string value(static_cast<size_t>(n), '\0');
+    n = ::lgetxattr(from.c_str(), name.c_str(), value.data(), value.size());
+    if (n < 0) continue;
+    value.resize(static_cast<size_t>(n));
+    if (::lsetxattr(to.c_str(), name.c_str(), value.data(), value.size(), 0) != 0) {
+      Log()->warn("{}: extended attribute {} not kept by the new version: {}", from, name,
+                  std::strerror(errno));
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status MoveStoreIntoPlace(const std::string& tmp, const StoreDestination& dest) {
+  const std::string& path = dest.path;
+  std::string parent = std::filesystem::path(path).parent_path().string();
+  if (parent.empty()) parent = ".";
+  struct stat st;
+  bool exists = ::lstat(path.c_str(), &st) == 0;
+  if (!exists && errno != ENOENT) return Status::FromErrno(errno, path);
+  if (exists && (dest.found.ino == 0 || static_cast<uint64_t>(st.st_dev) != dest.found.dev ||
+                 static_cast<uint64_t>(st.st_ino) != dest.found.ino)) {
+    return Status::Exists(path +
+                          ": appeared or changed while the store was written; left as it "
+                          "is (nothing replaced)");
+  }
+  if (!exists) {
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
+      return Status::FromErrno(errno, "renaming " + tmp + " to " + path);
+    }
+  } else {
+    DSFS_RETURN_IF_ERROR(CopyAttributes(path, tmp));
+    if (!S_ISDIR(st.st_mode) && !S_ISDIR(dest.found.mode) &&
+        std::filesystem::is_regular_file(tmp)) {
+      // File over file: one rename.
+      if (::rename(tmp.c_str(), path.c_str()) != 0) {
+        return Status::FromErrno(errno, "renaming " + tmp + " to " + path);
+      }
+    } else {
+      // A directory on either side: swapped atomically (the path always holds a complete
+      // store), then the old one, now at `tmp`, is removed.
+      if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) != 0) {
+        return Status::FromErrno(errno, "replacing " + path);
+      }
+      std::error_code ec;
+      std::filesystem::remove_all(tmp, ec);
+    }
+  }
+  SyncDir(parent);
+  return Status::OK();
+}
+
 Status NewKvWriter(const std::string& path, std::string_view backend,
                    const KvWriterOptions& options, std::unique_ptr<KvWriter>* writer) {
   // The store is built beside `path` and renamed into place: name a missing directory as the
@@ -92,7 +237,12 @@ Status NewKvWriter(const std::string& path, std::string_view backend,
                                  "' (known: lmdb, rocksdb)");
 }
 
-Status NewKvUpdater(const std::string& path, std::unique_ptr<KvWriter>* writer) {
+Status NewKvUpdater(const std::string& path_in, std::unique_ptr<KvWriter>* writer) {
+  // Through a symlink, the store it names is updated (an LMDB update renames its new version
+  // over the store: over the link, it would replace the link and leave the store as it was).
+  std::unique_ptr<char, decltype(&std::free)> real(::realpath(path_in.c_str(), nullptr),
+                                                   &std::free);
+  const std::string path = real ? std::string(real.get()) : path_in;
   std::string backend;
   DSFS_RETURN_IF_ERROR(DetectBackend(path, &backend));
   if (backend == "rocksdb") return NewRocksdbUpdater(path, writer);

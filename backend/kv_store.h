@@ -98,12 +98,41 @@ class KvWriter {
 };
 
 struct KvWriterOptions {
-  bool overwrite = false;       // replace an existing store at the destination
+  // Replace what is at the destination: a store (one that `is_store` accepts, see
+  // CheckReplaceable) or an empty directory, never anything else.
+  bool overwrite = false;
   uint64_t expected_bytes = 0;  // a hint for sizing the store (LMDB map size)
+  // Whether the file or directory at a path is a store that `overwrite` may replace (dsfs's
+  // own check: its header). Empty: any store of a known backend (LMDB file, RocksDB directory).
+  std::function<bool(const std::string& path)> is_store;
 };
 
-// Creates a writer for an LMDB store at `path` (one file). Fails with Exists if `path` exists
-// and !options.overwrite.
+// What is at a new store's destination, as checked before writing (st_ino 0: nothing).
+struct StoreDestination {
+  std::string path;
+  struct Found {
+    uint64_t dev = 0, ino = 0;
+    uint32_t mode = 0;
+  } found;
+};
+
+// Checks that a new store may be written at `path`: nothing is there; or, with
+// options.overwrite, a store that options.is_store accepts (damaged ones included, as long as
+// they still are one) or an empty directory. A symlink, any other file and any non-empty
+// directory are refused (InvalidArgument naming what is there); without overwrite anything
+// there is Exists. Fills *dest for MoveStoreIntoPlace.
+Status CheckReplaceable(const std::string& path, const KvWriterOptions& options,
+                        StoreDestination* dest);
+
+// Puts the finished store `tmp` (a file or directory) at dest.path, atomically: where the
+// checked store is, it is replaced (its mode, owner, group and extended attributes, ACLs
+// included, are given to the new version first) and removed; where nothing was, nothing may
+// have appeared since. Refuses (and leaves everything as it is) if what is at dest.path is no
+// longer what CheckReplaceable found there.
+Status MoveStoreIntoPlace(const std::string& tmp, const StoreDestination& dest);
+
+// Creates a writer for an LMDB store at `path` (one file). What may be at `path` already: see
+// CheckReplaceable.
 Status NewLmdbWriter(const std::string& path, const KvWriterOptions& options,
                      std::unique_ptr<KvWriter>* writer);
 
@@ -117,7 +146,8 @@ Status NewKvWriter(const std::string& path, std::string_view backend,
 // replace or join the store's keys, all others stay. Commit() switches the store to the new
 // version atomically: a crash at any moment leaves the old version or the new one. Readers
 // opened before Commit keep serving the old version. One updater per store at a time (a
-// second one fails with IOError). NotFound / InvalidArgument as OpenKvReader.
+// second one fails with IOError). NotFound / InvalidArgument as OpenKvReader. A symlink is
+// followed: the store it names is updated, and the link stays.
 Status NewKvUpdater(const std::string& path, std::unique_ptr<KvWriter>* writer);
 
 // Removes what writers of a store at `path` left behind when they were killed: `path`.tmp-PID

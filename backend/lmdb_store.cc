@@ -179,9 +179,10 @@ class LmdbReader final : public KvReader {
 
 class LmdbWriter final : public KvWriter {
  public:
-  // `lock_fd` (an updater's lock on the store it replaces; may be -1) is closed with the writer.
-  LmdbWriter(std::string path, std::string tmp_path, int lock_fd = -1)
-      : path_(std::move(path)), tmp_(std::move(tmp_path)), lock_fd_(lock_fd) {}
+  // `dest`: where Commit puts the store (and what it may replace there). `lock_fd` (an
+  // updater's lock on the store it replaces; may be -1) is closed with the writer.
+  LmdbWriter(StoreDestination dest, std::string tmp_path, int lock_fd = -1)
+      : dest_(std::move(dest)), tmp_(std::move(tmp_path)), lock_fd_(lock_fd) {}
   ~LmdbWriter() override {
     if (txn_) mdb_txn_abort(txn_);
     if (env_) mdb_env_close(env_);
@@ -240,17 +241,8 @@ class LmdbWriter final : public KvWriter {
     if (rc != 0) return LmdbError(rc, "syncing", tmp_);
     mdb_env_close(env_);
     env_ = nullptr;
-    if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
-      return Status::FromErrno(errno, "renaming " + tmp_ + " to " + path_);
-    }
+    DSFS_RETURN_IF_ERROR(MoveStoreIntoPlace(tmp_, dest_));
     committed_ = true;
-    // Make the rename itself durable.
-    std::string dir = std::filesystem::path(path_).parent_path().string();
-    int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
     return Status::OK();
   }
 
@@ -282,7 +274,7 @@ class LmdbWriter final : public KvWriter {
     return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize < pending_bytes_ + (1u << 20);
   }
 
-  std::string path_;
+  StoreDestination dest_;
   std::string tmp_;
   MDB_env* env_ = nullptr;
   MDB_txn* txn_ = nullptr;
@@ -298,7 +290,8 @@ class LmdbWriter final : public KvWriter {
 Status CopyFile(const std::string& from, const std::string& to) {
   int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
   if (in < 0) return Status::FromErrno(errno, from);
-  int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  // Readable by no one else until it gets the store's own mode (MoveStoreIntoPlace).
+  int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (out < 0) {
     int err = errno;
     ::close(in);
@@ -379,18 +372,13 @@ Status OpenLmdbReader(const std::string& path, const KvReaderOptions& options,
 
 Status NewLmdbWriter(const std::string& path, const KvWriterOptions& options,
                      std::unique_ptr<KvWriter>* writer) {
-  struct stat st;
-  if (::lstat(path.c_str(), &st) == 0) {
-    if (!options.overwrite) {
-      return Status::Exists(path + ": already exists (use --force to overwrite)");
-    }
-    if (S_ISDIR(st.st_mode)) return Status::InvalidArgument(path + ": is a directory");
-  }
+  StoreDestination dest;
+  DSFS_RETURN_IF_ERROR(CheckReplaceable(path, options, &dest));
   std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   ::unlink(tmp.c_str());
   // Address space is cheap on 64-bit and LMDB grows the file only as pages are written.
   uint64_t map_size = options.expected_bytes * 2 + (8ull << 30);
-  auto w = std::make_unique<LmdbWriter>(path, tmp);
+  auto w = std::make_unique<LmdbWriter>(std::move(dest), tmp);
   DSFS_RETURN_IF_ERROR(w->Open(map_size));
   *writer = std::move(w);
   return Status::OK();
@@ -438,8 +426,18 @@ Status NewLmdbUpdater(const std::string& path, std::unique_ptr<KvWriter>* writer
     return s;
   }
   struct stat st;
-  uint64_t size = ::fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
-  auto w = std::make_unique<LmdbWriter>(path, tmp, fd);
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return Status::FromErrno(err, path);
+  }
+  StoreDestination dest;
+  dest.path = path;
+  dest.found = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                static_cast<uint32_t>(st.st_mode)};
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  auto w = std::make_unique<LmdbWriter>(std::move(dest), tmp, fd);
   DSFS_RETURN_IF_ERROR(w->Open(size * 2 + (8ull << 30)));
   *writer = std::move(w);
   return Status::OK();

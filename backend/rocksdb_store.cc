@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -301,13 +302,13 @@ class RocksdbReader final : public KvReader {
 // (fresh stores only: an update must stay one atomic ingestion).
 class RocksdbWriter final : public KvWriter {
  public:
-  // `db_dir`: the directory the database is built in. Fresh store: `final_path`.tmp-PID,
-  // renamed to `final_path` at commit. Update: the store itself, already open in `db`.
-  RocksdbWriter(std::string final_path, std::string db_dir, bool overwrite, rocksdb::DB* db)
-      : final_(std::move(final_path)),
+  // `db_dir`: the directory the database is built in. Fresh store: `dest.path`.tmp-PID,
+  // moved to `dest.path` at commit. Update: the store itself, already open in `db`.
+  RocksdbWriter(StoreDestination dest, std::string db_dir, rocksdb::DB* db)
+      : dest_(std::move(dest)),
+        final_(dest_.path),
         dir_(std::move(db_dir)),
         staging_(dir_ + "/dsfs-staging-" + std::to_string(::getpid())),
-        overwrite_(overwrite),
         update_(db != nullptr),
         db_(db) {}
   ~RocksdbWriter() override {
@@ -425,27 +426,11 @@ class RocksdbWriter final : public KvWriter {
     delete db_;
     db_ = nullptr;
   }
-  // Renames the finished directory to its final path. An existing store there (--force) is
-  // swapped out atomically (RENAME_EXCHANGE: the path always holds a complete store), then
-  // removed.
+  // Puts the finished directory at its final path (replacing, with --force, the store that
+  // was checked there).
   Status MoveIntoPlace() {
-    std::string parent = fs::path(final_).parent_path().string();
-    if (parent.empty()) parent = ".";
     SyncDir(dir_);
-    struct stat st;
-    if (::lstat(final_.c_str(), &st) == 0) {
-      if (!overwrite_)
-        return Status::Exists(final_ + ": already exists (use --force to overwrite)");
-      if (::renameat2(AT_FDCWD, dir_.c_str(), AT_FDCWD, final_.c_str(), RENAME_EXCHANGE) != 0) {
-        return Status::FromErrno(errno, "replacing " + final_);
-      }
-      std::error_code ec;
-      fs::remove_all(dir_, ec);  // now the old store
-    } else if (::rename(dir_.c_str(), final_.c_str()) != 0) {
-      return Status::FromErrno(errno, "renaming " + dir_ + " to " + final_);
-    }
-    SyncDir(parent);
-    return Status::OK();
+    return MoveStoreIntoPlace(dir_, dest_);
   }
   static void SyncDir(const std::string& dir) {
     int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -455,14 +440,32 @@ class RocksdbWriter final : public KvWriter {
     }
   }
 
+  StoreDestination dest_;
   std::string final_, dir_, staging_;
-  bool overwrite_, update_;
+  bool update_;
   rocksdb::DB* db_ = nullptr;
   rocksdb::Options options_ = TableOptions();
   std::map<unsigned char, Stream> streams_;
   std::map<std::string, std::string> held_;
   bool failed_ = false, committed_ = false;
 };
+
+// What RocksDB's "No such file" error at open is about. A missing table file NNNNNN.sst is
+// reported under its legacy name NNNNNN.ldb (the last name RocksDB tried): name the real one.
+std::string MissingFile(const std::string& path, const rocksdb::Status& s) {
+  std::string text = s.ToString();
+  size_t ldb = text.find(".ldb");
+  if (ldb == std::string::npos) return text;
+  size_t begin = ldb;
+  while (begin > 0 && std::isdigit(static_cast<unsigned char>(text[begin - 1]))) --begin;
+  std::string number = text.substr(begin, ldb - begin);
+  struct stat st;
+  if (number.empty() || ::stat((path + "/" + number + ".ldb").c_str(), &st) == 0 ||
+      ::stat((path + "/" + number + ".sst").c_str(), &st) == 0) {
+    return text;
+  }
+  return "table file " + number + ".sst is missing";
+}
 
 }  // namespace
 
@@ -487,7 +490,7 @@ Status OpenRocksdbReader(const std::string& path, const KvReaderOptions& options
     if (s.IsCorruption())
       return Status::Corruption(path + ": corrupt store (" + s.ToString() + ")");
     if (s.IsIOError() && s.ToString().find("No such file") != std::string::npos) {
-      return Status::Corruption(path + ": store is incomplete (" + s.ToString() + ")");
+      return Status::Corruption(path + ": store is incomplete (" + MissingFile(path, s) + ")");
     }
     return FromRocks(s, path, "opening");
   }
@@ -497,14 +500,12 @@ Status OpenRocksdbReader(const std::string& path, const KvReaderOptions& options
 
 Status NewRocksdbWriter(const std::string& path, const KvWriterOptions& options,
                         std::unique_ptr<KvWriter>* writer) {
-  struct stat st;
-  if (::lstat(path.c_str(), &st) == 0 && !options.overwrite) {
-    return Status::Exists(path + ": already exists (use --force to overwrite)");
-  }
+  StoreDestination dest;
+  DSFS_RETURN_IF_ERROR(CheckReplaceable(path, options, &dest));
   std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   std::error_code ec;
   fs::remove_all(tmp, ec);
-  auto w = std::make_unique<RocksdbWriter>(path, tmp, options.overwrite, nullptr);
+  auto w = std::make_unique<RocksdbWriter>(std::move(dest), tmp, nullptr);
   DSFS_RETURN_IF_ERROR(w->Prepare());
   *writer = std::move(w);
   return Status::OK();
@@ -516,7 +517,9 @@ Status NewRocksdbUpdater(const std::string& path, std::unique_ptr<KvWriter>* wri
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(o, path, &db);
   if (!s.ok()) return FromRocks(s, path, "opening for writing");
-  auto w = std::make_unique<RocksdbWriter>(path, path, false, db);
+  StoreDestination dest;
+  dest.path = path;  // updated in place: never moved
+  auto w = std::make_unique<RocksdbWriter>(std::move(dest), path, db);
   DSFS_RETURN_IF_ERROR(w->Prepare());
   *writer = std::move(w);
   return Status::OK();

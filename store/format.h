@@ -184,6 +184,12 @@ inline constexpr uint32_t kMaxPayloadBytes = (1u << 30) - 1;
 // Largest chunk a store may declare (dsfs pack --chunk-size allows no more): a reader never
 // allocates more than this for one record, whatever a damaged or crafted store claims.
 inline constexpr uint32_t kMaxChunkBytes = 64u << 20;
+// The longest entry name a store may hold: the kernel's NAME_MAX (a longer name in a
+// directory makes the whole directory unlistable through a mount).
+inline constexpr size_t kMaxNameBytes = 255;
+// Directories a store may nest below its root: `dsfs verify` and `ls -R` refuse deeper trees
+// as damaged (their walks recurse once per level), so pack and add refuse to make them.
+inline constexpr uint32_t kMaxTreeDepth = 4095;
 struct PayloadHeader {
   uint32_t checksum;        // low 32 bits of xxh3-64 of the record from byte 4 on
   uint32_t codec_and_size;  // codec << 30 | raw size

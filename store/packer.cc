@@ -21,12 +21,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "common/log.h"
 #include "common/path.h"
+#include "common/units.h"
 #include "image/image.h"
 #include "store/codec.h"
 #include "store/format.h"
@@ -45,6 +47,20 @@ constexpr int kMaxPackThreads = 1024;
 // (32x32 JPEG: 0.3850 at 10x, 0.3852 at 100x; Fashion-MNIST PNG: 0.9573 vs 0.9566) while
 // training takes 0.2-0.7 s instead of 2.5-4 s; 20x keeps a margin for more varied trees.
 constexpr uint64_t kDictSampleFactor = 20;
+// Training reads at most this many sample bytes, whatever the dictionary's size.
+constexpr uint64_t kMaxSampleBytes = 64 << 20;
+// The largest --dict-size: zstd gains nothing from larger dictionaries on small files, and
+// training time and memory grow with it.
+constexpr uint32_t kMaxDictBytes = 16 << 20;
+// While the dictionary is trained on an archive's first small files, their batches are held
+// back; so are the batches of the other files read meanwhile, up to this many bytes beyond the
+// samples (then the dictionary is trained on what was found).
+constexpr uint64_t kMaxHeldOtherBytes = 32 << 20;
+
+// Bytes of small files to train a `dict_bytes` dictionary on.
+uint64_t SampleBytes(uint32_t dict_bytes) {
+  return std::min<uint64_t>(uint64_t{dict_bytes} * kDictSampleFactor, kMaxSampleBytes);
+}
 // A unit of compression work: up to this many payloads or raw bytes.
 constexpr size_t kBatchPayloads = 256;
 constexpr uint64_t kBatchBytes = 8 << 20;
@@ -80,8 +96,42 @@ Status CheckInterrupted() {
                                                        : Status::OK();
 }
 
+// The store being written (PackOptions::store_path), found by its directory and name, so that
+// a walk over a tree that holds it leaves it and its temporaries out.
+struct StoreToSkip {
+  bool any = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::string name;
+
+  explicit StoreToSkip(const std::string& store_path) {
+    if (store_path.empty()) return;
+    std::string path = store_path;
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    size_t slash = path.rfind('/');
+    std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    name = slash == std::string::npos ? path : path.substr(slash + 1);
+    struct stat st;
+    if (name.empty() || ::stat(dir.c_str(), &st) != 0) return;
+    any = true;
+    dev = st.st_dev;
+    ino = st.st_ino;
+  }
+  // For the entries of the directory open at `dfd`: whether to skip `entry`.
+  bool InDir(int dfd) const {
+    struct stat st;
+    return any && ::fstat(dfd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+  }
+  bool Skips(const std::string& entry) const {
+    return entry == name || entry.rfind(name + ".tmp-", 0) == 0;
+  }
+};
+
 // Breadth-first walk: each directory's entries get consecutive inode numbers, sorted by name.
-Status Walk(const std::string& src, Tree* tree, const std::function<void(uint64_t)>& tick) {
+// Deeper trees than kMaxTreeDepth directories are InvalidArgument.
+Status Walk(const std::string& src, const std::string& store_path, Tree* tree,
+            const std::function<void(uint64_t)>& tick) {
+  const StoreToSkip store(store_path);
   struct stat st;
   // SRC itself may be a symlink to the tree (as tar and mksquashfs take it); links inside it
   // are stored as links.
@@ -97,11 +147,11 @@ Status Walk(const std::string& src, Tree* tree, const std::function<void(uint64_
   root.parent = 1;
   tree->inodes.push_back(root);
   tree->dir_paths[1] = root_path;
-  std::deque<uint32_t> queue{1};
+  std::deque<std::pair<uint32_t, uint32_t>> queue{{1, 0}};  // directory inode, level
   std::vector<std::string> entries;
   while (!queue.empty()) {
     DSFS_RETURN_IF_ERROR(CheckInterrupted());
-    uint32_t dir_ino = queue.front();
+    auto [dir_ino, level] = queue.front();
     queue.pop_front();
     const std::string path = tree->dir_paths[dir_ino];  // kept: its files are read later
     int dfd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -113,9 +163,14 @@ Status Walk(const std::string& src, Tree* tree, const std::function<void(uint64_
       return Status::FromErrno(err, "cannot read directory " + path);
     }
     entries.clear();
+    const bool store_here = store.InDir(dfd);
     errno = 0;
     while (struct dirent* de = ::readdir(d)) {
       if (std::strcmp(de->d_name, ".") == 0 || std::strcmp(de->d_name, "..") == 0) continue;
+      if (store_here && store.Skips(de->d_name)) {
+        Log()->info("skipping {}/{}: the store being written", path, de->d_name);
+        continue;
+      }
       entries.emplace_back(de->d_name);
     }
     if (errno != 0) {
@@ -166,8 +221,14 @@ Status Walk(const std::string& src, Tree* tree, const std::function<void(uint64_
       tree->inodes.push_back(r);
       uint32_t ino = static_cast<uint32_t>(tree->inodes.size());
       if (S_ISDIR(st.st_mode)) {
+        if (level + 1 > kMaxTreeDepth) {
+          ::closedir(d);
+          return Status::InvalidArgument("tree too deep: " + path + "/" + name + " is " +
+                                         std::to_string(level + 1) + " directories down (at most " +
+                                         std::to_string(kMaxTreeDepth) + ")");
+        }
         tree->dir_paths[ino] = path + "/" + name;
-        queue.push_back(ino);
+        queue.push_back({ino, level + 1});
       }
       ++count;
     }
@@ -287,10 +348,10 @@ class OrderedCompressor {
  public:
   OrderedCompressor(int threads, int level, std::shared_ptr<const Dictionary> dict,
                     size_t max_in_flight, bool predecode, uint32_t chunk_bytes)
-      : max_in_flight_(max_in_flight) {
+      : max_in_flight_(max_in_flight), dict_(std::move(dict)) {
     for (int t = 0; t < threads; ++t) {
-      workers_.emplace_back([this, level, dict, predecode, chunk_bytes] {
-        PayloadEncoder enc(level, dict);
+      workers_.emplace_back([this, level, predecode, chunk_bytes] {
+        std::optional<PayloadEncoder> encoder;  // made with the dictionary of the first batch
         for (;;) {
           Batch b;
           uint64_t seq;
@@ -301,7 +362,9 @@ class OrderedCompressor {
             seq = todo_.begin()->first;
             b = std::move(todo_.begin()->second);
             todo_.erase(todo_.begin());
+            if (!encoder) encoder.emplace(level, dict_);
           }
+          PayloadEncoder& enc = *encoder;
           for (size_t i = 0; b.status.ok() && i < b.raws.size(); ++i) {
             b.status = enc.Encode(b.raws[i], b.use_dict[i], &b.records);
             b.ends.push_back(b.records.size());
@@ -325,6 +388,12 @@ class OrderedCompressor {
     for (auto& w : workers_) w.join();
   }
 
+  // Producer side: the dictionary the batches are compressed with, when it was not known at
+  // construction. REQUIRES: before the first Submit.
+  void SetDictionary(std::shared_ptr<const Dictionary> dict) {
+    std::lock_guard lock(mu_);
+    dict_ = std::move(dict);
+  }
   // Producer side. Blocks while too many batches are in flight; false once aborted.
   bool Submit(Batch b) {
     std::unique_lock lock(mu_);
@@ -367,6 +436,7 @@ class OrderedCompressor {
  private:
   const size_t max_in_flight_;
   std::mutex mu_;  // guards everything below
+  std::shared_ptr<const Dictionary> dict_;
   std::condition_variable cv_work_, cv_space_, cv_done_;
   std::map<uint64_t, Batch> todo_, done_;
   uint64_t next_seq_ = 0, written_seq_ = 0;
@@ -606,6 +676,10 @@ Status CheckOptions(const PackOptions& options) {
     return Status::InvalidArgument("compression level must be between 1 and " +
                                    std::to_string(ZSTD_maxCLevel()));
   }
+  if (options.dict_bytes != 0 &&
+      (options.dict_bytes < 1024 || options.dict_bytes > kMaxDictBytes)) {
+    return Status::InvalidArgument("dictionary size must be 0 (none) or 1K to 16M");
+  }
   if (options.threads < 0 || options.threads > kMaxPackThreads) {
     return Status::InvalidArgument("threads must be 0 (one per CPU) to " +
                                    std::to_string(kMaxPackThreads));
@@ -627,8 +701,8 @@ Status TrainOnSamples(const Tree& tree, const std::vector<uint32_t>& files, uint
     }
   }
   if (small.empty()) return Status::OK();
-  // Every k-th small file, evenly over the tree, up to kDictSampleFactor x the dictionary.
-  uint64_t want = uint64_t{dict_bytes} * kDictSampleFactor;
+  // Every k-th small file, evenly over the tree, up to SampleBytes.
+  uint64_t want = SampleBytes(dict_bytes);
   size_t stride = std::max<uint64_t>(1, small_bytes / std::max<uint64_t>(want, 1));
   std::vector<std::string> samples;
   uint64_t got = 0;
@@ -669,16 +743,31 @@ class ArchiveTree {
   }
 
   // Normalizes an archive path: no leading "/" or "./", no empty or "." parts. Refuses ".."
-  // (an archive must not place files outside its own tree).
-  static Status Normalize(std::string_view in, std::string* out) {
+  // (an archive must not place files outside its own tree) and names longer than the kernel
+  // takes (kMaxNameBytes). `what` says where the path comes from, for the message.
+  static Status Normalize(std::string_view in, std::string_view what, std::string* out) {
     out->clear();
     for (std::string_view part : PathParts(in)) {
-      if (part == "..")
-        return Status::InvalidArgument("unsafe path in archive: " + std::string(in));
+      if (part == "..") {
+        return Status::InvalidArgument("unsafe " + std::string(what) +
+                                       " (with '..'): " + std::string(in));
+      }
+      if (part.size() > kMaxNameBytes) {
+        return Status::InvalidArgument(
+            "name longer than " + std::to_string(kMaxNameBytes) + " bytes in " + std::string(what) +
+            ": " + std::string(part.substr(0, 32)) + "... (" + std::to_string(part.size()) +
+            " bytes" + (part.size() == in.size() ? std::string() : ", in " + Shorten(in)) + ")");
+      }
       if (!out->empty()) *out += '/';
       *out += part;
     }
     return Status::OK();
+  }
+
+  // A path for a message: long ones are cut in the middle.
+  static std::string Shorten(std::string_view path) {
+    if (path.size() <= 80) return std::string(path);
+    return std::string(path.substr(0, 40)) + "..." + std::string(path.substr(path.size() - 37));
   }
 
   // The directory node at `path`, created (with its parents) if the archive has not listed it.
@@ -758,6 +847,7 @@ class ArchiveTree {
   void Reserve(size_t n) { nodes_.reserve(n); }
 
   Status Build(std::vector<InodeRecord>* inodes, std::string* names, PackStats* st) {
+    *st = PackStats{};
     inodes->reserve(inodes->size() + nodes_.size());
     auto before = [&](uint32_t a, uint32_t b) { return nodes_[a].name < nodes_[b].name; };
     for (Node& n : nodes_) {
@@ -774,6 +864,7 @@ class ArchiveTree {
       for (size_t i = 0; i < n.children.size(); ++i) {
         if (i + 1 < n.children.size() &&
             nodes_[n.children[i]].name == nodes_[n.children[i + 1]].name) {
+          Dropped(n.children[i], n.children[i + 1], st);
           continue;
         }
         unique.push_back(n.children[i]);
@@ -802,9 +893,20 @@ class ArchiveTree {
     }
     inodes->clear();
     names->clear();
-    *st = PackStats{};
+    // Breadth-first: the nodes of one level are order[level_begin, level_end).
+    size_t level_end = 1;
+    uint32_t level = 0;
     for (size_t i = 0; i < order.size(); ++i) {
+      if (i == level_end) {
+        ++level;
+        level_end = order.size();
+      }
       const Node& n = nodes_[order[i]];
+      if (S_ISDIR(n.mode) && level > kMaxTreeDepth) {
+        return Status::InvalidArgument("tree too deep: " + Shorten(PathOf(order[i])) + " is " +
+                                       std::to_string(level) + " directories down (at most " +
+                                       std::to_string(kMaxTreeDepth) + ")");
+      }
       InodeRecord r{};
       r.mode = n.mode;
       r.mtime_s = n.mtime_s;
@@ -842,6 +944,45 @@ class ArchiveTree {
   }
 
  private:
+  // Counts what the later entry `by` of the same path drops: `old` and everything below it;
+  // logs it (the first few) where it is more than an older version of the same kind of entry.
+  void Dropped(uint32_t old, uint32_t by, PackStats* st) {
+    constexpr uint64_t kDropWarnings = 20;
+    ++st->replaced;
+    uint64_t below = 0;
+    std::vector<uint32_t> stack = nodes_[old].children;
+    while (!stack.empty()) {
+      uint32_t c = stack.back();
+      stack.pop_back();
+      ++below;
+      stack.insert(stack.end(), nodes_[c].children.begin(), nodes_[c].children.end());
+    }
+    st->dropped += below;
+    auto kind = [&](uint32_t id) {
+      uint32_t type = nodes_[id].mode & S_IFMT;
+      return type == S_IFDIR ? "directory" : type == S_IFLNK ? "symlink" : "file";
+    };
+    if (below == 0 && (nodes_[old].mode & S_IFMT) == (nodes_[by].mode & S_IFMT)) return;
+    if (++drop_warnings_ <= kDropWarnings) {
+      Log()->warn("{}: a {} replaced by a later {} of the same path{}", Shorten(PathOf(old)),
+                  kind(old), kind(by),
+                  below ? " (" + std::to_string(below) + " entries below it dropped)" : "");
+    } else if (drop_warnings_ == kDropWarnings + 1) {
+      Log()->warn("more entries replaced: not logged one by one (counted in the summary)");
+    }
+  }
+  // The path of node `id` (for messages).
+  std::string PathOf(uint32_t id) const {
+    std::vector<std::string_view> parts;
+    for (; id != 0; id = nodes_[id].parent) parts.push_back(nodes_[id].name);
+    std::string path;
+    for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+      if (!path.empty()) path += '/';
+      path += *it;
+    }
+    return path;
+  }
+
   uint32_t Add(Node n) {
     uint32_t id = static_cast<uint32_t>(nodes_.size());
     nodes_[n.parent].children.push_back(id);
@@ -852,6 +993,7 @@ class ArchiveTree {
   std::unordered_map<std::string, uint32_t> dirs_;
   std::string targets_;
   std::unordered_map<uint32_t, uint32_t> link_source_;  // hard link node -> its source node
+  uint64_t drop_warnings_ = 0;
 };
 
 struct ArchiveCloser {
@@ -938,6 +1080,7 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
   uint64_t next_id = 0;
   bool at_end = false;
   std::string path;
+  std::string read_buf(options.chunk_bytes, '\0');  // one chunk as it is read
 
   // Reads the next entry into the tree; file contents become chunks added to *b (ids from
   // next_id). Returns OK with at_end set after the last entry.
@@ -951,7 +1094,7 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
     if (r < ARCHIVE_WARN) return ArchiveError(a.get(), name);
     const char* raw_path = archive_entry_pathname(e);
     if (!raw_path) return Status::InvalidArgument(name + ": archive entry without a name");
-    DSFS_RETURN_IF_ERROR(ArchiveTree::Normalize(raw_path, &path));
+    DSFS_RETURN_IF_ERROR(ArchiveTree::Normalize(raw_path, "path in archive", &path));
     int64_t mtime_s = archive_entry_mtime(e);
     uint32_t mtime_ns = static_cast<uint32_t>(archive_entry_mtime_nsec(e));
     mode_t mode = archive_entry_mode(e);
@@ -964,7 +1107,7 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
     if (const char* link = archive_entry_hardlink(e)) {
       if (path.empty()) return Status::InvalidArgument(name + ": hard link without a name");
       std::string target;
-      DSFS_RETURN_IF_ERROR(ArchiveTree::Normalize(link, &target));
+      DSFS_RETURN_IF_ERROR(ArchiveTree::Normalize(link, "hard link target in archive", &target));
       link_source = tree.FileSoFar(target);
       if (link_source == UINT32_MAX) {
         return Status::InvalidArgument(name + ": " + path + " is a hard link to " + link +
@@ -1028,23 +1171,21 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
           }
           return n;
         };
-        std::string chunk;
         for (;;) {
-          chunk.resize(options.chunk_bytes);
           size_t got = 0;
-          while (got < chunk.size()) {
-            la_ssize_t n = read_data(chunk.data() + got, chunk.size() - got, size + got);
+          while (got < read_buf.size()) {
+            la_ssize_t n = read_data(read_buf.data() + got, read_buf.size() - got, size + got);
             if (n < 0) return ArchiveError(a.get(), name + ": " + path);
             if (n == 0) break;
             got += static_cast<size_t>(n);
           }
-          chunk.resize(got);
           if (got == 0) break;
+          // A copy of exactly its size: batches hold thousands of small chunks.
+          std::string chunk(read_buf.data(), got);
           if (size == 0) image = SniffImage(chunk) != ImageKind::kNone;
           size += got;
           if (b->raws.empty()) b->first_id = next_id;
           b->Add(std::move(chunk), small);
-          chunk = std::string();
           ++next_id;
           // An image's chunks stay in one batch (the worker decodes it whole), up to a limit.
           if (image && size > kMaxImageFileBytes) image = false;
@@ -1072,58 +1213,62 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
     }
   };
 
-  // The dictionary is trained on the first files of the stream (held back until then).
-  prog.phase = "training";
-  std::vector<Batch> held;
-  Batch b;
-  uint64_t sample_bytes = 0, want = uint64_t{options.dict_bytes} * kDictSampleFactor;
-  auto hold = [&](Batch* batch) {
-    held.push_back(std::move(*batch));
-    *batch = Batch();
-    return Status::OK();
-  };
-  while (!at_end && options.dict_bytes > 0 && sample_bytes < want) {
-    DSFS_RETURN_IF_ERROR(read_entry(&b, hold));
-    sample_bytes = 0;
-    for (const Batch& h : held) sample_bytes += h.raw_bytes;
-    sample_bytes += b.raw_bytes;
-  }
-  std::vector<std::string> samples;
-  for (const Batch& h : held) {
-    for (size_t i = 0; i < h.raws.size(); ++i) {
-      if (h.use_dict[i]) samples.push_back(h.raws[i]);
-    }
-  }
-  for (size_t i = 0; i < b.raws.size(); ++i) {
-    if (b.use_dict[i]) samples.push_back(b.raws[i]);
-  }
+  // The dictionary is trained on the first small files of the stream: the batches read until
+  // there are SampleBytes of them are held back, within kMaxHeldOtherBytes of other files
+  // (large ones are read through in batches like any other), then submitted.
   std::string dict_bytes;
-  DSFS_RETURN_IF_ERROR(TrainDictionary(samples, options.dict_bytes, &dict_bytes));
-  samples.clear();
-  std::shared_ptr<Dictionary> dict;
-  DSFS_RETURN_IF_ERROR(Dictionary::Create(dict_bytes, options.zstd_level, &dict));
-  run.LogPhase("reading samples and training");
-
+  prog.phase = "training";
   DSFS_RETURN_IF_ERROR(run.Compress(
-      dict,
+      nullptr,
       [&](OrderedCompressor* comp) -> Status {
-        bool aborted = false;
-        auto submit = [&](Batch* batch) {
-          if (!comp->Submit(std::move(*batch))) aborted = true;
-          *batch = Batch();
+        bool training = options.dict_bytes > 0, aborted = false;
+        const uint64_t want = SampleBytes(options.dict_bytes);
+        std::vector<Batch> held;
+        uint64_t held_bytes = 0, sample_bytes = 0;
+        auto submit = [&](Batch&& batch) {
+          if (!aborted && !comp->Submit(std::move(batch))) aborted = true;
           return aborted ? Status::IOError("aborted") : Status::OK();
         };
-        for (Batch& h : held) {
-          if (!comp->Submit(std::move(h))) return Status::OK();
-        }
-        held.clear();
+        auto train = [&]() -> Status {
+          training = false;
+          std::vector<std::string> samples;
+          for (const Batch& h : held) {
+            for (size_t i = 0; i < h.raws.size(); ++i) {
+              if (h.use_dict[i]) samples.push_back(h.raws[i]);
+            }
+          }
+          DSFS_RETURN_IF_ERROR(TrainDictionary(samples, options.dict_bytes, &dict_bytes));
+          samples = {};
+          std::shared_ptr<Dictionary> dict;
+          DSFS_RETURN_IF_ERROR(Dictionary::Create(dict_bytes, options.zstd_level, &dict));
+          comp->SetDictionary(dict);
+          Log()->info("pack: dictionary trained on {} of the first {}", FormatBytes(sample_bytes),
+                      FormatBytes(held_bytes));
+          for (Batch& h : held) DSFS_RETURN_IF_ERROR(submit(std::move(h)));
+          held.clear();
+          return Status::OK();
+        };
+        auto flush = [&](Batch* batch) -> Status {
+          Batch full = std::move(*batch);
+          *batch = Batch();
+          if (!training) return submit(std::move(full));
+          for (size_t i = 0; i < full.raws.size(); ++i) {
+            if (full.use_dict[i]) sample_bytes += full.raws[i].size();
+          }
+          held_bytes += full.raw_bytes;
+          held.push_back(std::move(full));
+          if (sample_bytes >= want || held_bytes >= want + kMaxHeldOtherBytes) return train();
+          return Status::OK();
+        };
+        Batch b;
         while (!at_end) {
-          Status s = read_entry(&b, submit);
+          Status s = read_entry(&b, flush);
           if (aborted) return Status::OK();  // the writer failed; it reports why
           if (!s.ok()) return s;
           run.Report(false);
         }
-        if (!b.raws.empty() || b.files_completed) comp->Submit(std::move(b));
+        if (!b.raws.empty() || b.files_completed) DSFS_RETURN_IF_ERROR(flush(&b));
+        if (training) DSFS_RETURN_IF_ERROR(train());
         return Status::OK();
       },
       [&](const ImageResult& r, uint64_t pixels) {
@@ -1133,7 +1278,7 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
         n.height = r.height;
         n.pixels = pixels;
       }));
-  run.LogPhase("reading and compressing");
+  run.LogPhase("reading, training and compressing");
   if (archive_read_close(a.get()) != ARCHIVE_OK) return ArchiveError(a.get(), name);
 
   std::vector<InodeRecord> inodes;
@@ -1246,7 +1391,7 @@ Status PackDirectory(const std::string& src_in, const PackOptions& options, KvWr
 
   Tree tree;
   prog.phase = "scanning";
-  DSFS_RETURN_IF_ERROR(Walk(src, &tree, [&](uint64_t n) {
+  DSFS_RETURN_IF_ERROR(Walk(src, options.store_path, &tree, [&](uint64_t n) {
     prog.files_total = n;
     run.Report(false);
   }));
@@ -1286,9 +1431,10 @@ Status AddDirectory(const Store& base, const std::string& src_in, const AddOptio
   options.dict_bytes = h.dict_bytes;
   options.threads = add.threads;
   options.predecode = h.pixel_count > 0;
+  options.store_path = add.store_path;
   DSFS_RETURN_IF_ERROR(CheckOptions(options));
   std::string prefix;
-  DSFS_RETURN_IF_ERROR(ArchiveTree::Normalize(add.prefix, &prefix));
+  DSFS_RETURN_IF_ERROR(ArchiveTree::Normalize(add.prefix, "--prefix", &prefix));
   std::string src = StripSlashes(src_in);
   PackRun run(options, writer, progress);
   run.ContinueFrom(h);
@@ -1354,7 +1500,7 @@ Status AddDirectory(const Store& base, const std::string& src_in, const AddOptio
 
   prog.phase = "scanning";
   Tree tree;
-  DSFS_RETURN_IF_ERROR(Walk(src, &tree, [&](uint64_t n) {
+  DSFS_RETURN_IF_ERROR(Walk(src, options.store_path, &tree, [&](uint64_t n) {
     prog.files_total = n;
     run.Report(false);
   }));
@@ -1437,6 +1583,8 @@ Status AddDirectory(const Store& base, const std::string& src_in, const AddOptio
   added.images = st.images - h.image_count;
   added.images_as_is = st.images_as_is;
   added.dict_bytes = st.dict_bytes;
+  added.replaced = st.replaced;
+  added.dropped = st.dropped;
   if (stats) *stats = added;
   return Status::OK();
 }

@@ -13,12 +13,15 @@ namespace dsfs {
 
 struct PackOptions {
   int zstd_level = 9;
-  uint32_t dict_bytes = 112640;       // zstd's customary 110 KiB; 0 disables the dictionary
+  uint32_t dict_bytes = 112640;       // zstd's customary 110 KiB; 0 = none; else 1 KiB-16 MiB
   uint32_t chunk_bytes = 256 << 10;   // large files are split into independently read chunks
   uint32_t segment_bytes = 64 << 10;  // metadata checksum granularity
   int threads = 0;                    // compression threads; 0 = one per core
   // Also store every image's decoded pixels (compressed), so the views never decode.
   bool predecode = false;
+  // The store being written, where it may lie inside the source directory: it and its
+  // temporaries (PATH.tmp-PID) are not packed. Empty: none.
+  std::string store_path;
 };
 
 struct PackProgress {
@@ -40,6 +43,9 @@ inline constexpr uint64_t kImageWarnings = 20;
 
 struct PackStats {
   uint64_t files = 0, dirs = 0, symlinks = 0, skipped = 0;
+  // Entries a later entry of the same path replaced (archives; dsfs add --replace), and the
+  // entries below replaced directories, dropped with them.
+  uint64_t replaced = 0, dropped = 0;
   uint64_t bytes_in = 0;       // sum of regular file sizes
   uint64_t payload_bytes = 0;  // stored payload records
   uint64_t images = 0;         // JPEG/PNG files the views decode
@@ -63,14 +69,17 @@ Status PackDirectory(const std::string& src, const PackOptions& options, KvWrite
 // a stream works: nothing is extracted to disk. Paths are normalized ("./a", "/a" -> "a");
 // entries with ".." are refused; missing parent directories are created (mode 0755); a hard
 // link is the file it names as stored before it (one that names no earlier file is an error);
-// of two entries with the same path the later wins.
+// of two entries with the same path the later wins (counted in stats->replaced, and whatever
+// was below a replaced directory in stats->dropped; a change of type is logged). Names longer
+// than kMaxNameBytes and trees deeper than kMaxTreeDepth directories are InvalidArgument.
 Status PackArchive(const std::string& src, const PackOptions& options, KvWriter* writer,
                    const std::function<void(const PackProgress&)>& progress, PackStats* stats);
 
 struct AddOptions {
-  std::string prefix;    // where in the store the source directory goes ("" = the root)
-  bool replace = false;  // a name that exists is replaced instead of being an error
-  int threads = 0;       // compression threads; 0 = one per core
+  std::string prefix;      // where in the store the source directory goes ("" = the root)
+  bool replace = false;    // a name that exists is replaced instead of being an error
+  int threads = 0;         // compression threads; 0 = one per core
+  std::string store_path;  // as PackOptions::store_path
 };
 
 // dsfs add: adds the tree at `src` to the store `base` under `options.prefix` (created if
@@ -80,7 +89,8 @@ struct AddOptions {
 // Every existing payload and pixel record stays as it is: the new files are compressed with
 // the store's dictionary, level and chunk size into records numbered after the store's last
 // ones (decoded like pack does, and predecoded if the store is), and only the metadata tables
-// and the header are rewritten. Commits through `writer`; *stats counts the new entries.
+// and the header are rewritten. Commits through `writer`; *stats counts the new entries, and
+// in `replaced` and `dropped` the entries of the store they replaced (see PackArchive).
 Status AddDirectory(const Store& base, const std::string& src, const AddOptions& options,
                     KvWriter* writer, const std::function<void(const PackProgress&)>& progress,
                     PackStats* stats);

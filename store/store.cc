@@ -32,6 +32,16 @@ Status Store::Open(const std::string& path, const StoreOptions& options,
   return s;
 }
 
+bool Store::HasStoreHeader(const std::string& path) {
+  KvReaderOptions options;
+  std::unique_ptr<KvReader> kv;
+  if (!OpenKvReader(path, options, &kv).ok()) return false;
+  PinnedValue hv;
+  if (!kv->Get(kHeaderKey, &hv).ok()) return false;
+  return hv.size() >= sizeof(kStoreMagic) &&
+         std::memcmp(hv.data().data(), kStoreMagic, sizeof(kStoreMagic)) == 0;
+}
+
 Status Store::Open(std::unique_ptr<KvReader> kv, std::unique_ptr<Store>* store,
                    std::shared_ptr<ByteCache> cache) {
   std::unique_ptr<Store> st(new Store());

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "backend/kv_store.h"
 #include "common/units.h"
@@ -31,8 +32,13 @@ Status RunAdd(const AddCommand& cmd, std::ostream& out, std::ostream& err) {
                   FormatBytes(p.bytes_total).c_str());
     err << line << std::flush;
   };
+  AddOptions options = cmd.options;
+  // Not added if it is inside SRC: the store (where a symlink leads) and its temporaries.
+  std::unique_ptr<char, decltype(&std::free)> real(::realpath(cmd.store.c_str(), nullptr),
+                                                   &std::free);
+  options.store_path = real ? std::string(real.get()) : cmd.store;
   PackStats stats;
-  Status s = AddDirectory(*base, cmd.src, cmd.options, writer.get(), progress, &stats);
+  Status s = AddDirectory(*base, cmd.src, options, writer.get(), progress, &stats);
   if (bar) err << "\r\033[K" << std::flush;
   DSFS_RETURN_IF_ERROR(s);
   writer.reset();
@@ -44,6 +50,11 @@ Status RunAdd(const AddCommand& cmd, std::ostream& out, std::ostream& err) {
       static_cast<unsigned long long>(stats.symlinks), FormatBytes(stats.bytes_in).c_str(),
       FormatBytes(stats.payload_bytes).c_str(), stats.seconds);
   out << line;
+  if (stats.replaced) {
+    out << "replaced " << stats.replaced << " entries of the store";
+    if (stats.dropped) out << ", removing the " << stats.dropped << " entries below them";
+    out << "\n";
+  }
   return Status::OK();
 }
 
@@ -58,6 +69,7 @@ Status RunConvert(const ConvertCommand& cmd, std::ostream& out) {
   DSFS_RETURN_IF_ERROR(OpenKvReader(cmd.src, ro, &reader));
   KvWriterOptions wo;
   wo.overwrite = cmd.force;
+  wo.is_store = Store::HasStoreHeader;
   wo.expected_bytes = StoreBytes(cmd.src);
   std::unique_ptr<KvWriter> writer;
   DSFS_RETURN_IF_ERROR(NewKvWriter(cmd.dst, cmd.backend, wo, &writer));

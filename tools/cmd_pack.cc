@@ -5,6 +5,7 @@
 
 #include "backend/kv_store.h"
 #include "common/units.h"
+#include "store/store.h"
 #include "tools/commands.h"
 
 namespace dsfs {
@@ -19,9 +20,14 @@ Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err) {
       return Status::InvalidArgument(cmd.src + ": not a directory or an archive");
     }
     archive = S_ISREG(st.st_mode);
+    struct stat dst;
+    if (::stat(cmd.dst.c_str(), &dst) == 0 && dst.st_dev == st.st_dev && dst.st_ino == st.st_ino) {
+      return Status::InvalidArgument(cmd.dst + ": is the source itself");
+    }
   }
   KvWriterOptions wo;
   wo.overwrite = cmd.force;
+  wo.is_store = Store::HasStoreHeader;
   std::unique_ptr<KvWriter> writer;
   DSFS_RETURN_IF_ERROR(NewKvWriter(cmd.dst, cmd.backend, wo, &writer));
 
@@ -38,9 +44,11 @@ Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err) {
                   FormatBytes(p.bytes_total).c_str(), pct);
     err << line << std::flush;
   };
+  PackOptions options = cmd.options;
+  options.store_path = cmd.dst;  // not packed if it is inside SRC
   PackStats stats;
-  Status s = archive ? PackArchive(cmd.src, cmd.options, writer.get(), progress, &stats)
-                     : PackDirectory(cmd.src, cmd.options, writer.get(), progress, &stats);
+  Status s = archive ? PackArchive(cmd.src, options, writer.get(), progress, &stats)
+                     : PackDirectory(cmd.src, options, writer.get(), progress, &stats);
   if (bar) err << "\r\033[K" << std::flush;
   DSFS_RETURN_IF_ERROR(s);
   writer.reset();
@@ -58,6 +66,11 @@ Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err) {
       FormatBytes(store_bytes).c_str(), ratio, stats.seconds, rate);
   out << line;
   if (stats.skipped) out << " (" << stats.skipped << " special files skipped)";
+  if (stats.replaced) {
+    out << " (" << stats.replaced << " archive entries replaced by later ones of the same path";
+    if (stats.dropped) out << ", " << stats.dropped << " entries below them dropped";
+    out << ")";
+  }
   out << "\n";
   if (stats.images || stats.images_as_is) {
     out << "images: " << stats.images << " decodable by the views";

@@ -12,8 +12,9 @@
 namespace dsfs {
 namespace {
 
-// While alive, SIGINT and SIGTERM interrupt packing (store/packer.h) instead of killing the
-// process; the previous handlers come back after. No SA_RESTART: a read blocked on a pipe
+// While alive, SIGINT, SIGTERM and SIGHUP (the terminal or SSH session went away) interrupt
+// packing (store/packer.h) instead of killing the process; the previous handlers come back
+// after. No SA_RESTART: a read blocked on a pipe
 // fails with EINTR, which also ends the run.
 class InterruptOnSignals {
  public:
@@ -24,10 +25,14 @@ class InterruptOnSignals {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int_);
     sigaction(SIGTERM, &sa, &old_term_);
+    // Under nohup (SIGHUP ignored) the pack goes on as asked.
+    sigaction(SIGHUP, nullptr, &old_hup_);
+    if (old_hup_.sa_handler != SIG_IGN) sigaction(SIGHUP, &sa, nullptr);
   }
   ~InterruptOnSignals() {
     sigaction(SIGINT, &old_int_, nullptr);
     sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGHUP, &old_hup_, nullptr);
     InterruptPacking(false);
   }
   InterruptOnSignals(const InterruptOnSignals&) = delete;
@@ -36,6 +41,7 @@ class InterruptOnSignals {
  private:
   struct sigaction old_int_ {};
   struct sigaction old_term_ {};
+  struct sigaction old_hup_ {};
 };
 
 // CLI11 validator for sizes like 110K, 256KiB, 1M.
@@ -246,7 +252,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   }
 
   Status s;
-  // Ctrl-C or SIGTERM during pack or add: stop, and leave no store or temporary behind.
+  // Ctrl-C, SIGTERM or SIGHUP during pack or add: stop, and leave no store or temporary behind.
   std::optional<InterruptOnSignals> interrupt;
   if (*pack_cmd || *add_cmd) interrupt.emplace();
   if (*pack_cmd) {

@@ -487,11 +487,13 @@ Status OpenRocksdbReader(const std::string& path, const KvReaderOptions& options
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::OpenForReadOnly(o, path, &db);
   if (!s.ok()) {
-    if (s.IsCorruption())
-      return Status::Corruption(path + ": corrupt store (" + s.ToString() + ")");
-    if (s.IsIOError() && s.ToString().find("No such file") != std::string::npos) {
+    // A missing file may come as an IOError or as a Corruption (of the MANIFEST naming it).
+    if ((s.IsIOError() || s.IsCorruption()) &&
+        s.ToString().find("No such file") != std::string::npos) {
       return Status::Corruption(path + ": store is incomplete (" + MissingFile(path, s) + ")");
     }
+    if (s.IsCorruption())
+      return Status::Corruption(path + ": corrupt store (" + s.ToString() + ")");
     return FromRocks(s, path, "opening");
   }
   *reader = std::make_unique<RocksdbReader>(db, path);

@@ -398,7 +398,19 @@ Status Store::Prefetch(const InodeRecord& rec, uint64_t index) const {
 
 Status Store::VerifyMetadata() const {
   DSFS_RETURN_IF_ERROR(inodes_.CheckAll());
-  return names_.CheckAll();
+  DSFS_RETURN_IF_ERROR(names_.CheckAll());
+  // A name the kernel cannot take makes its whole directory unlistable through a mount
+  // (stores packed before pack refused them may hold one).
+  for (uint32_t ino = 2; ino <= header_.inode_count; ++ino) {
+    InodeRecord r;
+    DSFS_RETURN_IF_ERROR(GetInode(ino, &r));
+    if (r.name_len > kMaxNameBytes) {
+      return Status::Corruption("inode " + std::to_string(ino) + " has a name of " +
+                                std::to_string(r.name_len) + " bytes (at most " +
+                                std::to_string(kMaxNameBytes) + ")");
+    }
+  }
+  return Status::OK();
 }
 
 Status Store::VerifyFile(const InodeRecord& rec) const {

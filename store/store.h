@@ -93,7 +93,8 @@ class Store {
   // announced (0 if over the limit).
   uint64_t WillNeedMetadata(uint64_t max_bytes) const;
 
-  // Verifies the metadata tables completely (mounting checks them lazily, on first access).
+  // Verifies the metadata tables completely (mounting checks them lazily, on first access),
+  // and that no name is longer than kMaxNameBytes. Corruption names what is wrong.
   Status VerifyMetadata() const;
   // Reads and checks every chunk of regular file `rec`.
   Status VerifyFile(const InodeRecord& rec) const;

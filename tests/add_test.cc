@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <turbojpeg.h>
 #include <unistd.h>
 
@@ -148,7 +149,7 @@ TEST_P(AddTest, AddsNewEntriesAndKeepsEveryExistingRecord) {
 
 TEST_P(AddTest, PrefixPutsTheTreeBelowANewDirectory) {
   auto old_listing = Listing();
-  ASSERT_TRUE(Add(dir_ / "new", AddOptions{"extra/2024", false, 0}).ok());
+  ASSERT_TRUE(Add(dir_ / "new", AddOptions{"extra/2024", false, 0, ""}).ok());
   auto want = Merged(old_listing, dir_ / "new", "extra/2024");
   want["extra"] = "<dir>";
   want["extra/2024"] = "<dir>";
@@ -169,12 +170,12 @@ TEST_P(AddTest, ExistingNameIsAnErrorUnlessReplacing) {
   WriteFile(dir_ / "clash3/link/x", "below a symlink");
   EXPECT_EQ(Add(dir_ / "clash3").code(), Status::Code::kExists);
   EXPECT_TRUE(SameListing(Listing(), old_listing));
-  ASSERT_TRUE(Add(dir_ / "clash", AddOptions{"", true, 0}).ok());
+  ASSERT_TRUE(Add(dir_ / "clash", AddOptions{"", true, 0, ""}).ok());
   auto want = old_listing;
   want["cat/a.txt"] = "new alpha";
   want["fresh.txt"] = "fresh";
   EXPECT_TRUE(SameListing(Listing(), want));
-  ASSERT_TRUE(Add(dir_ / "clash2", AddOptions{"", true, 0}).ok());
+  ASSERT_TRUE(Add(dir_ / "clash2", AddOptions{"", true, 0, ""}).ok());
   want.erase("dog/d.txt");
   want["dog"] = "a file named like a directory";
   EXPECT_TRUE(SameListing(Listing(), want));
@@ -274,7 +275,7 @@ TEST_P(AddTest, KilledAddLeavesTheOldStoreOrTheNewOne) {
     }
     // A later add completes whatever state the kill left.
     if (trial % 10 == 9) {
-      Status s = Add(dir_ / "many", AddOptions{"", true, 0});
+      Status s = Add(dir_ / "many", AddOptions{"", true, 0, ""});
       ASSERT_TRUE(s.ok()) << s.message();
       ASSERT_TRUE(SameListing(Listing(), new_listing));
     }
@@ -288,6 +289,75 @@ TEST_P(AddTest, KilledAddLeavesTheOldStoreOrTheNewOne) {
   // Nothing but the store (and the test's own files) is left next to it.
   for (const auto& e : std::filesystem::directory_iterator(dir_.path())) {
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  }
+}
+
+// The new version of the store keeps the old one's mode, owner, group and extended attributes
+// (an add, and a pack --force over it), whatever the umask.
+TEST_P(AddTest, NewVersionsKeepTheStoresModeOwnerAndAttributes) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (chown)";
+  const mode_t mode = GetParam() == "lmdb" ? 0640 : 0750;
+  ASSERT_EQ(::chown(store_.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::chmod(store_.c_str(), mode), 0);
+  const bool xattrs = ::setxattr(store_.c_str(), "user.dsfs_test", "kept", 4, 0) == 0;
+  auto check = [&](const char* after) {
+    struct stat st;
+    ASSERT_EQ(::lstat(store_.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, mode) << after;
+    EXPECT_EQ(st.st_uid, 65534u) << after;
+    EXPECT_EQ(st.st_gid, 65534u) << after;
+    if (xattrs) {
+      char value[16] = {};
+      EXPECT_EQ(::getxattr(store_.c_str(), "user.dsfs_test", value, sizeof(value)), 4) << after;
+      EXPECT_STREQ(value, "kept") << after;
+    }
+  };
+  mode_t old_umask = ::umask(022);
+  Status s = Add(dir_ / "new");
+  ::umask(old_umask);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  check("add");
+  testing::CommandResult r =
+      testing::RunCommand({"sh", "-c",
+                           "umask 022; " + testing::DsfsBinary() + " pack -q -f --backend " +
+                               GetParam() + " " + (dir_ / "src") + " " + store_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  check("pack --force");
+}
+
+// Through a symlink, add updates the store the link names; the link stays a link.
+TEST_P(AddTest, ThroughASymlinkUpdatesTheStoreItNames) {
+  const std::string link = dir_ / "link.db";
+  ASSERT_EQ(::symlink(store_.c_str(), link.c_str()), 0);
+  auto old_listing = Listing();
+  testing::CommandResult r =
+      testing::RunCommand({testing::DsfsBinary(), "add", "-q", link, dir_ / "new"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  struct stat st;
+  ASSERT_EQ(::lstat(link.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  EXPECT_TRUE(SameListing(Listing(), Merged(old_listing, dir_ / "new", "")));
+}
+
+// add --replace of a directory by a file says what it replaced and removed.
+TEST_P(AddTest, ReplacingADirectorySaysWhatItRemoved) {
+  WriteFile(dir_ / "clash/dog", "a file named like a directory");
+  testing::CommandResult r = testing::RunCommand(
+      {testing::DsfsBinary(), "add", "-q", "--replace", store_, dir_ / "clash"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("added 1 files"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("replaced 1 entries of the store, removing the 1 entries below them"),
+            std::string::npos)
+      << r.out;
+}
+
+// A bad --prefix is named as the --prefix (not as an archive's path).
+TEST_P(AddTest, BadPrefixIsNamed) {
+  for (const std::string& prefix : {std::string("../up"), "a/" + std::string(300, 'p')}) {
+    Status s = Add(dir_ / "new", AddOptions{prefix, false, 0, ""});
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find("--prefix"), std::string::npos) << s.message();
+    EXPECT_EQ(s.message().find("archive"), std::string::npos) << s.message();
   }
 }
 

@@ -2,19 +2,29 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iostream>
 #include <map>
+#include <sstream>
+#include <thread>
 
 #include "backend/mem_store.h"
+#include "store/format.h"
 #include "store/packer.h"
 #include "store/store.h"
 #include "tests/test_util.h"
+#include "tools/commands.h"
 
 namespace dsfs {
 namespace {
@@ -156,9 +166,11 @@ TEST_F(ArchiveTest, ImplicitDirectoriesDuplicatesAndHardLinks) {
   EXPECT_TRUE(IsDir(ra));
 }
 
-// A tar written entry by entry (libarchive): {name, contents, hard link target or ""}.
+// A tar written entry by entry (libarchive): {name, contents, hard link target or "", whether
+// it is a directory}.
 struct TarEntry {
   std::string name, data, link;
+  bool dir = false;
 };
 void WriteTar(const std::string& path, const std::vector<TarEntry>& entries) {
   struct archive* a = archive_write_new();
@@ -167,8 +179,8 @@ void WriteTar(const std::string& path, const std::vector<TarEntry>& entries) {
   for (const TarEntry& t : entries) {
     struct archive_entry* e = archive_entry_new();
     archive_entry_set_pathname(e, t.name.c_str());
-    archive_entry_set_filetype(e, AE_IFREG);
-    archive_entry_set_perm(e, 0644);
+    archive_entry_set_filetype(e, t.dir ? AE_IFDIR : AE_IFREG);
+    archive_entry_set_perm(e, t.dir ? 0755 : 0644);
     archive_entry_set_size(e, static_cast<la_int64_t>(t.data.size()));
     if (!t.link.empty()) archive_entry_set_hardlink(e, t.link.c_str());
     ASSERT_EQ(archive_write_header(a, e), ARCHIVE_OK);
@@ -296,6 +308,168 @@ TEST_F(ArchiveTest, CliPacksFromStdin) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir_ / "t.db"));
+}
+
+// Names the kernel cannot take (over 255 bytes) are refused, naming the entry; 255 is fine.
+TEST_F(ArchiveTest, NamesLongerThanTheKernelTakesAreRefused) {
+  std::unique_ptr<Store> store;
+  WriteTar(dir_ / "long.tar", {{"good.txt", "good", ""}, {std::string(4096, 'N'), "long", ""}});
+  Status s = PackFile(dir_ / "long.tar", &store);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("longer than 255 bytes"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("NNNN"), std::string::npos) << s.message();
+  EXPECT_LT(s.message().size(), 300u) << "the name is cut for display";
+  WriteTar(dir_ / "deep.tar", {{"d/" + std::string(256, 'M') + "/f", "x", ""}});
+  EXPECT_EQ(PackFile(dir_ / "deep.tar", &store).code(), Status::Code::kInvalidArgument);
+  WriteTar(dir_ / "ok.tar", {{"good.txt", "good", ""}, {std::string(255, 'N'), "ok", ""}});
+  ASSERT_TRUE(PackFile(dir_ / "ok.tar", &store).ok());
+  EXPECT_EQ(Snapshot(*store).size(), 2u);
+}
+
+// Pack makes no tree that `dsfs verify` and `ls -R` would call damaged: directories nest at
+// most kMaxTreeDepth levels below the root.
+TEST_F(ArchiveTest, TreesDeeperThanVerifyTakesAreRefused) {
+  auto nested = [](uint32_t dirs) {
+    std::string path;
+    for (uint32_t i = 0; i < dirs; ++i) path += "d/";
+    return path + "f";
+  };
+  WriteTar(dir_ / "max.tar", {{nested(kMaxTreeDepth), "deepest", ""}});
+  std::unique_ptr<KvWriter> w;
+  ASSERT_TRUE(NewKvWriter(dir_ / "max.db", "lmdb", {}, &w).ok());
+  ASSERT_TRUE(PackArchive(dir_ / "max.tar", options_, w.get(), nullptr, nullptr).ok());
+  w.reset();
+  std::ostringstream out;
+  Status s = RunVerify(dir_ / "max.db", out);
+  EXPECT_TRUE(s.ok()) << s.ToString() << out.str();
+  std::unique_ptr<Store> store;
+  for (uint32_t dirs : {kMaxTreeDepth + 1, 5000u}) {
+    WriteTar(dir_ / "deep.tar", {{nested(dirs), "too deep", ""}});
+    s = PackFile(dir_ / "deep.tar", &store);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << dirs;
+    EXPECT_NE(s.message().find("tree too deep"), std::string::npos) << s.message();
+  }
+  // (A directory tree that deep has paths over PATH_MAX: the walk cannot open it anyway.)
+}
+
+// Of two entries with one path the later wins; what that drops (an older entry, the entries
+// below a replaced directory) is counted; paths with "./" and "//" parts are the same paths.
+TEST_F(ArchiveTest, ReplacedEntriesAreCounted) {
+  struct Case {
+    std::vector<TarEntry> entries;
+    std::vector<std::string> paths;  // what the store holds
+    uint64_t replaced, dropped;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{{"x", "", "", true}, {"x/y", "y", ""}, {"x", "file", ""}}, {"/x"}, 1, 1},
+           {{{"x", "file", ""}, {"x/y", "y", ""}}, {"/x", "/x/y"}, 1, 0},
+           {{{"dir/", "", "", true}, {"dir", "file", ""}, {"dir/x", "x", ""}}, {"/dir"}, 1, 1},
+           {{{"a", "one", ""}, {"a", "two", ""}}, {"/a"}, 1, 0},
+           {{{"./././a", "a", ""}, {"b//c", "c", ""}}, {"/a", "/b", "/b/c"}, 0, 0}}) {
+    WriteTar(dir_ / "dup.tar", c.entries);
+    PackStats st;
+    std::unique_ptr<Store> store;
+    ASSERT_TRUE(
+        PackWith(
+            [&](KvWriter* w) { return PackArchive(dir_ / "dup.tar", options_, w, nullptr, &st); },
+            &store, &table_)
+            .ok());
+    std::vector<std::string> paths;
+    for (const auto& [path, v] : Snapshot(*store)) paths.push_back(path);
+    EXPECT_EQ(paths, c.paths) << c.entries[0].name;
+    EXPECT_EQ(st.replaced, c.replaced) << c.entries[0].name;
+    EXPECT_EQ(st.dropped, c.dropped) << c.entries[0].name;
+  }
+  // The summary says so.
+  WriteTar(dir_ / "dup.tar", {{"x", "", "", true}, {"x/y", "y", ""}, {"x", "file", ""}});
+  auto r = RunCommand({testing::DsfsBinary(), "pack", "-q", dir_ / "dup.tar", dir_ / "dup.db"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("1 archive entries replaced by later ones of the same path, 1 entries "
+                       "below them dropped"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.err.find("x: a directory replaced by a later file"), std::string::npos) << r.err;
+}
+
+// Runs dsfs with `args` and returns its peak RSS in bytes (ru_maxrss). Past `limit_bytes` it is
+// killed (0 returned), so a pack that grows without bound fails the test, not the machine.
+uint64_t PeakRss(const std::vector<std::string>& args, uint64_t limit_bytes, int* status) {
+  std::vector<std::string> argv = {testing::DsfsBinary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execv(cargv[0], cargv.data());
+    ::_exit(127);
+  }
+  struct rusage ru {};
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  for (;;) {
+    if (::wait4(pid, status, WNOHANG, &ru) == pid) break;
+    std::ifstream proc("/proc/" + std::to_string(pid) + "/status");
+    uint64_t rss_kb = 0;
+    for (std::string line; std::getline(proc, line);) {
+      if (line.rfind("VmRSS:", 0) == 0) rss_kb = std::stoull(line.substr(6));
+    }
+    if (rss_kb * 1024 > limit_bytes || std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::wait4(pid, status, 0, &ru);
+      return 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
+}
+
+// Pack's memory is bounded by its batch and dictionary settings whatever the archive holds: a
+// hundred thousand tiny files, or one large entry first.
+TEST_F(ArchiveTest, PackMemoryIsBoundedWhateverTheArchive) {
+  constexpr uint64_t kLimit = 200 << 20;
+  auto write_tgz = [](const std::string& path, const std::function<void(struct archive*)>& fill) {
+    struct archive* a = archive_write_new();
+    archive_write_set_format_pax_restricted(a);
+    archive_write_add_filter_gzip(a);
+    archive_write_set_filter_option(a, "gzip", "compression-level", "1");
+    ASSERT_EQ(archive_write_open_filename(a, path.c_str()), ARCHIVE_OK);
+    fill(a);
+    archive_write_close(a);
+    archive_write_free(a);
+  };
+  auto file = [](struct archive* a, const std::string& name, uint64_t size,
+                 const std::string& piece) {
+    struct archive_entry* e = archive_entry_new();
+    archive_entry_set_pathname(e, name.c_str());
+    archive_entry_set_filetype(e, AE_IFREG);
+    archive_entry_set_perm(e, 0644);
+    archive_entry_set_size(e, static_cast<la_int64_t>(size));
+    archive_write_header(a, e);
+    for (uint64_t done = 0; done < size; done += piece.size()) {
+      archive_write_data(a, piece.data(), std::min<uint64_t>(piece.size(), size - done));
+    }
+    archive_entry_free(e);
+  };
+  write_tgz(dir_ / "tiny.tgz", [&](struct archive* a) {
+    for (int i = 0; i < 100000; ++i) {
+      std::string line = "line " + std::to_string(i) + "\n";
+      file(a, "d" + std::to_string(i / 1000) + "/f" + std::to_string(i), line.size(), line);
+    }
+  });
+  write_tgz(dir_ / "large.tgz", [&](struct archive* a) {
+    file(a, "large.bin", 256ull << 20, std::string(1 << 20, '\0'));
+    for (int i = 0; i < 100; ++i) file(a, "small" + std::to_string(i), 5, "small");
+  });
+  for (const char* archive : {"tiny.tgz", "large.tgz"}) {
+    int status = 0;
+    uint64_t peak = PeakRss(
+        {"pack", "-q", "-j", "2", "-l", "1", dir_ / archive, dir_ / (std::string(archive) + ".db")},
+        kLimit, &status);
+    EXPECT_GT(peak, 0u) << archive << ": killed past " << kLimit << " bytes";
+    EXPECT_LT(peak, kLimit) << archive;
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << archive;
+    std::cout << archive << ": peak RSS " << (peak >> 20) << " MiB\n";
+  }
 }
 
 }  // namespace

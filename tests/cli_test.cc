@@ -457,6 +457,125 @@ TEST(CliUsageTest, InterruptedPackLeavesNothing) {
   }
 }
 
+// --force replaces a dsfs store (of either backend; a damaged one too) or an empty directory.
+// Anything else at DST (a directory of files, DST's own parent, the source, a plain file, a
+// symlink) is refused with one line naming it, and left exactly as it was.
+TEST(CliUsageTest, ForceReplacesOnlyAStoreOrAnEmptyDirectory) {
+  TempDir dir;
+  WriteFile(dir / "src/a.txt", "a");
+  WriteFile(dir / "victim/sub/data.txt", "precious");
+  WriteFile(dir / "par/other.txt", "other");
+  WriteFile(dir / "par/data/x", "x");
+  WriteFile(dir / "plain.txt", "plain");
+  ASSERT_EQ(::symlink("victim", (dir / "dirlink").c_str()), 0);
+  ASSERT_EQ(Dsfs({"pack", "-q", dir / "src", dir / "good.db"}).code, 0);
+  ASSERT_EQ(::symlink("good.db", (dir / "storelink").c_str()), 0);
+  ASSERT_EQ(RunCommand({"tar", "cf", dir / "src.tar", "-C", dir / "src", "."}).exit_code, 0);
+  const auto before = testing::TreeListing(dir.path());
+  for (const char* backend : {"lmdb", "rocksdb"}) {
+    const std::vector<std::string> pack = {"pack", "-q", "-f", "--backend", backend};
+    auto with = [&](std::vector<std::string> tail) {
+      std::vector<std::string> args = pack;
+      args.insert(args.end(), tail.begin(), tail.end());
+      return args;
+    };
+    for (const auto& args :
+         {with({dir / "src", dir / "victim"}), with({dir / "par/data", dir / "par"}),
+          with({dir / "src", dir / "src"}), with({dir / "src.tar", dir / "src.tar"}),
+          with({dir / "src", dir / "plain.txt"}), with({dir / "src", dir / "dirlink"}),
+          with({dir / "src", dir / "storelink"}),
+          std::vector<std::string>{"convert", dir / "good.db", dir / "victim", "--backend", backend,
+                                   "--force"}}) {
+      CliRun r = Dsfs(args);
+      EXPECT_EQ(r.code, 1) << backend << " " << args[args.size() - 1] << ": " << r.err;
+      EXPECT_EQ(Lines(r.err), 1) << r.err;
+      EXPECT_TRUE(r.err.find("--force replaces only a dsfs store") != std::string::npos ||
+                  r.err.find("is the source itself") != std::string::npos)
+          << r.err;
+    }
+  }
+  EXPECT_EQ(testing::TreeListing(dir.path()), before);
+  // What may be replaced: a store of either backend by either, a damaged store, an empty
+  // directory.
+  ::mkdir((dir / "empty").c_str(), 0755);
+  for (const char* backend : {"rocksdb", "lmdb", "rocksdb"}) {
+    CliRun r = Dsfs({"pack", "-q", "-f", "--backend", backend, dir / "src", dir / "good.db"});
+    EXPECT_EQ(r.code, 0) << backend << r.err;
+  }
+  EXPECT_EQ(Dsfs({"pack", "-q", "-f", dir / "src", dir / "empty"}).code, 0);
+  std::string bytes = ReadFile(dir / "empty");
+  bytes[bytes.size() - 1] ^= 0x5a;
+  WriteFile(dir / "empty", bytes);
+  CliRun r = Dsfs({"pack", "-q", "-f", dir / "src", dir / "empty"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(Dsfs({"verify", dir / "empty"}).code, 0);
+}
+
+// A dropped SSH session (SIGHUP) during a pack: as for Ctrl-C, nothing is left behind.
+TEST(CliUsageTest, HangupDuringPackLeavesNothing) {
+  TempDir dir;
+  WriteFile(dir / "src/big", testing::RandomBytes(40 << 20, 5));
+  auto sh = testing::RunCommand({"sh", "-c",
+                                 testing::DsfsBinary() + " pack -q -j 1 --level 19 " +
+                                     (dir / "src") + " " + (dir / "s.db") +
+                                     " & P=$!; sleep 1; kill -HUP $P; wait $P; echo rc=$?"});
+  EXPECT_NE(sh.out.find("rc=1"), std::string::npos) << sh.out << sh.err;
+  EXPECT_NE(sh.err.find("dsfs: error: interrupted"), std::string::npos) << sh.err;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    EXPECT_EQ(e.path().filename().string().find("s.db"), std::string::npos) << e.path();
+  }
+}
+
+// DST inside SRC: the store does not hold its own temporary file (nor, with --force, the
+// store it replaces).
+TEST(CliUsageTest, PackLeavesOutTheStoreInsideItsSource) {
+  TempDir dir;
+  WriteFile(dir / "src/a.txt", "a");
+  for (const char* backend : {"lmdb", "rocksdb"}) {
+    const std::string dst = dir / (std::string("src/inner-") + backend + ".db");
+    ASSERT_EQ(Dsfs({"pack", "-q", "--backend", backend, dir / "src", dst}).code, 0);
+    ASSERT_EQ(Dsfs({"pack", "-q", "-f", "--backend", backend, dir / "src", dst}).code, 0);
+    CliRun r = Dsfs({"ls", dst, "/"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out.find(std::string("inner-") + backend), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("a.txt"), std::string::npos) << r.out;
+  }
+}
+
+// --dict-size is range-checked: a dictionary beyond 16M (here 1T) is one line, not a pack that
+// holds sample files without bound.
+TEST(CliUsageTest, PackBoundsTheDictionarySize) {
+  TempDir dir;
+  WriteFile(dir / "src/a.txt", "a");
+  for (const char* size : {"1T", "16385K", "100"}) {
+    CliRun r = Dsfs({"pack", "-q", "--dict-size", size, dir / "src", dir / "s.db"});
+    EXPECT_EQ(r.code, 1) << size;
+    EXPECT_NE(r.err.find("dictionary size must be"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir / "s.db"));
+  }
+  EXPECT_EQ(Dsfs({"pack", "-q", "--dict-size", "16M", dir / "src", dir / "s.db"}).code, 0);
+}
+
+// A RocksDB store that lost a table file: the error names the store and the real file
+// (RocksDB itself names its legacy .ldb name, the last one it tried).
+TEST(CliUsageTest, MissingTableFileOfARocksdbStoreIsNamed) {
+  TempDir dir;
+  WriteFile(dir / "src/a.txt", "a");
+  ASSERT_EQ(Dsfs({"pack", "-q", "--backend", "rocksdb", dir / "src", dir / "r.db"}).code, 0);
+  std::string sst;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "r.db")) {
+    if (e.path().extension() == ".sst") sst = e.path().filename().string();
+  }
+  ASSERT_FALSE(sst.empty());
+  std::filesystem::remove(dir / ("r.db/" + sst));
+  CliRun r = Dsfs({"ls", dir / "r.db", "/"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find(sst), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(dir / "r.db"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(".ldb"), std::string::npos) << r.err;
+}
+
 TEST(CliUsageTest, UnknownCommandsAndMissingStoreDirectoriesAreNamed) {
   TempDir dir;
   CliRun r = Dsfs({"frobnicate"});

@@ -209,5 +209,21 @@ TEST_F(LimitsTest, VeryDeepTreeIsRefusedByTheWalkAndTheTensorView) {
   EXPECT_FALSE(s.ok());
 }
 
+// A name longer than the kernel takes (stores packed before pack refused them): verify calls
+// the store damaged.
+TEST_F(LimitsTest, NameLongerThanTheKernelTakesFailsVerify) {
+  std::string& names = table_->data.at(std::string(kNameKey));
+  std::vector<InodeRecord> recs = records_;
+  recs[notes_ - 1].name_off = names.size();
+  recs[notes_ - 1].name_len = 4096;
+  names += std::string(4096, 'N');
+  Rewrite(recs);
+  std::unique_ptr<Store> store;
+  ASSERT_TRUE(Store::Open(NewMemReader(table_), &store).ok());
+  Status s = store->VerifyMetadata();
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_NE(s.message().find("name of 4096 bytes"), std::string::npos) << s.message();
+}
+
 }  // namespace
 }  // namespace dsfs::testing

@@ -2204,6 +2204,14 @@ TEST(PackErrorsTest, DestinationExistsNeedsForce) {
   EXPECT_TRUE(IsOneLineError(r, {"--force"})) << "the message should say how to overwrite";
   EXPECT_EQ(ReadFile(dst), "precious old file\n") << "the existing file must be left alone";
   EXPECT_EQ(DirNames(out), std::vector<std::string>{"s.dsfs"});
+  // --force replaces a dsfs store, not this file.
+  r = Dsfs({"pack", "-q", "--force", src, dst});
+  EXPECT_TRUE(IsOneLineError(r, {"not a dsfs store"}));
+  EXPECT_EQ(ReadFile(dst), "precious old file\n");
+  ASSERT_EQ(::unlink(dst.c_str()), 0);
+  MakeDir(dir / "old");
+  PutFile(dir / "old/a.txt", "old contents\n");
+  ASSERT_EQ(Dsfs({"pack", "-q", dir / "old", dst}).exit_code, 0);
 
   r = Dsfs({"pack", "-q", "--force", src, dst});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);

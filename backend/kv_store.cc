@@ -193,9 +193,12 @@ Status MoveStoreIntoPlace(const std::string& tmp, const StoreDestination& dest) 
                           "is (nothing replaced)");
   }
   if (!exists) {
-    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
-      return Status::FromErrno(errno, "renaming " + tmp + " to " + path);
+    int rc = ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE);
+    if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {
+      // A filesystem without RENAME_NOREPLACE: checked just above, which leaves a short race.
+      rc = ::rename(tmp.c_str(), path.c_str());
     }
+    if (rc != 0) return Status::FromErrno(errno, "renaming " + tmp + " to " + path);
   } else {
     DSFS_RETURN_IF_ERROR(CopyAttributes(path, tmp));
     if (!S_ISDIR(st.st_mode) && !S_ISDIR(dest.found.mode) &&

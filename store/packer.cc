@@ -56,6 +56,9 @@ constexpr uint32_t kMaxDictBytes = 16 << 20;
 // back; so are the batches of the other files read meanwhile, up to this many bytes beyond the
 // samples (then the dictionary is trained on what was found).
 constexpr uint64_t kMaxHeldOtherBytes = 32 << 20;
+// What a held chunk costs beside its bytes (its string and its place in the batch): counted
+// against that bound, so that millions of tiny files are held within it too.
+constexpr uint64_t kHeldChunkOverheadBytes = 64;
 
 // Bytes of small files to train a `dict_bytes` dictionary on.
 uint64_t SampleBytes(uint32_t dict_bytes) {
@@ -1255,7 +1258,7 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
           for (size_t i = 0; i < full.raws.size(); ++i) {
             if (full.use_dict[i]) sample_bytes += full.raws[i].size();
           }
-          held_bytes += full.raw_bytes;
+          held_bytes += full.raw_bytes + full.raws.size() * kHeldChunkOverheadBytes;
           held.push_back(std::move(full));
           if (sample_bytes >= want || held_bytes >= want + kMaxHeldOtherBytes) return train();
           return Status::OK();

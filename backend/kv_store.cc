@@ -183,6 +183,8 @@ Status MoveStoreIntoPlace(const std::string& tmp, const StoreDestination& dest) 
   const std::string& path = dest.path;
   std::string parent = std::filesystem::path(path).parent_path().string();
   if (parent.empty()) parent = ".";
+  // A directory's entries first (a file was synced by its writer).
+  if (std::filesystem::is_directory(tmp)) SyncDir(tmp);
   struct stat st;
   bool exists = ::lstat(path.c_str(), &st) == 0;
   if (!exists && errno != ENOENT) return Status::FromErrno(errno, path);

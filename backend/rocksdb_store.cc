@@ -404,7 +404,8 @@ class RocksdbWriter final : public KvWriter {
     CloseDb();
     std::error_code ec;
     fs::remove_all(staging_, ec);
-    if (!update_) DSFS_RETURN_IF_ERROR(Fail(MoveIntoPlace()));
+    // A fresh store goes to its final path (replacing, with --force, the store checked there).
+    if (!update_) DSFS_RETURN_IF_ERROR(Fail(MoveStoreIntoPlace(dir_, dest_)));
     committed_ = true;
     return Status::OK();
   }
@@ -425,19 +426,6 @@ class RocksdbWriter final : public KvWriter {
     db_->Close().PermitUncheckedError();
     delete db_;
     db_ = nullptr;
-  }
-  // Puts the finished directory at its final path (replacing, with --force, the store that
-  // was checked there).
-  Status MoveIntoPlace() {
-    SyncDir(dir_);
-    return MoveStoreIntoPlace(dir_, dest_);
-  }
-  static void SyncDir(const std::string& dir) {
-    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-      ::fsync(fd);
-      ::close(fd);
-    }
   }
 
   StoreDestination dest_;

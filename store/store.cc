@@ -1,7 +1,12 @@
 #include "store/store.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 
 #include "common/log.h"
 #include "common/path.h"
@@ -32,14 +37,53 @@ Status Store::Open(const std::string& path, const StoreOptions& options,
   return s;
 }
 
+namespace {
+
+// Whether the file at `path` holds dsfs's magic in its first `max_bytes` (or all of it).
+bool FileHoldsMagic(const std::string& path, uint64_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const std::string_view magic(kStoreMagic, sizeof(kStoreMagic));
+  std::string buf(1 << 20, '\0');
+  size_t kept = 0;  // the end of the previous block, for a magic across blocks
+  bool found = false;
+  for (uint64_t done = 0; !found && done < max_bytes;) {
+    ssize_t n = ::read(fd, buf.data() + kept, buf.size() - kept);
+    if (n <= 0) break;
+    done += static_cast<uint64_t>(n);
+    std::string_view block(buf.data(), kept + static_cast<size_t>(n));
+    found = block.find(magic) != std::string_view::npos;
+    kept = std::min(block.size(), magic.size() - 1);
+    std::memmove(buf.data(), block.data() + block.size() - kept, kept);
+  }
+  ::close(fd);
+  return found;
+}
+
+}  // namespace
+
 bool Store::HasStoreHeader(const std::string& path) {
   KvReaderOptions options;
   std::unique_ptr<KvReader> kv;
-  if (!OpenKvReader(path, options, &kv).ok()) return false;
-  PinnedValue hv;
-  if (!kv->Get(kHeaderKey, &hv).ok()) return false;
-  return hv.size() >= sizeof(kStoreMagic) &&
-         std::memcmp(hv.data().data(), kStoreMagic, sizeof(kStoreMagic)) == 0;
+  std::string backend;
+  if (!DetectBackend(path, &backend).ok()) return false;
+  if (OpenKvReader(path, options, &kv).ok()) {
+    PinnedValue hv;
+    return kv->Get(kHeaderKey, &hv).ok() && hv.size() >= sizeof(kStoreMagic) &&
+           std::memcmp(hv.data().data(), kStoreMagic, sizeof(kStoreMagic)) == 0;
+  }
+  // A store too damaged to open: its header record (stored uncompressed, in LMDB's pages or in
+  // RocksDB's small table of H keys) may still be found.
+  constexpr uint64_t kScanBytes = 256 << 20;
+  if (backend == "lmdb") return FileHoldsMagic(path, kScanBytes);
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(path, ec)) {
+    if (e.path().extension() == ".sst" && e.is_regular_file(ec) && e.file_size(ec) < (1 << 20) &&
+        FileHoldsMagic(e.path().string(), kScanBytes)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 Status Store::Open(std::unique_ptr<KvReader> kv, std::unique_ptr<Store>* store,

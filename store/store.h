@@ -42,7 +42,8 @@ class Store {
   static Status Open(const std::string& path, const StoreOptions& options,
                      std::unique_ptr<Store>* store);
   // True if `path` holds a dsfs store: a store of a known backend with dsfs's header record
-  // (its magic; the rest may be damaged). What `pack --force` and `convert --force` replace.
+  // (its magic; the rest may be damaged, and for a store that no longer opens, the magic found
+  // in its files). What `pack --force` and `convert --force` replace.
   static bool HasStoreHeader(const std::string& path);
   // Same, over an already opened key-value reader (tests use memory and fault-injecting ones).
   static Status Open(std::unique_ptr<KvReader> kv, std::unique_ptr<Store>* store,

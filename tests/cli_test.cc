@@ -509,6 +509,19 @@ TEST(CliUsageTest, ForceReplacesOnlyAStoreOrAnEmptyDirectory) {
   CliRun r = Dsfs({"pack", "-q", "-f", dir / "src", dir / "empty"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(Dsfs({"verify", dir / "empty"}).code, 0);
+  // A RocksDB store that no longer opens (a table file lost), but still has dsfs's header.
+  ASSERT_EQ(Dsfs({"pack", "-q", "-f", "--backend", "rocksdb", dir / "src", dir / "good.db"}).code,
+            0);
+  for (const auto& e : std::filesystem::directory_iterator(dir / "good.db")) {
+    if (e.path().extension() == ".sst" &&
+        ReadFile(e.path().string()).find("DSFSTORE") == std::string::npos) {
+      std::filesystem::remove(e.path());
+      break;
+    }
+  }
+  ASSERT_NE(Dsfs({"ls", dir / "good.db"}).code, 0);
+  r = Dsfs({"pack", "-q", "-f", dir / "src", dir / "good.db"});
+  EXPECT_EQ(r.code, 0) << r.err;
 }
 
 // A dropped SSH session (SIGHUP) during a pack: as for Ctrl-C, nothing is left behind.

@@ -896,7 +896,7 @@ class ArchiveTree {
     }
     inodes->clear();
     names->clear();
-    // Breadth-first: the nodes of one level are order[level_begin, level_end).
+    // Breadth-first: order[i] is `level` directories down the tree while i < level_end.
     size_t level_end = 1;
     uint32_t level = 0;
     for (size_t i = 0; i < order.size(); ++i) {
@@ -1431,7 +1431,7 @@ Status AddDirectory(const Store& base, const std::string& src_in, const AddOptio
   options.zstd_level = h.zstd_level;
   options.chunk_bytes = h.chunk_bytes;
   options.segment_bytes = h.segment_bytes;
-  options.dict_bytes = h.dict_bytes;
+  options.dict_bytes = 0;  // nothing is trained: the store's own dictionary is used as it is
   options.threads = add.threads;
   options.predecode = h.pixel_count > 0;
   options.store_path = add.store_path;

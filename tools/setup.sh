@@ -17,6 +17,7 @@ PKGS=(
   libarchive-dev
   libsystemd-dev systemd
   squashfs-tools squashfuse
+  erofs-utils
   dataset-fashion-mnist
   python3-torch python3-torchvision python3-numpy python3-pil
   psmisc procps util-linux mount

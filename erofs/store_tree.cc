@@ -1,0 +1,68 @@
+#include "erofs/store_tree.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace dsfs::erofs {
+
+uint32_t StoreTree::inode_count() const { return static_cast<uint32_t>(store_->inode_count()); }
+
+Status StoreTree::GetInode(uint32_t ino, ImageInode* inode) const {
+  InodeRecord rec;
+  DSFS_RETURN_IF_ERROR(store_->GetInode(ino + 1, &rec));
+  *inode = ImageInode{};
+  inode->mode = rec.mode & ~(static_cast<uint32_t>(options_.umask) & 07777);
+  inode->uid = options_.uid;
+  inode->gid = options_.gid;
+  inode->mtime_s = rec.mtime_s;
+  inode->mtime_ns = rec.mtime_ns;
+  inode->name_len = rec.name_len;
+  if (IsDir(rec)) {
+    uint32_t first = 0, count = 0;
+    DSFS_RETURN_IF_ERROR(store_->DirEntries(ino + 1, rec, &first, &count));
+    // An empty directory's first entry may be anything; keep it inside the tree.
+    inode->first_child = count ? first - 1 : 0;
+    inode->child_count = count;
+  } else {
+    inode->size = rec.size;
+  }
+  return Status::OK();
+}
+
+Status StoreTree::GetName(uint32_t ino, std::string* scratch, std::string_view* name) const {
+  InodeRecord rec;
+  DSFS_RETURN_IF_ERROR(store_->GetInode(ino + 1, &rec));
+  return store_->GetName(rec, name);
+}
+
+Status StoreTree::ReadData(uint32_t ino, uint64_t offset, size_t len, char* dst) const {
+  InodeRecord rec;
+  DSFS_RETURN_IF_ERROR(store_->GetInode(ino + 1, &rec));
+  if (IsLink(rec)) {
+    std::string_view target;
+    DSFS_RETURN_IF_ERROR(store_->ReadLink(rec, &target));
+    if (offset > target.size() || len > target.size() - offset) {
+      return Status::InvalidArgument("EROFS image: read past a symlink target");
+    }
+    std::memcpy(dst, target.data() + offset, len);
+    return Status::OK();
+  }
+  if (offset > rec.size || len > rec.size - offset) {
+    return Status::InvalidArgument("EROFS image: read past the end of a file");
+  }
+  ReadBuffer buf;
+  while (len > 0) {
+    std::string_view out;
+    DSFS_RETURN_IF_ERROR(store_->Read(rec, offset, len, &buf, &out));
+    if (out.empty()) return Status::Corruption("store file shorter than its size");
+    const size_t m = std::min(out.size(), len);
+    std::memcpy(dst, out.data(), m);
+    dst += m;
+    offset += m;
+    len -= m;
+  }
+  return Status::OK();
+}
+
+}  // namespace dsfs::erofs

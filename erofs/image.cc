@@ -113,8 +113,9 @@ Status Image::Layout() {
   inode_count_ = n;
   ImageInode attr;
   DSFS_RETURN_IF_ERROR(tree_->GetInode(0, &attr));
-  if (!IsDirMode(attr.mode))
+  if (!IsDirMode(attr.mode)) {
     return Status::InvalidArgument("EROFS image: the root is no directory");
+  }
   // Compact inodes take their mtime from here; the root's is as likely as any to be shared.
   build_time_s_ = attr.mtime_s;
   build_time_ns_ = attr.mtime_ns;
@@ -207,7 +208,10 @@ Status Image::Layout() {
   for (const auto& [child, parent] : parents) {
     auto it = std::lower_bound(dirs_.begin(), dirs_.end(), child,
                                [](const Dir& d, uint32_t v) { return d.ino < v; });
-    it->parent = parent;  // it exists: the child was found to be a directory
+    if (it == dirs_.end() || it->ino != child) {
+      return Status::Corruption("EROFS image: the tree changed while being laid out");
+    }
+    it->parent = parent;
   }
   return Status::OK();
 }

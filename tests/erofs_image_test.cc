@@ -584,6 +584,13 @@ TEST(ErofsImageTest, InlineAndCompactLayouts) {
   EXPECT_GT(inl->memory_bytes(), 0u);
 }
 
+TEST(ErofsImageTest, RootOnly) {
+  Node root = Dir("", {}, 0700);
+  root.uid = 70000;
+  root.mtime_ns = 123;
+  CheckFake(root, ImageOptions{});
+}
+
 TEST(ErofsImageTest, FileOver4GiBIsSparseAndReadable) {
   const uint64_t size = 4 * kGiB + 12345;
   Node big;

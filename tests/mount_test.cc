@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <png.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -231,6 +232,31 @@ std::vector<std::string> DirNames(const std::string& dir) {
   ::closedir(d);
   std::sort(names.begin(), names.end());
   return names;
+}
+
+// An 8-bit RGB PNG of a smooth gradient: a few KB for any size, decoded by the views.
+std::string GradientPng(uint32_t w, uint32_t h, int seed) {
+  png_image img;
+  std::memset(&img, 0, sizeof(img));
+  img.version = PNG_IMAGE_VERSION;
+  img.width = w;
+  img.height = h;
+  img.format = PNG_FORMAT_RGB;
+  std::string rgb(size_t{w} * h * 3, '\0');
+  for (uint32_t y = 0; y < h; ++y) {
+    for (uint32_t x = 0; x < w; ++x) {
+      char* p = rgb.data() + (size_t{y} * w + x) * 3;
+      p[0] = static_cast<char>(x / 16 + seed);
+      p[1] = static_cast<char>(y / 16);
+      p[2] = static_cast<char>(seed * 40);
+    }
+  }
+  png_alloc_size_t size = 0;
+  if (!png_image_write_to_memory(&img, nullptr, &size, 0, rgb.data(), 0, nullptr)) return "";
+  std::string png(size, '\0');
+  if (!png_image_write_to_memory(&img, png.data(), &size, 0, rgb.data(), 0, nullptr)) return "";
+  png.resize(size);
+  return png;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1655,6 +1681,65 @@ TEST(UmountTest, UmountOfSomethingNotMountedFails) {
   TempDir dir;
   CommandResult r = Dsfs({"umount", dir.path()});
   EXPECT_TRUE(IsOneLineError(r, {"not mounted"}));
+}
+
+// `dsfs umount` unmounts dsfs mounts only: a typo must not unmount a disk.
+TEST(UmountTest, UmountRefusesAnythingButADsfsMount) {
+  SKIP_UNLESS_ROOT();
+  TempDir dir;
+  std::string tm = dir / "tm";
+  MakeDir(tm);
+  TmpfsGuard tmpfs(tm, "1M");
+  ASSERT_TRUE(tmpfs.mounted()) << tmpfs.error();
+  PutFile(tm + "/keep.txt", "still here\n");
+  for (bool lazy : {false, true}) {
+    std::vector<std::string> args = {"umount"};
+    if (lazy) args.push_back("--lazy");
+    args.push_back(tm);
+    CommandResult r = Dsfs(args);
+    EXPECT_TRUE(IsOneLineError(r, {"not a dsfs mount"})) << (lazy ? "--lazy" : "");
+    ASSERT_TRUE(IsMounted(tm)) << "dsfs umount" << (lazy ? " --lazy" : "") << " unmounted a tmpfs";
+    EXPECT_EQ(ReadFile(tm + "/keep.txt"), "still here\n");
+  }
+}
+
+// `dsfs umount` returns once the daemon is gone, so the filesystem holding the store can be
+// unmounted right after it. The daemon is kept busy past the unmount: listing the bmp view
+// makes it render large images into the page cache (push), which it finishes before exiting.
+TEST(UmountTest, UmountReturnsOnceTheDaemonHasExited) {
+  SKIP_UNLESS_CAN_MOUNT();
+  TempDir dir;
+  std::string disk = dir / "disk", mp = dir / "mnt";
+  MakeDir(disk);
+  MakeDir(mp);
+  TmpfsGuard tmpfs(disk, "64M");
+  ASSERT_TRUE(tmpfs.mounted()) << tmpfs.error();
+  MakeDir(disk + "/src");
+  MakeDir(disk + "/src/c");
+  for (int i = 0; i < 6; ++i) {
+    PutFile(disk + "/src/c/big" + std::to_string(i) + ".png", GradientPng(2500, 2500, i));
+  }
+  CommandResult r = Dsfs({"pack", "-q", disk + "/src", disk + "/s.dsfs"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  {
+    MountGuard guard(mp);
+    r = guard.MountBackground(disk + "/s.dsfs", {"-o", "cache_size=2G,push=1G"});
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    ASSERT_EQ(guard.daemons().size(), 1u);
+    pid_t pid = guard.daemons()[0];
+    EXPECT_EQ(DirNames(mp + "/.dsfs/bmp/c").size(), 6u);
+    r = Dsfs({"umount", mp});
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    // Exited (a zombie of this subreaper) before `dsfs umount` returned.
+    pid_t ppid;
+    char state = '?';
+    EXPECT_FALSE(ProcStat(pid, &ppid, &state) && state != 'Z')
+        << "the daemon still runs after dsfs umount returned";
+    EXPECT_TRUE(WaitChild(pid, milliseconds(10000)));
+    guard.Forget(pid);
+  }
+  r = RunCommand({"umount", disk});
+  EXPECT_EQ(r.exit_code, 0) << "the store's filesystem is still busy: " << Describe(r);
 }
 
 TEST(UmountTest, BusyMountNeedsLazy) {

@@ -198,41 +198,50 @@ std::string LinkReason(const std::string& path) {
 
 // Adds the images of class directory `cls` (label `label`) in the order sorted(os.walk(cls))
 // yields directories: by path, where "a/b" sorts after "a-b" ('/' after '-'), then by name.
-// `prefix` is the class's path relative to the indexed directory.
+// `prefix` is the class's path relative to the indexed directory; `access` covers the
+// directories from the root down to the class, itself included.
 Status AddClass(const Store& store, uint32_t cls, const std::string& prefix, uint32_t label,
-                TensorIndex* index) {
+                const ReadAccess& access, TensorIndex* index) {
   // Every directory below the class, with its path relative to it ("" for the class itself;
-  // "/a", "/a/b" below), then sorted as os.walk's root strings sort.
-  std::vector<std::pair<std::string, uint32_t>> dirs{{"", cls}};
+  // "/a", "/a/b" below) and the access its path needs, then sorted as os.walk's root strings
+  // sort.
+  struct Dir {
+    std::string rel;
+    uint32_t ino;
+    ReadAccess access;
+  };
+  std::vector<Dir> dirs{{"", cls, access}};
   std::vector<Entry> entries;
   uint64_t path_bytes = 0;
   for (size_t i = 0; i < dirs.size(); ++i) {
-    DSFS_RETURN_IF_ERROR(Entries(store, dirs[i].second, &entries));
+    DSFS_RETURN_IF_ERROR(Entries(store, dirs[i].ino, &entries));
     for (const Entry& e : entries) {
       if (IsLink(e.rec)) {
-        index->why = LinkReason(EntryPath(prefix, dirs[i].first, e.name));
+        index->why = LinkReason(EntryPath(prefix, dirs[i].rel, e.name));
         return Status::OK();
       }
       if (!IsDir(e.rec)) continue;
       // Paths no program could open, or more path bytes than any real tree has, mean a
       // damaged or crafted store: the view is refused instead of holding them all in memory.
-      std::string rel = dirs[i].first + "/" + std::string(e.name);
+      std::string rel = dirs[i].rel + "/" + std::string(e.name);
       path_bytes += rel.size();
       if (prefix.size() + rel.size() >= kMaxTensorPathBytes || path_bytes > kMaxTensorIndexBytes) {
         index->why = prefix + rel.substr(0, 64) + "...: paths too long or too many";
         return Status::OK();
       }
-      dirs.emplace_back(std::move(rel), e.ino);
+      ReadAccess below = dirs[i].access;
+      below.AddDir(e.rec.mode);
+      dirs.push_back({std::move(rel), e.ino, below});
     }
   }
-  std::sort(dirs.begin(), dirs.end());
-  SortAsPython(&dirs, [](const auto& d) -> std::string_view { return d.first; });
-  for (const auto& [rel, ino] : dirs) {
-    DSFS_RETURN_IF_ERROR(Entries(store, ino, &entries));
+  std::sort(dirs.begin(), dirs.end(), [](const Dir& a, const Dir& b) { return a.rel < b.rel; });
+  SortAsPython(&dirs, [](const Dir& d) -> std::string_view { return d.rel; });
+  for (const Dir& d : dirs) {
+    DSFS_RETURN_IF_ERROR(Entries(store, d.ino, &entries));
     SortAsPython(&entries, [](const Entry& e) { return e.name; });
     for (const Entry& e : entries) {
       if (IsDir(e.rec) || !HasImageExtension(e.name)) continue;
-      std::string path = EntryPath(prefix, rel, e.name);
+      std::string path = EntryPath(prefix, d.rel, e.name);
       if (!IsDecodableImage(e.rec)) {
         index->why = path + " is not an image the views can decode";
         return Status::OK();
@@ -248,9 +257,23 @@ Status AddClass(const Store& store, uint32_t cls, const std::string& prefix, uin
       index->images.push_back(e.ino);
       index->labels.push_back(label);
       index->files_txt_bytes += path.size() + 1;
+      index->access.Add(d.access);
+      index->access.AddFile(e.rec.mode);
     }
   }
   return Status::OK();
+}
+
+// The access that directory `dir` and every directory above it require.
+Status AccessFromRoot(const Store& store, uint32_t dir, ReadAccess* access) {
+  for (uint32_t cur = dir;;) {
+    InodeRecord r;
+    DSFS_RETURN_IF_ERROR(store.GetInode(cur, &r));
+    access->AddDir(r.mode);
+    // Parents have smaller numbers (breadth-first): a damaged parent field cannot loop.
+    if (cur == Store::kRootIno || r.parent >= cur) return Status::OK();
+    cur = r.parent;
+  }
 }
 
 }  // namespace
@@ -271,18 +294,22 @@ Status BuildTensorIndex(const Store& store, uint32_t dir, TensorIndex* index) {
     if (IsDir(e.rec)) classes.push_back(e);
   }
   SortAsPython(&classes, [](const Entry& e) { return e.name; });
+  ReadAccess above;
+  DSFS_RETURN_IF_ERROR(AccessFromRoot(store, dir, &above));
   if (index->why.empty() && classes.empty()) {
     // A leaf directory: one class, itself.
     std::string_view name;
     DSFS_RETURN_IF_ERROR(store.GetName(d, &name));
     index->classes.emplace_back(name.empty() ? "." : name);
-    DSFS_RETURN_IF_ERROR(AddClass(store, dir, "", 0, index));
+    DSFS_RETURN_IF_ERROR(AddClass(store, dir, "", 0, above, index));
   } else if (index->why.empty()) {
     for (const Entry& c : classes) {
       uint32_t label = static_cast<uint32_t>(index->classes.size());
       index->classes.emplace_back(c.name);
       size_t before = index->images.size();
-      DSFS_RETURN_IF_ERROR(AddClass(store, c.ino, std::string(c.name), label, index));
+      ReadAccess access = above;
+      access.AddDir(c.rec.mode);
+      DSFS_RETURN_IF_ERROR(AddClass(store, c.ino, std::string(c.name), label, access, index));
       if (!index->why.empty()) break;
       if (index->images.size() == before) {
         index->why = "class " + std::string(c.name) + " has no images (ImageFolder refuses it)";

@@ -40,6 +40,23 @@ std::string ImageNpyHeader(const InodeRecord& rec);
 // True for names ImageFolder accepts (torchvision's IMG_EXTENSIONS, any case).
 bool HasImageExtension(std::string_view name);
 
+// Who may read an aggregate view file (one made of many stored files): never more than could
+// read its members one by one. The read bits, per class (owner, group, others), that survive
+// AND-ing each member file's read bits and, for every directory from the root down to it, its
+// read bits (listing: an aggregate names or counts its members) and its search bits (shown as
+// read bits). The store keeps no owner per file (every entry shows the mount's uid and gid), so
+// these bits alone decide. Every aggregate view takes its mode from one of these.
+class ReadAccess {
+ public:
+  void AddDir(uint32_t mode) { bits_ &= (mode & 0444) & ((mode & 0111) << 2); }
+  void AddFile(uint32_t mode) { bits_ &= mode & 0444; }
+  void Add(const ReadAccess& other) { bits_ &= other.bits_; }
+  uint32_t bits() const { return bits_; }  // some of 0444
+
+ private:
+  uint32_t bits_ = 0444;
+};
+
 // The generated files of a tensor view directory.
 enum class TensorFile : uint8_t { kImages = 0, kLabels = 1, kClasses = 2, kFiles = 3 };
 inline constexpr std::string_view kTensorFileNames[] = {"images.npy", "labels.npy", "classes.txt",
@@ -57,6 +74,8 @@ struct TensorIndex {
   std::vector<uint32_t> images;  // store inode of each sample, in order
   std::vector<uint32_t> labels;  // class index of each sample
   uint64_t files_txt_bytes = 0;
+  // Who may read the generated files (all four: they reveal the same members).
+  ReadAccess access;
 
   uint64_t ImageBytes() const { return uint64_t{width} * height * 3; }
   std::string ImagesHeader() const;

@@ -1890,6 +1890,52 @@ TEST(MountOptionsTest, AllowOtherAndOwnerOptionsUseTheStoredModes) {
   }
 }
 
+// With allow_other, an aggregate view file reveals nothing its reader could not read file by
+// file: a private class (0700 directory of 0600 images) keeps the tensor view's images.npy,
+// labels.npy, files.txt and classes.txt from other users; the per-image views keep the modes.
+TEST(MountOptionsTest, AllowOtherViewsRevealNoMoreThanTheFilesThemselves) {
+  SKIP_UNLESS_CAN_MOUNT();
+  TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  std::string src = dir / "src", store = dir / "s.dsfs", mp = dir / "mnt";
+  MakeDir(src, 0755);
+  MakeDir(src + "/pubcls", 0755);
+  MakeDir(src + "/privcls", 0755);
+  for (int i = 0; i < 2; ++i) {
+    PutFile(src + "/pubcls/img" + std::to_string(i) + ".png", GradientPng(8, 8, i), 0644);
+    PutFile(src + "/privcls/img" + std::to_string(i) + ".png", GradientPng(8, 8, 5 + i), 0600);
+  }
+  ::chmod((src + "/privcls").c_str(), 0700);
+  MakeDir(mp);
+  CommandResult r = Dsfs({"pack", "-q", src, store});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  MountGuard guard(mp);
+  r = guard.MountBackground(store, {"-o", "allow_other"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  auto as_nobody = [](const std::string& path) {
+    return RunCommand({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat", path},
+                      30);
+  };
+  r = as_nobody(mp + "/pubcls/img0.png");
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  for (const char* path :
+       {"/privcls/img0.png", "/.dsfs/bmp/privcls/img0.png", "/.dsfs/npy/privcls/img0.png.npy",
+        "/.dsfs/tensor/images.npy", "/.dsfs/tensor/labels.npy", "/.dsfs/tensor/files.txt",
+        "/.dsfs/tensor/classes.txt"}) {
+    r = as_nobody(mp + path);
+    EXPECT_NE(r.exit_code, 0) << path << " was readable by another user";
+    EXPECT_EQ(r.out, "") << path;
+    EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << path << ": " << Describe(r);
+  }
+  // The public class's own aggregate is everyone's, and the owner reads them all.
+  r = as_nobody(mp + "/.dsfs/tensor/pubcls/images.npy");
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  std::string data, error;
+  EXPECT_TRUE(ReadAll(mp + "/.dsfs/tensor/images.npy", &data, &error)) << error;
+  EXPECT_EQ(ReadFile(mp + "/.dsfs/tensor/files.txt"),
+            "privcls/img0.png\nprivcls/img1.png\npubcls/img0.png\npubcls/img1.png\n");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Load: many readers in several processes against one mount, across the original tree and the
 // views, with no error; the daemon's memory within its cache budget; unmounting under load.

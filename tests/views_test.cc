@@ -512,5 +512,44 @@ TEST_F(FilesystemViewsTest, TensorViewIsAbsentWhereLinksAre) {
   }
 }
 
+// An aggregate file (the tensor view's) shows no more than its members could show one by one:
+// its read bits are those every member file and every directory on the way to it allow (search
+// and read); the per-image views keep each file's own mode, their directories the originals'.
+TEST_F(FilesystemViewsTest, TensorFilesAreNoMoreReadableThanTheirMembers) {
+  WriteFile(dir_ / "src/p/pub/1.jpg", Jpeg(8, 8, 17), 0644);
+  WriteFile(dir_ / "src/p/priv/2.jpg", Jpeg(8, 8, 18), 0600);
+  WriteFile(dir_ / "src/q/open/3.jpg", Jpeg(8, 8, 19), 0644);
+  WriteFile(dir_ / "src/q/open/4.jpg", Jpeg(8, 8, 20), 0640);
+  WriteFile(dir_ / "src/r/listonly/5.jpg", Jpeg(8, 8, 21), 0644);
+  WriteFile(dir_ / "src/r/listonly/sub/6.jpg", Jpeg(8, 8, 22), 0644);
+  ASSERT_EQ(::chmod((dir_ / "src").c_str(), 0755), 0);
+  ASSERT_EQ(::chmod((dir_ / "src/p/priv").c_str(), 0700), 0);
+  ASSERT_EQ(::chmod((dir_ / "src/r/listonly").c_str(), 0754), 0);  // others: no search
+  auto fs = Mount(false);
+  struct stat st;
+  auto mode = [&](const std::string& path) -> uint32_t {
+    uint64_t ino = Walk(fs.get(), path);
+    EXPECT_NE(ino, 0u) << path;
+    EXPECT_TRUE(fs->GetAttr(ino, &st).ok()) << path;
+    return st.st_mode & 07777;
+  };
+  for (std::string_view f : kTensorFileNames) {
+    std::string name(f);
+    EXPECT_EQ(mode(".dsfs/tensor/p/" + name), 0400u) << name;  // priv: owner only
+    EXPECT_EQ(mode(".dsfs/tensor/q/" + name), 0440u) << name;  // 4.jpg: no others
+    EXPECT_EQ(mode(".dsfs/tensor/r/" + name), 0440u) << name;  // listonly: no search for others
+    EXPECT_EQ(mode(".dsfs/tensor/q/open/" + name), 0440u) << name;
+    EXPECT_EQ(mode(".dsfs/tensor/p/pub/" + name), 0444u) << name;
+    // Below a private directory, the generated files are private too.
+    EXPECT_EQ(mode(".dsfs/tensor/p/priv/" + name), 0400u) << name;
+  }
+  EXPECT_EQ(mode(".dsfs/bmp/p/priv/2.jpg"), 0600u);
+  EXPECT_EQ(mode(".dsfs/npy/p/priv/2.jpg.npy"), 0600u);
+  for (const char* view : {"", ".dsfs/bmp/", ".dsfs/npy/", ".dsfs/tensor/"}) {
+    EXPECT_EQ(mode(std::string(view) + "p/priv"), 0700u) << view;
+    EXPECT_EQ(mode(std::string(view) + "r/listonly"), 0754u) << view;
+  }
+}
+
 }  // namespace
 }  // namespace dsfs

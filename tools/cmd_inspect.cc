@@ -25,6 +25,13 @@ std::string ModeString(uint32_t mode) {
   return s;
 }
 
+// "0444": permission bits in octal, as chmod takes them.
+std::string ModeText(uint32_t bits) {
+  char buf[8];
+  std::snprintf(buf, sizeof(buf), "%04o", bits & 07777);
+  return buf;
+}
+
 std::string TimeString(int64_t t) {
   time_t tt = static_cast<time_t>(t);
   struct tm tm;
@@ -220,14 +227,17 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
         << ", \"available\": " << (t.available ? "true" : "false");
     if (t.available) {
       out << ", \"images\": " << t.images.size() << ", \"classes\": " << t.classes.size()
-          << ", \"height\": " << t.height << ", \"width\": " << t.width;
+          << ", \"height\": " << t.height << ", \"width\": " << t.width
+          << ", \"mode\": " << JsonString(ModeText(t.access.bits()));
     } else {
       out << ", \"why\": " << JsonString(t.why);
     }
     out << "}}\n";
   } else if (t.available) {
+    // Its files are no more readable than its members (fs/views.h, ReadAccess).
     out << "tensor view:  " << path << ": " << t.images.size() << " images of " << t.width << "x"
-        << t.height << " in " << t.classes.size() << " classes\n";
+        << t.height << " in " << t.classes.size() << " classes, files mode "
+        << ModeText(t.access.bits()) << "\n";
   } else {
     out << "tensor view:  " << path << ": absent: " << t.why << "\n";
   }

@@ -100,7 +100,12 @@ Status Serve(const MountConfig& config, const std::function<void()>& on_mounted)
   }
   std::unique_ptr<Store> store;
   DSFS_RETURN_IF_ERROR(Store::Open(config.store_path, store_options, &store));
-  Filesystem fs(std::move(store), config.fs);
+  FsOptions fs_options = config.fs;
+  // The views decode an image once and serve it from the cache: what cannot fit an entry of
+  // the cache is served as its original bytes (fs/views.h, ViewRenders).
+  ByteCache* cache = store->cache();
+  fs_options.max_render_bytes = cache ? cache->max_value_bytes() : 0;
+  Filesystem fs(std::move(store), fs_options);
   if (fo.fsname.empty()) fo.fsname = config.store_path;
   return ServeFuse(&fs, config.mountpoint, fo, on_mounted);
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "common/units.h"
 #include "image/image.h"
 
 namespace dsfs {
@@ -36,16 +37,18 @@ std::string ImageNpyHeader(const InodeRecord& rec) {
   return NpyHeader("|u1", {rec.height, rec.width, 3});
 }
 
-uint64_t ViewFileBytes(View v, const InodeRecord& rec) {
-  if (!IsDecodableImage(rec)) return rec.size;
-  switch (v) {
-    case View::kBmp:
-      return BmpBytes(rec.width, rec.height);
-    case View::kNpy:
-      return ImageNpyHeader(rec).size() + uint64_t{rec.width} * rec.height * 3;
-    default:
-      return rec.size;
-  }
+uint64_t ViewFileBytes(View v, const InodeRecord& rec, uint64_t max_render_bytes) {
+  if (!ViewRenders(v, rec, max_render_bytes)) return rec.size;
+  return v == View::kBmp ? BmpBytes(rec.width, rec.height)
+                         : ImageNpyHeader(rec).size() + uint64_t{rec.width} * rec.height * 3;
+}
+
+bool ViewRenders(View v, const InodeRecord& rec, uint64_t max_render_bytes) {
+  if ((v != View::kBmp && v != View::kNpy) || !IsDecodableImage(rec)) return false;
+  // What the cache holds for it: the BMP, or the pixels (the .npy header is made per read).
+  uint64_t rendered =
+      v == View::kBmp ? BmpBytes(rec.width, rec.height) : uint64_t{rec.width} * rec.height * 3;
+  return rendered <= max_render_bytes;
 }
 
 bool HasImageExtension(std::string_view name) {
@@ -278,7 +281,8 @@ Status AccessFromRoot(const Store& store, uint32_t dir, ReadAccess* access) {
 
 }  // namespace
 
-Status BuildTensorIndex(const Store& store, uint32_t dir, TensorIndex* index) {
+Status BuildTensorIndex(const Store& store, uint32_t dir, TensorIndex* index,
+                        uint64_t max_image_bytes) {
   *index = TensorIndex();
   InodeRecord d;
   DSFS_RETURN_IF_ERROR(store.GetInode(dir, &d));
@@ -318,6 +322,11 @@ Status BuildTensorIndex(const Store& store, uint32_t dir, TensorIndex* index) {
     }
   }
   if (index->why.empty() && index->images.empty()) index->why = "no images below";
+  if (index->why.empty() && index->ImageBytes() > max_image_bytes) {
+    index->why = "its images decode to " + FormatBytes(index->ImageBytes()) +
+                 " each, more than the RAM cache holds per entry (" + FormatBytes(max_image_bytes) +
+                 ", a 16th of -o cache_size)";
+  }
   index->available = index->why.empty();
   if (!index->available) {
     index->images.clear();

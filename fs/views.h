@@ -32,8 +32,14 @@ std::string_view ViewName(View v);  // "original", "bmp", "npy", "tensor"
 // InvalidArgument naming the choices for an unknown name.
 Status ParseView(std::string_view name, View* v);
 
-// Size of the file a view shows for regular file `rec` (images: the rendered file).
-uint64_t ViewFileBytes(View v, const InodeRecord& rec);
+// True if view `v` shows regular file `rec` rendered (bmp, npy: a decodable image whose
+// rendered bytes, the BMP or the pixels, are at most `max_render_bytes`); otherwise the view
+// shows the original bytes. The mount sets the limit to what its RAM cache holds per entry, so
+// that every image is decoded once and then served from the cache, and a file's size (decided
+// here, from the recorded dimensions) never depends on what is cached.
+bool ViewRenders(View v, const InodeRecord& rec, uint64_t max_render_bytes);
+// Size of the file a view shows for regular file `rec` (rendered, or the original).
+uint64_t ViewFileBytes(View v, const InodeRecord& rec, uint64_t max_render_bytes);
 // The .npy header of an image's array (its size is part of ViewFileBytes).
 std::string ImageNpyHeader(const InodeRecord& rec);
 
@@ -84,8 +90,11 @@ struct TensorIndex {
 };
 
 // Builds the index of directory `dir`. Errors are the store's (damaged metadata); a tree the
-// view cannot serve is an available == false index, not an error.
-Status BuildTensorIndex(const Store& store, uint32_t dir, TensorIndex* index);
+// view cannot serve is an available == false index, not an error: also one whose images decode
+// to more than `max_image_bytes` each (the mount's RAM cache holds no larger entry, and
+// images.npy would decode them again on every read).
+Status BuildTensorIndex(const Store& store, uint32_t dir, TensorIndex* index,
+                        uint64_t max_image_bytes = UINT64_MAX);
 
 // files.txt (paths relative to the directory, one per line) and classes.txt (one per line).
 Status TensorFilesText(const Store& store, uint32_t dir, const TensorIndex& index,

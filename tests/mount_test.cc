@@ -2273,6 +2273,96 @@ TEST(StressTest, CacheBudgetHoldsReadingAStoreTenTimesLarger) {
 // ---------------------------------------------------------------------------------------------
 // `dsfs mount -f` serves in the foreground until SIGTERM or SIGINT, then unmounts and exits 0.
 
+uint64_t StatsField(const std::string& mp, const std::string& key) {
+  std::string stats = ReadFile(mp + "/.dsfs/stats");
+  size_t at = stats.find("\"" + key + "\": ");
+  return at == std::string::npos ? UINT64_MAX : std::stoull(stats.substr(at + key.size() + 4));
+}
+
+// Large images in the views: one whose pixels cannot fit an entry of the RAM cache (a 16th of
+// cache_size) is served as its original bytes and never decoded, so readers of several at once
+// leave the daemon within its budget and an unrelated file is served at once; one that fits is
+// decoded once however many readers read it at the same time.
+TEST(ViewsMountTest, LargeImagesAreDecodedOnceOrServedAsTheyAre) {
+  SKIP_UNLESS_CAN_MOUNT();
+  TempDir dir;
+  std::string src = dir / "src", store = dir / "s.dsfs", mp = dir / "mnt";
+  MakeDir(src);
+  MakeDir(src + "/c");
+  std::vector<std::string> pngs;
+  for (int i = 0; i < 4; ++i) {
+    pngs.push_back(GradientPng(3000, 3000, i));  // 27 MB of pixels each
+    PutFile(src + "/c/big" + std::to_string(i) + ".png", pngs.back());
+  }
+  PutFile(src + "/other.txt", "unrelated\n");
+  MakeDir(mp);
+  CommandResult r = Dsfs({"pack", "-q", src, store});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  {
+    MountGuard guard(mp);
+    r = guard.MountBackground(store, {"-o", "cache_size=16M,push=0"});
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    ASSERT_EQ(guard.daemons().size(), 1u);
+    pid_t pid = guard.daemons()[0];
+    std::vector<std::string> got(pngs.size());
+    std::vector<std::thread> readers;
+    auto t0 = Clock::now();
+    for (size_t i = 0; i < pngs.size(); ++i) {
+      readers.emplace_back([&, i] {
+        // At most 4 MB each: enough to show a decode per read without waiting for all of them.
+        std::string path = mp + "/.dsfs/bmp/c/big" + std::to_string(i) + ".png";
+        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return;
+        std::string buf(1 << 20, '\0');
+        while (got[i].size() < (4u << 20)) {
+          ssize_t n = ::read(fd, buf.data(), buf.size());
+          if (n <= 0) break;
+          got[i].append(buf.data(), static_cast<size_t>(n));
+        }
+        ::close(fd);
+      });
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+    auto t1 = Clock::now();
+    std::string data, error;
+    EXPECT_TRUE(ReadAll(mp + "/other.txt", &data, &error)) << error;
+    auto other_ms = std::chrono::duration_cast<milliseconds>(Clock::now() - t1).count();
+    for (auto& t : readers) t.join();
+    auto all_ms = std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count();
+    EXPECT_EQ(data, "unrelated\n");
+    EXPECT_LT(other_ms, 1000) << "an unrelated file waited behind the image readers";
+    for (size_t i = 0; i < pngs.size(); ++i) {
+      EXPECT_TRUE(got[i] == pngs[i])
+          << "big" << i << ".png: not its original bytes (" << got[i].size() << " bytes read)";
+    }
+    EXPECT_EQ(StatsField(mp, "images_decoded"), 0u);
+    EXPECT_LT(all_ms, 5000);
+    uint64_t hwm_kb = ProcStatusKb(pid, "VmHWM");
+    if (!kSanitized) EXPECT_LT(hwm_kb, (16u + 48u) << 10) << "daemon peak RSS in kB";
+  }
+  {
+    // 1G: 64 MB per entry, the images fit: four readers of one image decode it once.
+    MountGuard guard(mp);
+    r = guard.MountBackground(store, {"-o", "cache_size=1G,push=0"});
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    std::vector<std::string> got(4);
+    std::vector<std::thread> readers;
+    for (size_t i = 0; i < got.size(); ++i) {
+      readers.emplace_back([&, i] {
+        std::string error;
+        ReadAll(mp + "/.dsfs/bmp/c/big0.png", &got[i], &error);
+      });
+    }
+    for (auto& t : readers) t.join();
+    for (const std::string& g : got) {
+      EXPECT_EQ(g.size(), 54u + 3000u * 3000u * 3u);
+      EXPECT_TRUE(g == got[0]);
+    }
+    EXPECT_EQ(got[0].substr(0, 2), "BM");
+    EXPECT_EQ(StatsField(mp, "images_decoded"), 1u);
+  }
+}
+
 class ForegroundTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ForegroundTest, SignalUnmountsAndExitsZero) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "backend/mem_store.h"
 #include "cache/prefetcher.h"
@@ -548,6 +549,80 @@ TEST_F(FilesystemViewsTest, TensorFilesAreNoMoreReadableThanTheirMembers) {
   for (const char* view : {"", ".dsfs/bmp/", ".dsfs/npy/", ".dsfs/tensor/"}) {
     EXPECT_EQ(mode(std::string(view) + "p/priv"), 0700u) << view;
     EXPECT_EQ(mode(std::string(view) + "r/listonly"), 0754u) << view;
+  }
+}
+
+uint64_t ImagesDecoded(const Filesystem& fs) {
+  std::string j = fs.StatsJson();
+  size_t at = j.find("\"images_decoded\": ");
+  return at == std::string::npos ? UINT64_MAX : std::stoull(j.substr(at + 18));
+}
+
+// The views decode an image once and serve it from the RAM cache: an image whose rendered form
+// cannot fit one cache entry is served as its original bytes (its size says so from the start),
+// and concurrent readers of one image share one decode.
+TEST_F(FilesystemViewsTest, ImagesAreDecodedOnceAndThoseTooLargeForTheCacheServedAsTheyAre) {
+  const std::string large = Png(200, 200, PNG_FORMAT_RGB), medium = Png(400, 400, PNG_FORMAT_RGB);
+  WriteFile(dir_ / "src/big/c/large.png", large);
+  WriteFile(dir_ / "src/big/d/small.png", Png(8, 8, PNG_FORMAT_RGB));
+  WriteFile(dir_ / "src/mid/c/medium.png", medium);
+  auto open = [&](uint64_t cache_bytes) {
+    std::shared_ptr<MemTable> t;
+    std::unique_ptr<Store> store;
+    EXPECT_TRUE(PackToMemory(dir_ / "src", PackOptions{}, &t, &store).ok());
+    auto cache = std::make_shared<ByteCache>(cache_bytes);
+    EXPECT_TRUE(Store::Open(NewMemReader(t), &store, cache).ok());
+    FsOptions o;
+    o.max_render_bytes = cache->max_value_bytes();
+    return std::make_unique<Filesystem>(std::move(store), o);
+  };
+  {
+    auto fs = open(16 * 64 * 1024);  // 64 KiB per entry: the 200x200 image (120 KB) is too large
+    for (const char* p : {".dsfs/bmp/big/c/large.png", ".dsfs/npy/big/c/large.png"}) {
+      uint64_t ino = Walk(fs.get(), p);
+      ASSERT_NE(ino, 0u) << p;
+      struct stat st;
+      ASSERT_TRUE(fs->GetAttr(ino, &st).ok());
+      EXPECT_EQ(static_cast<uint64_t>(st.st_size), large.size()) << p;
+      EXPECT_TRUE(ReadAll(fs.get(), ino) == large) << p;
+    }
+    EXPECT_EQ(Walk(fs.get(), ".dsfs/npy/big/c/large.png.npy"), 0u);
+    EXPECT_EQ(List(fs.get(), Walk(fs.get(), ".dsfs/npy/big/c")),
+              (std::vector<std::string>{".", "..", "large.png"}));
+    EXPECT_EQ(Walk(fs.get(), ".dsfs/tensor/big/c/images.npy"), 0u);
+    EXPECT_EQ(ImagesDecoded(*fs), 0u);
+    // A small one renders, decoded once for all of the 1000-byte reads.
+    EXPECT_EQ(ReadAll(fs.get(), Walk(fs.get(), ".dsfs/bmp/big/d/small.png")).substr(0, 2), "BM");
+    EXPECT_EQ(ImagesDecoded(*fs), 1u);
+  }
+  {
+    // 4 MiB per entry: the 400x400 image fits; eight readers at once decode it once.
+    auto fs = open(64 << 20);
+    for (const char* view : {".dsfs/bmp/mid/c/medium.png", ".dsfs/npy/mid/c/medium.png.npy",
+                             ".dsfs/tensor/mid/c/images.npy"}) {
+      uint64_t before = ImagesDecoded(*fs);
+      uint64_t ino = Walk(fs.get(), view);
+      ASSERT_NE(ino, 0u) << view;
+      std::vector<std::thread> readers;
+      std::atomic<int> ready{0};
+      std::vector<std::string> got(8);
+      for (int i = 0; i < 8; ++i) {
+        readers.emplace_back([&, i] {
+          ++ready;
+          while (ready.load() < 8) {
+          }
+          ReadBuffer buf;
+          std::string_view out;
+          EXPECT_TRUE(fs->Read(ino, 0, 4096, &buf, &out).ok());
+          got[i] = std::string(out);
+        });
+      }
+      for (auto& t : readers) t.join();
+      // bmp keeps the BMP, npy and tensor share the pixels: the tensor view decodes nothing.
+      bool shares = std::string(view).find("tensor") != std::string::npos;
+      EXPECT_EQ(ImagesDecoded(*fs) - before, shares ? 0u : 1u) << view;
+      for (const std::string& g : got) EXPECT_EQ(g, got[0]) << view;
+    }
   }
 }
 

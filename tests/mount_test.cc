@@ -1500,7 +1500,20 @@ TEST_F(MountErrorsTest, ReadWriteOptionIsAUsageError) {
   EXPECT_TRUE(IsOneLineError(r, {"read-only"}, 2));
   r = guard.MountBackground(store_, {"-o", "threads=0"});
   EXPECT_TRUE(IsOneLineError(r, {"threads"}, 2));
+  // A number out of range says the range.
+  r = guard.MountBackground(store_, {"-o", "threads=100000"});
+  EXPECT_TRUE(IsOneLineError(r, {"threads=100000: not a whole number from 1 to 256"}, 2));
+  r = guard.MountBackground(store_, {"-o", "zero_open=2"});
+  EXPECT_TRUE(IsOneLineError(r, {"zero_open=2: not a whole number from 0 to 1"}, 2));
   ExpectNothingLeft(mp_);
+}
+
+// Empty items of an option list are nothing, as in fstab: "-o ,,," mounts with the defaults.
+TEST_F(MountErrorsTest, EmptyOptionListMountsWithTheDefaults) {
+  MountGuard guard(mp_);
+  CommandResult r = guard.MountBackground(store_, {"-o", ",,,"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(ReadFile(mp_ + "/hello.txt"), "hello\n");
 }
 
 TEST_F(MountErrorsTest, SecondMountOnTheSameMountpoint) {
@@ -1574,6 +1587,9 @@ TEST(KilledDaemonTest, DeadMountIsReportedClearedAndMountableAgain) {
   r = Dsfs({"mount", store, mp});
   EXPECT_TRUE(IsOneLineError(r, {"dead mount"}));
   EXPECT_TRUE(IsOneLineError(r, {"dsfs umount"})) << "the message should say how to clear it";
+  r = Dsfs({"stats", mp});
+  EXPECT_TRUE(IsOneLineError(r, {"is a dead dsfs mount"}));
+  EXPECT_TRUE(IsOneLineError(r, {"dsfs umount " + mp})) << "the message should say how to clear it";
 
   r = Dsfs({"umount", mp});
   EXPECT_EQ(r.exit_code, 0) << Describe(r);

@@ -2419,6 +2419,33 @@ INSTANTIATE_TEST_SUITE_P(Signals, ForegroundTest, ::testing::Values(SIGTERM, SIG
 // ---------------------------------------------------------------------------------------------
 // `dsfs pack` errors: a clear line, and no store nor temporary file left behind.
 
+// `dsfs ls` prints every name on one line and sends the terminal nothing but text: control
+// bytes as \ooo; a time no calendar date fits (an archive's 2^62) as its number of seconds.
+TEST(LsTest, NamesAreEscapedAndHugeTimesPrintedAsNumbers) {
+  TempDir dir;
+  std::string tar = dir / "t.tar", store = dir / "s.dsfs";
+  // tarfile writes a GNU base-256 mtime for 2^62.
+  CommandResult r =
+      RunCommand({"python3", "-c",
+                  "import io, sys, tarfile\n"
+                  "with tarfile.open(sys.argv[1], 'w', format=tarfile.GNU_FORMAT) as t:\n"
+                  "  for name, mt in [('far.txt', 2**62), ('ctl\\x1b[31mred\\nnl\\\\.txt', 0)]:\n"
+                  "    i = tarfile.TarInfo(name); i.size = 1; i.mtime = mt\n"
+                  "    t.addfile(i, io.BytesIO(b'x'))\n",
+                  tar});
+  if (r.exit_code != 0)
+    GTEST_SKIP() << "SKIPPED: python3 cannot write the archive: " << Describe(r);
+  r = Dsfs({"pack", "-q", tar, store});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  r = Dsfs({"ls", "-l", store});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << Describe(r);
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << Describe(r);
+  EXPECT_NE(r.out.find(" 1970-01-01 00:00 ctl\\033[31mred\\012nl\\\\.txt\n"), std::string::npos)
+      << Describe(r);
+  EXPECT_NE(r.out.find(" 4611686018427387904 far.txt\n"), std::string::npos) << Describe(r);
+}
+
 TEST(PackErrorsTest, SourceMissing) {
   TempDir dir;
   std::string out = dir / "out";

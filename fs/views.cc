@@ -167,6 +167,13 @@ std::string EntryPath(const std::string& prefix, const std::string& rel, std::st
   return path;
 }
 
+// Why a newline in a path makes the tensor view absent: files.txt and classes.txt hold one per
+// line. (Escaping it would give files.txt lines that are not the paths.)
+std::string NewlineReason(std::string path) {
+  for (size_t at; (at = path.find('\n')) != std::string::npos;) path.replace(at, 1, "\\n");
+  return path + " has a newline in its name (files.txt and classes.txt hold one name per line)";
+}
+
 // Why a symbolic link makes the tensor view absent: ImageFolder follows links (to a class
 // directory, to images), which the view cannot do inside a store.
 std::string LinkReason(const std::string& path) {
@@ -219,6 +226,10 @@ Status AddClass(const Store& store, uint32_t cls, const std::string& prefix, uin
     for (const Entry& e : entries) {
       if (IsDir(e.rec) || !HasImageExtension(e.name)) continue;
       std::string path = EntryPath(prefix, d.rel, e.name);
+      if (path.find('\n') != std::string::npos) {
+        index->why = NewlineReason(path);
+        return Status::OK();
+      }
       if (!IsDecodableImage(e.rec)) {
         index->why = path + " is not an image the views can decode";
         return Status::OK();
@@ -279,7 +290,11 @@ Status BuildTensorIndex(const Store& store, uint32_t dir, TensorIndex* index,
     std::string_view name;
     DSFS_RETURN_IF_ERROR(store.GetName(d, &name));
     index->classes.emplace_back(name.empty() ? "." : name);
-    DSFS_RETURN_IF_ERROR(AddClass(store, dir, "", 0, above, index));
+    if (name.find('\n') != std::string_view::npos) {
+      index->why = NewlineReason(std::string(name));
+    } else {
+      DSFS_RETURN_IF_ERROR(AddClass(store, dir, "", 0, above, index));
+    }
   } else if (index->why.empty()) {
     for (const Entry& c : classes) {
       uint32_t label = static_cast<uint32_t>(index->classes.size());

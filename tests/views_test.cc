@@ -552,6 +552,30 @@ TEST_F(FilesystemViewsTest, TensorFilesAreNoMoreReadableThanTheirMembers) {
   }
 }
 
+// files.txt and classes.txt hold one path per line: a newline in a name below makes the tensor
+// view absent (saying why, on one line) instead of adding a line.
+TEST_F(FilesystemViewsTest, TensorViewIsAbsentWhereANameHasANewline) {
+  WriteFile(dir_ / "src/nl/c/a\nb.jpg", Jpeg(8, 8, 23));
+  WriteFile(dir_ / "src/nl/c/ok.jpg", Jpeg(8, 8, 24));
+  WriteFile(dir_ / "src/nl2/c\nd/1.jpg", Jpeg(8, 8, 25));
+  WriteFile(dir_ / "src/nl2/e/2.jpg", Jpeg(8, 8, 26));
+  auto fs = Mount(false);
+  for (auto [dir, why] : {std::pair{"nl", "c/a\\nb.jpg has a newline"},
+                          {"nl/c", "a\\nb.jpg has a newline"},
+                          {"nl2", "c\\nd/1.jpg has a newline"}}) {
+    uint32_t d;
+    InodeRecord rec;
+    TensorIndex t;
+    ASSERT_TRUE(fs->store().LookupPath(dir, &d, &rec).ok());
+    ASSERT_TRUE(BuildTensorIndex(fs->store(), d, &t).ok());
+    EXPECT_FALSE(t.available) << dir;
+    EXPECT_EQ(t.why.find(why), 0u) << t.why;
+    EXPECT_EQ(t.why.find('\n'), std::string::npos) << t.why;
+    EXPECT_EQ(Walk(fs.get(), std::string(".dsfs/tensor/") + dir + "/files.txt"), 0u) << dir;
+  }
+  EXPECT_NE(Walk(fs.get(), ".dsfs/tensor/nl2/e/files.txt"), 0u);
+}
+
 uint64_t ImagesDecoded(const Filesystem& fs) {
   std::string j = fs.StatsJson();
   size_t at = j.find("\"images_decoded\": ");

@@ -344,6 +344,29 @@ Status Filesystem::ReadFile(uint64_t fuse_ino, uint64_t offset, uint64_t size, R
   return store_->Read(rec, offset, size, buf, out);
 }
 
+bool Filesystem::ReadDecodes(uint64_t fuse_ino, uint64_t offset, uint64_t size) const {
+  const uint64_t ino = In(fuse_ino);
+  const uint32_t kind = Kind(ino);
+  ByteCache* cache = store_->cache();
+  auto cached = [&](uint64_t key) { return cache && cache->Contains(key); };
+  InodeRecord rec;
+  if (kind == static_cast<uint32_t>(View::kBmp) || kind == static_cast<uint32_t>(View::kNpy)) {
+    const View v = static_cast<View>(kind);
+    if (!store_->GetInode(Number(ino), &rec).ok() || !Renders(v, rec)) return false;
+    return !cached((v == View::kBmp ? kBmpKey : kPixelsKey) | Number(ino));
+  }
+  if (kind != kTensorFileKind + static_cast<uint32_t>(TensorFile::kImages)) return false;
+  std::shared_ptr<const TensorIndex> t;
+  if (!Tensor(Number(ino), &t).ok() || !t->available) return false;
+  const uint64_t header = t->ImagesHeader().size(), image_bytes = t->ImageBytes();
+  const uint64_t end = std::min(t->FileBytes(TensorFile::kImages), offset + size);
+  for (uint64_t i = (std::max(offset, header) - header) / image_bytes;
+       i < t->images.size() && header + i * image_bytes < end; ++i) {
+    if (!cached(kPixelsKey | t->images[i])) return true;
+  }
+  return false;
+}
+
 Status Filesystem::Pixels(uint32_t ino, const InodeRecord& rec, bool keep,
                           ByteCache::Value* out) const {
   auto decode = [&](ByteCache::Value* px_out) -> Status {

@@ -77,6 +77,10 @@ class Filesystem : public PushSource {
   // Reads up to `size` bytes at `offset`; see Store::Read for where *out points.
   Status Read(uint64_t ino, uint64_t offset, uint64_t size, ReadBuffer* buf,
               std::string_view* out) const;
+  // True if Read(ino, offset, size) would decode an image (what it needs is not in the cache):
+  // the FUSE layer then serves it off the request threads, which stay free for every other
+  // request. A hint: the cache may change before the read.
+  bool ReadDecodes(uint64_t ino, uint64_t offset, uint64_t size) const;
   Status ReadLink(uint64_t ino, std::string_view* target) const;
   Status StatFs(struct statvfs* st) const;
 

@@ -2376,6 +2376,23 @@ TEST(ViewsMountTest, LargeImagesAreDecodedOnceOrServedAsTheyAre) {
     }
     EXPECT_EQ(got[0].substr(0, 2), "BM");
     EXPECT_EQ(StatsField(mp, "images_decoded"), 1u);
+    // Readers of the other three images, decoding on both request threads' worth of workers,
+    // leave the request threads free: an unrelated file is served at once.
+    readers.clear();
+    for (size_t i = 1; i < pngs.size(); ++i) {
+      readers.emplace_back([&, i] {
+        std::string data, error;
+        ReadAll(mp + "/.dsfs/bmp/c/big" + std::to_string(i) + ".png", &data, &error);
+      });
+    }
+    std::this_thread::sleep_for(milliseconds(30));
+    auto t1 = Clock::now();
+    std::string data, error;
+    EXPECT_TRUE(ReadAll(mp + "/other.txt", &data, &error)) << error;
+    auto other_ms = std::chrono::duration_cast<milliseconds>(Clock::now() - t1).count();
+    for (auto& t : readers) t.join();
+    EXPECT_EQ(StatsField(mp, "images_decoded"), 4u);
+    if (!kSanitized) EXPECT_LT(other_ms, 100) << "an unrelated file waited behind the decodes";
   }
 }
 

@@ -263,8 +263,14 @@ void ServeRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
 
 void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
   Context* c = Ctx(req);
+  bool decodes = false;
+  try {
+    decodes = c->decoders && c->fs->ReadDecodes(ino, static_cast<uint64_t>(off), size);
+  } catch (...) {
+    // Served here then: ServeRead's Guard answers whatever fails.
+  }
   // Replied to later, from a decode worker (libfuse allows a reply from any thread).
-  if (c->decoders && c->fs->ReadDecodes(ino, static_cast<uint64_t>(off), size)) {
+  if (decodes) {
     c->decoders->Submit([req, ino, size, off] { ServeRead(req, ino, size, off); });
     return;
   }
@@ -400,7 +406,8 @@ Status ServeFuse(Filesystem* fs, const std::string& mountpoint, const FuseOption
   Prefetcher::Options po;
   po.push_budget_bytes = options.push_bytes;
   auto prefetcher = std::make_unique<Prefetcher>(
-      &fs->store(), po, [se](uint64_t ino, uint64_t offset, std::string_view data) {
+      &fs->store(), po,
+      [se](uint64_t ino, uint64_t offset, std::string_view data) {
         struct fuse_bufvec bufv = FUSE_BUFVEC_INIT(data.size());
         bufv.buf[0].mem = const_cast<char*>(data.data());
         return fuse_lowlevel_notify_store(se, ino, static_cast<off_t>(offset), &bufv,

@@ -24,8 +24,8 @@ namespace dsfs {
 namespace {
 
 // Reads that decode images, served on threads of their own so that a reader of large images
-// never holds the request threads every other request needs; as many as the request threads,
-// so decoding runs as parallel as before and its memory stays bounded by their number.
+// never holds the request threads every other request needs; as many as the request threads
+// (at most one per core), so decoding runs as parallel as before and its memory stays bounded.
 // Jobs still queued when it is destroyed are run first: each owes its request a reply.
 class DecodeWorkers {
  public:
@@ -455,7 +455,9 @@ Status ServeFuse(Filesystem* fs, const std::string& mountpoint, const FuseOption
   fuse_loop_cfg_set_clone_fd(cfg, 0);
   fuse_loop_cfg_set_max_threads(cfg, static_cast<unsigned>(std::max(1, options.threads)));
   fuse_loop_cfg_set_idle_threads(cfg, static_cast<unsigned>(std::max(1, options.threads)));
-  auto decoders = std::make_unique<DecodeWorkers>(options.threads);
+  // No more decoders than cores: more would only hold more decoded images at once.
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto decoders = std::make_unique<DecodeWorkers>(std::min(options.threads, cores));
   ctx.decoders = decoders.get();
   int rc = fuse_session_loop_mt(se, cfg);
   fuse_loop_cfg_destroy(cfg);

@@ -268,12 +268,17 @@ void BlockServerSignals() {
 }  // namespace
 
 FuseTransport::Impl::~Impl() {
-  std::lock_guard<std::mutex> l(g_slots_mu);
-  for (auto& s : g_slots) {
-    if (s.impl.load() == this) {
-      s.fd.store(-1, std::memory_order_release);
-      s.impl.store(nullptr, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> l(g_slots_mu);
+    for (auto& s : g_slots) {
+      if (s.impl.load() == this) {
+        s.fd.store(-1, std::memory_order_release);
+        s.impl.store(nullptr, std::memory_order_release);
+      }
     }
+  }
+  for (auto& q : queues_) {
+    if (q->memory) ::munmap(q->memory, q->memory_bytes);
   }
 }
 
@@ -662,7 +667,11 @@ void FuseTransport::Impl::RunQueue(Queue* q) {
       auto until =
           std::chrono::steady_clock::now() + std::chrono::microseconds(options_.busy_poll_us);
       struct io_uring_cqe* cqe = nullptr;
+      // With DEFER_TASKRUN the kernel delivers requests only when asked to (io_uring_enter
+      // with GETEVENTS), so the spin has to ask.
+      const bool deferred = options_.extra_ring_flags & IORING_SETUP_DEFER_TASKRUN;
       while (io_uring_peek_cqe(&q->ring, &cqe) != 0 && std::chrono::steady_clock::now() < until) {
+        if (deferred) io_uring_get_events(&q->ring);
 #if defined(__x86_64__)
         __builtin_ia32_pause();
 #endif
@@ -826,8 +835,8 @@ void FuseTransport::Impl::StopQueues() {
     q->has_ring = false;
     if (q->eventfd >= 0) ::close(q->eventfd);
     q->eventfd = -1;
-    if (q->memory) ::munmap(q->memory, q->memory_bytes);
-    q->memory = nullptr;
+    // The entry memory stays until the transport goes: a late reply from another thread may
+    // still be looking at an entry it found just before entries_ready_ went false.
   }
 }
 

@@ -377,7 +377,7 @@ ssize_t FuseTransport::Impl::AnswerInit(int fd, struct iovec* iov, int count) {
                std::to_string(kernel_minor_) + ")";
     }
   } else if (count < 2 || v[1].iov_len < need) {
-    reason = "libfuse's INIT reply has no flags2 field";
+    reason = "libfuse's INIT reply is an error or has no flags2 field";
   } else {
     std::memcpy(&patched, v[1].iov_base, std::min(v[1].iov_len, sizeof(patched)));
     // What the kernel will make of the reply: its largest request, which every payload
@@ -396,8 +396,10 @@ ssize_t FuseTransport::Impl::AnswerInit(int fd, struct iovec* iov, int count) {
     }
   }
   ssize_t n = ::writev(fd, v.data(), count);
-  if (n < 0 && reason.empty()) reason = std::string("INIT reply failed: ") + std::strerror(errno);
+  int err = errno;
+  if (n < 0 && reason.empty()) reason = std::string("INIT reply failed: ") + std::strerror(err);
   Decide(reason);
+  errno = err;  // libfuse looks at it when n < 0
   return n;
 }
 
@@ -413,9 +415,9 @@ std::string FuseTransport::Impl::PrepareEntries(size_t payload_size) {
   }
   payload_size_ = payload_size;
   for (auto& q : queues_) {
-    size_t headers = (static_cast<size_t>(q->depth) * kHeaderStride + payload_size - 1) /
-                     payload_size * payload_size;
-    headers = std::max(headers, static_cast<size_t>(::sysconf(_SC_PAGESIZE)));
+    // The headers first, then the payloads, each on its own pages.
+    size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    size_t headers = (static_cast<size_t>(q->depth) * kHeaderStride + page - 1) / page * page;
     q->memory_bytes = headers + static_cast<size_t>(q->depth) * payload_size;
     // Reserved, not committed: a payload's pages are touched only as far as requests fill it.
     void* m = ::mmap(nullptr, q->memory_bytes, PROT_READ | PROT_WRITE,

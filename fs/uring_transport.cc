@@ -442,47 +442,40 @@ std::string FuseTransport::Impl::PrepareEntries(size_t payload_size) {
   return "";
 }
 
+// The decision is logged before info() can report it (the log line is written under mu_): who
+// sees "decided" also finds the line.
 void FuseTransport::Impl::Decide(const std::string& reason) {
   {
     std::lock_guard<std::mutex> l(mu_);
     phase_ = reason.empty() ? Phase::kGo : Phase::kClassic;
     if (!reason.empty()) {
+      auto level =
+          options_.mode == TransportMode::kUring ? spdlog::level::warn : spdlog::level::info;
+      Log()->log(level, "FUSE transport: classic /dev/fuse loop: {}", reason);
       decided_ = true;
       reason_ = reason;
     }
   }
   cv_.notify_all();
-  if (!reason.empty()) {
-    auto level = options_.mode == TransportMode::kUring ? spdlog::level::warn : spdlog::level::info;
-    Log()->log(level, "FUSE transport: classic /dev/fuse loop: {}", reason);
-  }
 }
 
 void FuseTransport::Impl::QueueRegistered(Queue* q, int error) {
-  bool log_uring = false;
-  std::string refused;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (error != 0) {
-      // The kernel turns the ring off for the connection (fc->io_uring = 0) and serves
-      // everything through /dev/fuse again.
-      if (!decided_ || uring_) {
-        refused = "the kernel refused ring registration of queue " + std::to_string(q->qid) + ": " +
-                  std::strerror(error);
-        decided_ = true;
-        uring_ = false;
-        reason_ = refused;
-      }
-    } else if (++queues_registered_ == static_cast<int>(queues_.size()) && !decided_) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (error != 0) {
+    // The kernel turns the ring off for the connection (fc->io_uring = 0) and serves
+    // everything through /dev/fuse again.
+    if (!decided_ || uring_) {
+      reason_ = "the kernel refused ring registration of queue " + std::to_string(q->qid) + ": " +
+                std::strerror(error);
+      Log()->warn("FUSE transport: classic /dev/fuse loop: {}", reason_);
       decided_ = true;
-      uring_ = true;
-      log_uring = true;
+      uring_ = false;
     }
-  }
-  if (!refused.empty()) Log()->warn("FUSE transport: classic /dev/fuse loop: {}", refused);
-  if (log_uring) {
+  } else if (++queues_registered_ == static_cast<int>(queues_.size()) && !decided_) {
     Log()->info("FUSE transport: io_uring, {} queues x {} entries ({} KiB payload each)",
                 queues_.size(), options_.queue_depth, payload_size_ / 1024);
+    decided_ = true;
+    uring_ = true;
   }
 }
 

@@ -779,6 +779,24 @@ TEST(UringTransportTest, FallsBackToClassicWhenTheModuleParameterIsOff) {
   m.Stop();
 }
 
+TEST(UringTransportTest, ForcedUringThatCannotBeHadWarnsAndServesClassic) {
+  EnableUring off(false);
+  SKIP_UNLESS_CAN_MOUNT();
+  LogCapture log;
+  TransportOptions o;
+  o.mode = TransportMode::kUring;
+  TestMount m;
+  m.Start(o);
+  TransportInfo info = m.WaitDecided();
+  ASSERT_TRUE(info.decided);
+  EXPECT_FALSE(info.uring);
+  std::vector<std::string> lines = log.Lines("FUSE transport");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0], "warning FUSE transport: classic /dev/fuse loop: " + info.reason);
+  CheckServes(m, 4);
+  m.Stop();
+}
+
 TEST(UringTransportTest, ClassicWhenRequested) {
   EnableUring on(true);
   SKIP_UNLESS_CAN_MOUNT();

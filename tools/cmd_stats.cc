@@ -12,7 +12,8 @@
 namespace dsfs {
 namespace {
 
-// Flattens the stats JSON (objects of numbers, no arrays or strings) into "a.b: value" lines.
+// Flattens the stats JSON (objects of numbers and strings, no arrays) into "a.b: value" lines;
+// a string is shown without its quotes.
 // The file is ours, so anything else means it is not a dsfs stats file.
 bool Flatten(std::string_view json, std::vector<std::pair<std::string, std::string>>* out) {
   std::vector<std::string> path;
@@ -50,9 +51,18 @@ bool Flatten(std::string_view json, std::vector<std::pair<std::string, std::stri
       path.push_back(key);
       continue;
     }
+    std::string value;
+    if (i < json.size() && json[i] == '"') {
+      for (++i; i < json.size() && json[i] != '"'; ++i) {
+        if (json[i] == '\\' && i + 1 < json.size()) ++i;
+        value += json[i];
+      }
+      if (i >= json.size()) return false;
+      ++i;
+    }
     size_t vend = json.find_first_of(",}", i);
     if (vend == std::string_view::npos) return false;
-    std::string value(json.substr(i, vend - i));
+    value += std::string(json.substr(i, vend - i));
     while (!value.empty() && std::isspace(static_cast<unsigned char>(value.back())))
       value.pop_back();
     std::string full;

@@ -83,7 +83,7 @@ Status RunStats(const std::string& mountpoint, bool json, std::ostream& out) {
     MountInfo m;
     struct statfs sfs;
     if (FindMount(mountpoint, &m) && m.fstype == kDsfsFsType &&
-        ::statfs(mountpoint.c_str(), &sfs) != 0 && errno == ENOTCONN) {
+        ::statfs(mountpoint.c_str(), &sfs) != 0 && (errno == ENOTCONN || errno == ECONNABORTED)) {
       const std::string what = " is a dead dsfs mount (its daemon is gone); clear it with: ";
       return Status::NotFound(mountpoint + what + "dsfs umount " + mountpoint);
     }

@@ -326,8 +326,11 @@ std::string MeasureDsfs(const std::string& config, const Args& a, Samples* out) 
   std::string dir = tmpl;
   std::string described;
   if (RunWait({a.dsfs, "mount", a.store, dir, "-o", "transport=" + config}) == 0) {
-    std::ifstream stats(dir + "/.dsfs/stats");
-    std::string json((std::istreambuf_iterator<char>(stats)), std::istreambuf_iterator<char>());
+    std::string json;
+    {  // closed before the unmount, which refuses a mount with open files
+      std::ifstream stats(dir + "/.dsfs/stats");
+      json.assign(std::istreambuf_iterator<char>(stats), std::istreambuf_iterator<char>());
+    }
     size_t at = json.find("\"serving\": \"");
     if (at != std::string::npos) {
       at += 12;
@@ -410,8 +413,10 @@ int main(int argc, char** argv) {
     char tmpl[] = "/tmp/roundtrip_bench.XXXXXX";
     if (::mkdtemp(tmpl) &&
         RunWait({a.dsfs, "mount", a.store, tmpl, "-o", "transport=classic"}) == 0) {
-      std::ifstream in(std::string(tmpl) + a.file, std::ios::binary);
-      std::ofstream(ext4, std::ios::binary) << in.rdbuf();
+      {
+        std::ifstream in(std::string(tmpl) + a.file, std::ios::binary);
+        std::ofstream(ext4, std::ios::binary) << in.rdbuf();
+      }
       RunWait({a.dsfs, "umount", tmpl});
     }
     ::rmdir(tmpl);

@@ -3215,8 +3215,7 @@ TEST(MountHelperTest, HelperMountsWithFstabOptions) {
   ASSERT_TRUE(ReadAll(s.mp + "/a.txt", &data, &error)) << error;
   EXPECT_EQ(data, "small store\n");
   // The dsfs options took effect.
-  CommandResult st = Dsfs({"stats", s.mp});
-  EXPECT_NE(st.out.find("cache.capacity_bytes:  67108864"), std::string::npos) << st.out;
+  EXPECT_EQ(StatsOf(s.mp)["cache.capacity_bytes"], "67108864");
   // A second mount there is refused; umount(8) unmounts, and the daemon ends.
   r = RunCommand({helper, s.store, s.mp, "-o", "ro"}, 60);
   EXPECT_EQ(r.exit_code, 32) << Describe(r);

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "common/log.h"
+#include "fs/kernel_mount.h"
 
 namespace dsfs {
 std::string UnescapeMountinfo(const std::string& s) {
@@ -98,6 +99,7 @@ Status Serve(const MountConfig& config, const std::function<void()>& on_mounted)
   DSFS_RETURN_IF_ERROR(Store::Open(config.store_path, store_options, &store));
   Filesystem fs(std::move(store), config.fs);
   if (fo.fsname.empty()) fo.fsname = config.store_path;
+  if (config.kernel) return ServeKernel(&fs, config, fo, on_mounted);
   return ServeFuse(&fs, config.mountpoint, fo, on_mounted);
 }
 
@@ -142,6 +144,7 @@ Status CheckMountpoint(const std::string& mountpoint) {
 
 Status MountStore(const MountConfig& config_in) {
   MountConfig config = config_in;
+  if (config.kernel) DSFS_RETURN_IF_ERROR(CheckKernelMountAllowed());
   DSFS_RETURN_IF_ERROR(CheckMountpoint(config.mountpoint));
   struct stat st;
   if (::stat(config.store_path.c_str(), &st) != 0) {
@@ -216,6 +219,9 @@ Status MountStore(const MountConfig& config_in) {
 
 Status Unmount(const std::string& mountpoint, bool lazy) {
   std::string abs = AbsolutePath(mountpoint);
+  bool kernel = false;
+  Status ks = UnmountKernel(abs, lazy, &kernel);
+  if (kernel) return ks;
   if (!IsMountpoint(abs)) return Status::InvalidArgument(mountpoint + " is not mounted");
   if (::umount2(abs.c_str(), lazy ? MNT_DETACH : 0) == 0) return Status::OK();
   int err = errno;

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "fs/kernel_mount.h"
 #include "tools/commands.h"
 
 namespace dsfs {
@@ -63,6 +64,7 @@ bool Flatten(std::string_view json, std::vector<std::pair<std::string, std::stri
 
 Status RunStats(const std::string& mountpoint, bool json, std::ostream& out) {
   std::string path = mountpoint + "/.dsfs/stats";
+  KernelStatsPath(mountpoint, &path);  // -o kernel: the image mount's stats file
   std::ifstream f(path);
   if (!f) return Status::NotFound(mountpoint + " is not a dsfs mount (no " + path + ")");
   std::stringstream ss;

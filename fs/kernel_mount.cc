@@ -3,15 +3,14 @@
 #include <fcntl.h>
 #include <linux/loop.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -312,6 +311,14 @@ std::string KernelStatsJson(const Filesystem* fs, const erofs::Image& image,
   return j;
 }
 
+// The write end of the running ServeKernel's signal pipe (-1: none).
+std::atomic<int> g_signal_fd{-1};
+
+void OnStopSignal(int) {
+  int fd = g_signal_fd.load();
+  if (fd >= 0) (void)!::write(fd, "s", 1);
+}
+
 }  // namespace
 
 Status CheckKernelMountAllowed() {
@@ -334,27 +341,35 @@ Status ServeKernel(Filesystem* fs, const MountConfig& config, const FuseOptions&
     return ServeFuse(fs, mnt, fuse, on_mounted);
   }
 
-  // SIGINT/SIGTERM are read from a signalfd in this thread; every thread started from here on
-  // inherits the mask. Until the service monitor takes SIGHUP, it is ignored.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  sigset_t old_mask;
-  pthread_sigmask(SIG_BLOCK, &sigs, &old_mask);
-  ::signal(SIGHUP, SIG_IGN);
-  struct Restore {
-    sigset_t mask;
-    ~Restore() { pthread_sigmask(SIG_SETMASK, &mask, nullptr); }
-  } restore{old_mask};
-  int sfd = ::signalfd(-1, &sigs, SFD_CLOEXEC);
-  if (sfd < 0) return Status::FromErrno(errno, "signalfd");
+  // SIGINT/SIGTERM end the serving loop below through a self-pipe. A handler, not a blocked
+  // mask: threads started before this one (a RocksDB store's) would otherwise take the signal
+  // with its default action. Until the service monitor takes SIGHUP, it is ignored.
+  int sig_pipe[2];
+  if (::pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return Status::FromErrno(errno, "pipe");
   struct CloseFd {
     int fd;
     ~CloseFd() {
       if (fd >= 0) ::close(fd);
     }
-  } close_sfd{sfd};
+  } close_sig0{sig_pipe[0]}, close_sig1{sig_pipe[1]};
+  g_signal_fd.store(sig_pipe[1]);
+  struct sigaction sa, old_int, old_term;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = OnStopSignal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &old_int);
+  ::sigaction(SIGTERM, &sa, &old_term);
+  struct RestoreSignals {
+    struct sigaction si, st;
+    ~RestoreSignals() {
+      ::sigaction(SIGINT, &si, nullptr);
+      ::sigaction(SIGTERM, &st, nullptr);
+      g_signal_fd.store(-1);
+    }
+  } restore_signals{old_int, old_term};
+  ::signal(SIGHUP, SIG_IGN);
+  const int sfd = sig_pipe[0];
 
   // The tree and its image layout.
   auto t0 = Clock::now();
@@ -484,8 +499,7 @@ Status ServeKernel(Filesystem* fs, const MountConfig& config, const FuseOptions&
     char c[16];
     if (pfd[0].revents & POLLIN) (void)!::read(events[0], c, sizeof(c));
     if (pfd[1].revents & POLLIN) {
-      struct signalfd_siginfo si;
-      (void)!::read(sfd, &si, sizeof(si));
+      (void)!::read(sfd, c, sizeof(c));
       signalled = true;
       break;
     }

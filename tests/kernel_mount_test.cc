@@ -575,7 +575,7 @@ TEST_F(KernelMountTest, OtherErofsMountsAreRefused) {
   // An EROFS image of our own, mounted with plain tools: dsfs umount must leave it alone.
   Put(src_ + "/a", "a\n");
   std::string img = dir_ / "plain.erofs";
-  CommandResult r = RunCommand({"mkfs.erofs", "-q", img, src_}, 60);
+  CommandResult r = RunCommand({"mkfs.erofs", "--quiet", img, src_}, 60);
   if (r.exit_code != 0) GTEST_SKIP() << "SKIPPED: mkfs.erofs not usable: " << Describe(r);
   r = RunCommand({"mount", "-t", "erofs", "-o", "loop,ro", img, mp_}, 30);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
@@ -615,6 +615,9 @@ TEST_F(KernelMountTest, ViewsAreTheirOwnTreesWithTheClassicViewsBytes) {
   std::filesystem::create_directories(classic);
   CommandResult r = Dsfs({"mount", store_, classic});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  ASSERT_TRUE(std::filesystem::is_directory(classic + "/.dsfs/bmp"))
+      << FsType(classic) << " " << Describe(r)
+      << RunCommand({"grep", "dsfs-test", "/proc/self/mountinfo"}).out;
   for (const char* view : {"bmp", "npy", "tensor"}) {
     SCOPED_TRACE(view);
     KernelMount km(mp_);

@@ -348,7 +348,11 @@ TEST_F(KernelMountTest, TreeEqualsTheSourceAndUmountTearsDownEveryLayer) {
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_EQ(FsType(mp_), "erofs");
   ASSERT_GT(km.pid(), 0) << "no private image mount in " << kKernelRunDir;
-  EXPECT_EQ(LoopsBackedUnder(km.prefix()).size(), 1u);
+  auto loops = LoopsBackedUnder(km.prefix());
+  ASSERT_EQ(loops.size(), 1u);
+  const std::string loop = loops[0].substr(0, loops[0].find(' '));
+  EXPECT_EQ(ReadFile("/sys/block/" + loop + "/loop/dio"), "1\n") << "direct I/O";
+  EXPECT_EQ(ReadFile("/sys/block/" + loop + "/ro"), "1\n") << "read-only";
   EXPECT_FALSE(std::filesystem::exists(mp_ + "/.dsfs")) << "EROFS shows the tree only";
   // Root's root directory keeps only owner bits without allow_other; the rest is the source.
   auto want = Expected(src_, 0, 0, 0);

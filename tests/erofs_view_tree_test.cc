@@ -5,6 +5,7 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <map>
 #include <string>
 
@@ -102,8 +103,12 @@ TEST(ViewTreeTest, EveryViewExtractsAsFilesystemServesIt) {
       ASSERT_NO_FATAL_FAILURE(erofs::testing::Fsck(img, out));
       std::map<std::string, std::string> want;
       ASSERT_NO_FATAL_FAILURE(FsListing(fs, 1, "", &want));
-      if (view == View::kTensor) EXPECT_TRUE(want.count("c0/images.npy"));
-      if (view == View::kNpy) EXPECT_TRUE(want.count("c0/i1.jpg.npy"));
+      if (view == View::kTensor) {
+        EXPECT_TRUE(want.count("c0/images.npy"));
+      }
+      if (view == View::kNpy) {
+        EXPECT_TRUE(want.count("c0/i1.jpg.npy"));
+      }
       EXPECT_TRUE(want == dsfs::testing::TreeListing(out))
           << want.size() << " entries served, " << dsfs::testing::TreeListing(out).size()
           << " extracted";

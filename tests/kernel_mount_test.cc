@@ -539,6 +539,26 @@ TEST_F(KernelMountTest, KilledDaemonAfterPlainUmountLeavesWhatUmountClears) {
   EXPECT_TRUE(LayersGone(mp_, km.prefix()));
 }
 
+// fstab and `mount -t fuse.dsfs` run the helper with the options as mount(8) passes them.
+TEST_F(KernelMountTest, MountHelperPassesKernelThroughAndUmount8EndsIt) {
+  Put(src_ + "/a", "a\n");
+  Pack();
+  const std::string helper = dir_ / "mount.fuse.dsfs";
+  ASSERT_EQ(::symlink(DsfsBinary().c_str(), helper.c_str()), 0);
+  KernelMount km(mp_);
+  CommandResult r = RunCommand({helper, store_, mp_, "-o", "ro,kernel,nofail,x-systemd.a=b"}, 60);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(FsType(mp_), "erofs");
+  EXPECT_EQ(ReadFile(mp_ + "/a"), "a\n");
+  auto dirs = PrivateDirs(km.prefix());
+  ASSERT_EQ(dirs.size(), 1u);
+  const pid_t pid = static_cast<pid_t>(std::atol(dirs[0].c_str() + km.prefix().size()));
+  r = RunCommand({"umount", mp_}, 30);
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(WaitUntil([&] { return ProcessGone(pid); }, milliseconds(5000)));
+  EXPECT_TRUE(LayersGone(mp_, km.prefix()));
+}
+
 TEST_F(KernelMountTest, ForegroundDaemonUnmountsOnSigterm) {
   Put(src_ + "/a", "a\n");
   Pack();

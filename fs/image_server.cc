@@ -1,6 +1,7 @@
 #include "fs/image_server.h"
 
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -268,6 +269,9 @@ Status ImageServer::Start(const std::string& dir) {
     return Status::IOError(dir + ": mount of the image failed (is /dev/fuse available?)");
   }
   loop_ = std::thread([this] {
+    // The loop threads libfuse starts from here inherit this thread's nice value. Without
+    // root or CAP_SYS_NICE they keep the caller's.
+    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), options_.nice);
     struct fuse_loop_config* cfg = fuse_loop_cfg_create();
     fuse_loop_cfg_set_clone_fd(cfg, 0);
     fuse_loop_cfg_set_max_threads(cfg, static_cast<unsigned>(std::max(1, options_.threads)));

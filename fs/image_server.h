@@ -29,7 +29,9 @@
 namespace dsfs {
 
 struct ImageServerOptions {
-  int threads = 2;     // session loop threads
+  int threads = 2;  // session loop threads
+  // Their nice value (FuseOptions::nice): a first read of a file waits on one image read.
+  int nice = -10;
   bool debug = false;  // libfuse request tracing to stderr
   std::string fsname;  // shown in /proc/mounts ("dsfs-image:" + the store path)
 };

@@ -417,6 +417,7 @@ Status ServeKernel(Filesystem* fs, const MountConfig& config, const FuseOptions&
   std::string loop;
   ImageServerOptions so;
   so.threads = fuse.threads;
+  so.nice = fuse.nice;
   so.debug = fuse.debug;
   so.fsname = "dsfs-image:" + (fuse.fsname.empty() ? config.store_path : fuse.fsname);
   ImageServer* server_ptr = nullptr;

@@ -559,6 +559,33 @@ TEST_F(KernelMountTest, MountHelperPassesKernelThroughAndUmount8EndsIt) {
   EXPECT_TRUE(LayersGone(mp_, km.prefix()));
 }
 
+// Busy: refused without --lazy; with it, the open file is still served until it is closed,
+// then the daemon clears every layer.
+TEST_F(KernelMountTest, BusyMountNeedsLazyWhichServesOpenFilesUntilClosed) {
+  const std::string data = RandomBytes(3 << 20, 5);
+  Put(src_ + "/big", data);
+  Pack();
+  KernelMount km(mp_);
+  CommandResult r = km.Mount(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  int fd = ::open((mp_ + "/big").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  r = Dsfs({"umount", mp_});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--lazy"), std::string::npos) << Describe(r);
+  EXPECT_EQ(FsType(mp_), "erofs");
+  r = Dsfs({"umount", "--lazy", mp_});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(FsType(mp_), "");
+  std::string got(data.size(), '\0');
+  EXPECT_EQ(::pread(fd, got.data(), got.size(), 0), static_cast<ssize_t>(data.size()));
+  EXPECT_TRUE(got == data) << "the open file is still served";
+  EXPECT_FALSE(ProcessGone(km.pid()));
+  ::close(fd);
+  EXPECT_TRUE(WaitUntil([&] { return ProcessGone(km.pid()); }, milliseconds(5000)));
+  EXPECT_TRUE(LayersGone(mp_, km.prefix()));
+}
+
 TEST_F(KernelMountTest, ForegroundDaemonUnmountsOnSigterm) {
   Put(src_ + "/a", "a\n");
   Pack();

@@ -513,9 +513,11 @@ Status ServeKernel(Filesystem* fs, const MountConfig& config, const FuseOptions&
       ::umount2(mnt.c_str(), MNT_DETACH);
     }
   }
-  if (!server.ended() && server.open_images() > 0 && !signalled) {
-    // The private mount went away under the loop device (not by us): nothing left to serve.
-    Log()->warn("{}: the image mount {} is gone", mnt, dir);
+  if (server.ended() && server.open_images() > 0) {
+    // The private mount went away under the loop device (not by us): EROFS reads fail from
+    // here on, and `dsfs umount` clears the rest.
+    Log()->warn("{}: the image mount {} is gone; clear the mount with: dsfs umount {}", mnt, dir,
+                mnt);
   }
   if (!server.ended()) {
     // After a signal: the loop device clears once EROFS lets go (at once unless busy).
@@ -541,12 +543,7 @@ Status UnmountKernel(const std::string& mountpoint, bool lazy, bool* handled) {
     if (IsMountedAt(abs)) return Status::OK();
     struct stat st;
     if (::stat(abs.c_str(), &st) != 0) return Status::OK();
-    bool found = false;
-    ClearStalePrivateDirs(st, &found);
-    if (found) {
-      *handled = true;
-      return Status::OK();
-    }
+    ClearStalePrivateDirs(st, handled);
     return Status::OK();
   }
   *handled = true;

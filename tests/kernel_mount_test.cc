@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <turbojpeg.h>
 #include <unistd.h>
@@ -354,6 +355,23 @@ TEST_F(KernelMountTest, TreeEqualsTheSourceAndUmountTearsDownEveryLayer) {
   EXPECT_EQ(ReadFile("/sys/block/" + loop + "/loop/dio"), "1\n") << "direct I/O";
   EXPECT_EQ(ReadFile("/sys/block/" + loop + "/ro"), "1\n") << "read-only";
   EXPECT_FALSE(std::filesystem::exists(mp_ + "/.dsfs")) << "EROFS shows the tree only";
+  struct statfs sfs;
+  ASSERT_EQ(::statfs(mp_.c_str(), &sfs), 0);
+  EXPECT_EQ(static_cast<uint32_t>(sfs.f_type), 0xE0F5E1E2u) << "EROFS_SUPER_MAGIC_V1";
+  EXPECT_TRUE(sfs.f_flags & ST_RDONLY);
+  // Read-only: every modification fails with EROFS.
+  errno = 0;
+  EXPECT_LT(::open((mp_ + "/text.txt").c_str(), O_WRONLY), 0);
+  EXPECT_EQ(errno, EROFS);
+  errno = 0;
+  EXPECT_NE(::mkdir((mp_ + "/newdir").c_str(), 0755), 0);
+  EXPECT_EQ(errno, EROFS);
+  errno = 0;
+  EXPECT_NE(::unlink((mp_ + "/text.txt").c_str()), 0);
+  EXPECT_EQ(errno, EROFS);
+  errno = 0;
+  EXPECT_NE(::chmod((mp_ + "/text.txt").c_str(), 0777), 0);
+  EXPECT_EQ(errno, EROFS);
   // Root's root directory keeps only owner bits without allow_other; the rest is the source.
   auto want = Expected(src_, 0, 0, 0);
   ExpectSameTree(want, Walk(mp_));

@@ -1,10 +1,8 @@
 #include "fs/kernel_mount.h"
 
 #include <fcntl.h>
-#include <linux/loop.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,6 +26,7 @@
 #include "erofs/image.h"
 #include "erofs/store_tree.h"
 #include "fs/image_server.h"
+#include "fs/loop_device.h"
 #include "fs/service.h"
 #include "fs/view_tree.h"
 
@@ -127,24 +126,6 @@ bool WaitFor(const std::function<bool()>& done, milliseconds timeout) {
   }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Loop devices
-
-// "/dev/loopN" -> "loopN", or "" if `source` is not a loop device.
-std::string LoopName(const std::string& source) {
-  constexpr std::string_view kPrefix = "/dev/loop";
-  if (source.rfind(kPrefix, 0) != 0 || source.size() == kPrefix.size()) return "";
-  for (size_t i = kPrefix.size(); i < source.size(); ++i) {
-    if (source[i] < '0' || source[i] > '9') return "";
-  }
-  return source.substr(5);
-}
-
-// The backing file of loop device `name` ("loopN"), "" when it has none.
-std::string LoopBackingFile(const std::string& name) {
-  return ReadSmallFile("/sys/block/" + name + "/loop/backing_file");
-}
-
 // If `backing` is the image of a dsfs image mount, its directory.
 std::optional<std::string> PrivateDirOfImage(const std::string& backing) {
   const std::string prefix = std::string(kKernelRunDir) + "/";
@@ -166,77 +147,9 @@ std::optional<std::string> KernelLayers(const std::string& abs, bool* erofs, std
   std::optional<MountEntry> top = TopMountAt(abs);
   if (!top || top->fstype != "erofs") return std::nullopt;
   *erofs = true;
-  *loop = LoopName(top->source);
+  *loop = LoopDeviceName(top->source);
   if (loop->empty()) return std::nullopt;
   return PrivateDirOfImage(LoopBackingFile(*loop));
-}
-
-void ClearLoop(const std::string& name) {
-  int fd = ::open(("/dev/" + name).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  // On a device still in use this only sets AUTOCLEAR: it detaches when its last user goes.
-  if (::ioctl(fd, LOOP_CLR_FD, 0) != 0 && errno != ENXIO) {
-    Log()->debug("LOOP_CLR_FD on /dev/{}: {}", name, std::strerror(errno));
-  }
-  ::close(fd);
-}
-
-// Attaches a free loop device, read-only with direct I/O and AUTOCLEAR, to `file`. On success
-// *loop_fd stays open (closing it before anything else opens the device would clear it).
-// NotSupported where there are no loop devices.
-Status AttachLoop(const std::string& file, std::string* name, int* loop_fd) {
-  int ctl = ::open("/dev/loop-control", O_RDWR | O_CLOEXEC);
-  if (ctl < 0) {
-    int err = errno;
-    return Status::NotSupported(std::string("no loop devices (/dev/loop-control: ") +
-                                std::strerror(err) + ")");
-  }
-  int file_fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (file_fd < 0) {
-    int err = errno;
-    ::close(ctl);
-    return Status::FromErrno(err, "open " + file);
-  }
-  Status result = Status::IOError("no free loop device after 32 tries");
-  for (int attempt = 0; attempt < 32; ++attempt) {
-    int n = ::ioctl(ctl, LOOP_CTL_GET_FREE);
-    if (n < 0) {
-      result = Status::FromErrno(errno, "LOOP_CTL_GET_FREE");
-      break;
-    }
-    std::string dev = "/dev/loop" + std::to_string(n);
-    int fd = -1;
-    // devtmpfs makes the node at once; allow a moment where udev does.
-    WaitFor(
-        [&] { return (fd = ::open(dev.c_str(), O_RDONLY | O_CLOEXEC)) >= 0 || errno != ENOENT; },
-        milliseconds(1000));
-    if (fd < 0) {
-      result = Status::FromErrno(errno, "open " + dev);
-      break;
-    }
-    struct loop_config cfg;
-    std::memset(&cfg, 0, sizeof(cfg));
-    cfg.fd = static_cast<uint32_t>(file_fd);
-    cfg.block_size = 4096;  // EROFS's block: every request to the image is whole blocks
-    cfg.info.lo_flags = LO_FLAGS_READ_ONLY | LO_FLAGS_DIRECT_IO | LO_FLAGS_AUTOCLEAR;
-    std::strncpy(reinterpret_cast<char*>(cfg.info.lo_file_name), file.c_str(), LO_NAME_SIZE - 1);
-    if (::ioctl(fd, LOOP_CONFIGURE, &cfg) == 0) {
-      *name = "loop" + std::to_string(n);
-      *loop_fd = fd;
-      result = Status::OK();
-      break;
-    }
-    int err = errno;
-    ::close(fd);
-    if (err == EBUSY) continue;  // another process took it between GET_FREE and CONFIGURE
-    result = err == EINVAL || err == ENOTTY
-                 ? Status::NotSupported("the kernel's loop driver has no LOOP_CONFIGURE")
-                 : Status::FromErrno(err, "LOOP_CONFIGURE " + dev);
-    break;
-  }
-  ::close(file_fd);
-  ::close(ctl);
-  return result;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -443,7 +356,7 @@ Status ServeKernel(Filesystem* fs, const MountConfig& config, const FuseOptions&
 
   // Layer 2: the loop device.
   int loop_fd = -1;
-  s = AttachLoop(dir + "/" + ImageServer::kImageName, &loop, &loop_fd);
+  s = AttachLoopDevice(dir + "/" + ImageServer::kImageName, &loop, &loop_fd);
   if (s.code() == Status::Code::kNotSupported) {
     undo_dir();
     Log()->warn("-o kernel: {}; mounting with FUSE", s.message());
@@ -453,7 +366,7 @@ Status ServeKernel(Filesystem* fs, const MountConfig& config, const FuseOptions&
     undo_dir();
     return s;
   }
-  if (ReadSmallFile("/sys/block/" + loop + "/loop/dio") != "1") {
+  if (!LoopDirectIo(loop)) {
     Log()->warn("/dev/{}: direct I/O refused, the image is cached twice", loop);
   }
 
@@ -522,7 +435,7 @@ Status ServeKernel(Filesystem* fs, const MountConfig& config, const FuseOptions&
   if (!server.ended()) {
     // After a signal: the loop device clears once EROFS lets go (at once unless busy).
     if (!WaitFor([&] { return server.open_images() == 0 || server.ended(); }, milliseconds(2000))) {
-      ClearLoop(loop);
+      ClearLoopDevice(loop);
     }
   }
   undo_dir();
@@ -566,7 +479,7 @@ Status UnmountKernel(const std::string& mountpoint, bool lazy, bool* handled) {
   // unmount with files open, a live daemon keeps serving them and cleans up after the last.
   if (lazy && alive && LoopBackingFile(loop) == image) return Status::OK();
   if (!WaitFor([&] { return LoopBackingFile(loop) != image; }, milliseconds(alive ? 5000 : 500))) {
-    ClearLoop(loop);
+    ClearLoopDevice(loop);
   }
   // 3. The private mount: its daemon unmounts it and exits; a dead one's is cleared here.
   if (alive) WaitFor([&] { return !ProcessAlive(pid); }, milliseconds(5000));

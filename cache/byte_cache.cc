@@ -1,6 +1,7 @@
 #include "cache/byte_cache.h"
 
 #include <bit>
+#include <exception>
 
 namespace dsfs {
 
@@ -74,6 +75,58 @@ void ByteCache::Insert(uint64_t key, Value value) {
   s.index.emplace(key, slot);
   s.bytes += charge;
   inserts_.fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t ByteCache::max_value_bytes() const {
+  uint64_t shard = shards_[0].capacity;
+  return shard > kEntryOverhead ? shard - kEntryOverhead : 0;
+}
+
+ByteCache::Value ByteCache::Peek(uint64_t key) {
+  if (capacity_ == 0) return nullptr;
+  Shard& s = ShardFor(key);
+  std::lock_guard lock(s.mu);
+  auto it = s.index.find(key);
+  return it == s.index.end() ? nullptr : s.slots[it->second].value;
+}
+
+Status ByteCache::GetOrLoad(uint64_t key, const std::function<Status(Value*)>& load, Value* out) {
+  if ((*out = Get(key))) return Status::OK();
+  std::shared_ptr<Flight> flight;
+  {
+    std::unique_lock lock(flights_mu_);
+    auto it = flights_.find(key);
+    if (it != flights_.end()) {
+      // Someone is loading it: share that load's result.
+      flight = it->second;
+      flight_done_.wait(lock, [&] { return flight->done; });
+      *out = flight->value;
+      return flight->status;
+    }
+    // A load that finished between Get and here has cached its value already.
+    if ((*out = Peek(key))) return Status::OK();
+    flight = std::make_shared<Flight>();
+    flights_.emplace(key, flight);
+  }
+  Value value;
+  Status s;
+  try {
+    s = load(&value);
+  } catch (const std::exception& e) {
+    // Waiters must be woken whatever happens (bad_alloc decoding a huge image).
+    s = Status::IOError(std::string("loading a cache entry: ") + e.what());
+  }
+  if (s.ok()) Insert(key, value);
+  {
+    std::lock_guard lock(flights_mu_);
+    flight->status = s;
+    flight->value = value;
+    flight->done = true;
+    flights_.erase(key);
+  }
+  flight_done_.notify_all();
+  *out = std::move(value);
+  return s;
 }
 
 ByteCache::Stats ByteCache::stats() const {

@@ -10,12 +10,16 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "common/status.h"
 
 namespace dsfs {
 
@@ -37,8 +41,15 @@ class ByteCache {
   // True if `key` is cached (no hit/miss counted, no reference bit set).
   bool Contains(uint64_t key);
   // Caches `value` under `key` (replacing nothing: a key already present is kept), evicting as
-  // needed. A value larger than a shard's budget is not cached.
+  // needed. A value larger than max_value_bytes() is not cached.
   void Insert(uint64_t key, Value value);
+  // The largest value Insert keeps (a shard's budget less the overhead); 0 when disabled.
+  uint64_t max_value_bytes() const;
+  // The value under `key`, made by `load` if it is not cached: one load per key at a time, whose
+  // result (value or error) every caller waiting for the same key shares; cached if it fits.
+  // REQUIRES: `load` does not call GetOrLoad for the same key.
+  [[nodiscard]] Status GetOrLoad(uint64_t key, const std::function<Status(Value*)>& load,
+                                 Value* out);
 
   struct Stats {
     uint64_t hits = 0, misses = 0, inserts = 0, evictions = 0;
@@ -63,6 +74,13 @@ class ByteCache {
     uint64_t bytes = 0;
     uint64_t capacity = 0;
   };
+  // A load in progress (GetOrLoad); guarded by flights_mu_.
+  struct Flight {
+    bool done = false;
+    Status status;
+    Value value;
+  };
+  Value Peek(uint64_t key);  // Get without counting a hit or miss or setting the reference bit
   Shard& ShardFor(uint64_t key) { return shards_[(key * 0x9E3779B97F4A7C15ull) >> 56 & mask_]; }
   static uint64_t Charge(const Value& v) { return v->size() + kEntryOverhead; }
 
@@ -70,6 +88,10 @@ class ByteCache {
   uint64_t mask_;
   uint64_t capacity_;
   std::atomic<uint64_t> hits_{0}, misses_{0}, inserts_{0}, evictions_{0};
+  // Lock order: flights_mu_ before a shard's mu.
+  std::mutex flights_mu_;
+  std::condition_variable flight_done_;
+  std::unordered_map<uint64_t, std::shared_ptr<Flight>> flights_;
 };
 
 }  // namespace dsfs

@@ -21,4 +21,29 @@ std::vector<std::string_view> PathParts(std::string_view path) {
   return parts;
 }
 
+size_t Utf8CodePoint(std::string_view s, char32_t* cp) {
+  auto b = [&](size_t i) { return i < s.size() ? static_cast<unsigned char>(s[i]) : 0u; };
+  auto cont = [&](size_t i) { return (b(i) & 0xC0) == 0x80; };
+  const unsigned c = b(0);
+  if (c < 0x80) {
+    *cp = c;
+    return 1;
+  }
+  if (c >= 0xC2 && c <= 0xDF && cont(1)) {
+    *cp = (c & 0x1F) << 6 | (b(1) & 0x3F);
+    return 2;
+  }
+  if (c >= 0xE0 && c <= 0xEF && cont(1) && cont(2)) {
+    if ((c == 0xE0 && b(1) < 0xA0) || (c == 0xED && b(1) > 0x9F)) return 0;
+    *cp = (c & 0x0F) << 12 | (b(1) & 0x3F) << 6 | (b(2) & 0x3F);
+    return 3;
+  }
+  if (c >= 0xF0 && c <= 0xF4 && cont(1) && cont(2) && cont(3)) {
+    if ((c == 0xF0 && b(1) < 0x90) || (c == 0xF4 && b(1) > 0x8F)) return 0;
+    *cp = (c & 0x07) << 18 | (b(1) & 0x3F) << 12 | (b(2) & 0x3F) << 6 | (b(3) & 0x3F);
+    return 4;
+  }
+  return 0;
+}
+
 }  // namespace dsfs

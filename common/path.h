@@ -1,6 +1,7 @@
 // Splitting '/'-separated paths (store paths, archive entry names).
 #pragma once
 
+#include <cstddef>
 #include <string_view>
 #include <vector>
 
@@ -11,5 +12,9 @@ namespace dsfs {
 std::vector<std::string_view> PathParts(std::string_view path);
 // The non-empty items of a `sep`-separated list ("a,,b" -> a, b), as views into `list`.
 std::vector<std::string_view> SplitList(std::string_view list, char sep);
+// Decodes one code point of UTF-8 at the start of `s` as Python does (strictly: no overlong
+// forms, no surrogates, nothing past U+10FFFF): the bytes it takes, or 0 if `s` does not start
+// with one.
+size_t Utf8CodePoint(std::string_view s, char32_t* cp);
 
 }  // namespace dsfs

@@ -39,7 +39,7 @@ void Filesystem::FillStat(uint64_t ino, const InodeRecord& rec, struct stat* st)
 void Filesystem::FillViewStat(View v, uint32_t ino, const InodeRecord& rec, struct stat* st) const {
   FillStat(Make(static_cast<uint32_t>(v), ino), rec, st);
   if (IsReg(rec) && v != View::kOriginal) {
-    uint64_t size = ViewFileBytes(v, rec);
+    uint64_t size = ViewFileBytes(v, rec, options_.max_render_bytes);
     st->st_size = static_cast<off_t>(size);
     st->st_blocks = static_cast<blkcnt_t>((size + 511) / 512);
   }
@@ -74,7 +74,8 @@ Status Filesystem::ForEachFile(uint64_t fuse_dir,
     InodeRecord rec;
     DSFS_RETURN_IF_ERROR(store_->GetInode(first + i, &rec));
     if (!IsReg(rec)) continue;
-    if (!file(Out(Make(kind, first + i)), ViewFileBytes(static_cast<View>(kind), rec))) break;
+    uint64_t size = ViewFileBytes(static_cast<View>(kind), rec, options_.max_render_bytes);
+    if (!file(Out(Make(kind, first + i)), size)) break;
   }
   return Status::OK();
 }
@@ -111,7 +112,8 @@ Status Filesystem::Attr(uint64_t ino, struct stat* st) const {
     DSFS_RETURN_IF_ERROR(Tensor(Number(ino), &t));
     if (!t->available) return Status::NotFound("no tensor view here: " + t->why);
     DSFS_RETURN_IF_ERROR(store_->GetInode(Number(ino), &rec));
-    rec.mode = S_IFREG | 0444;
+    // Never more readable than its members one by one (fs/views.h, ReadAccess).
+    rec.mode = S_IFREG | t->access.bits();
     rec.size = t->FileBytes(static_cast<TensorFile>(kind - kTensorFileKind));
     FillStat(ino, rec, st);
     return Status::OK();
@@ -174,7 +176,7 @@ Status Filesystem::LookupIn(uint64_t parent, std::string_view name, uint64_t* in
   }
   DSFS_RETURN_IF_ERROR(store_->Lookup(dir, name, &found, &rec));
   // The npy view shows images only under their .npy names.
-  if (v == View::kNpy && IsDecodableImage(rec)) return Status::NotFound("no such file");
+  if (v == View::kNpy && Renders(v, rec)) return Status::NotFound("no such file");
   *ino = Make(kind, found);
   return Status::OK();
 }
@@ -214,7 +216,7 @@ Status Filesystem::NpyViewImage(uint32_t dir, std::string_view name, uint32_t* i
   InodeRecord rec;
   DSFS_RETURN_IF_ERROR(
       store_->Lookup(dir, name.substr(0, name.size() - kNpyExt.size()), image, &rec));
-  return IsDecodableImage(rec) ? Status::OK() : Status::NotFound("not a decodable image");
+  return Renders(View::kNpy, rec) ? Status::OK() : Status::NotFound("not an image it renders");
 }
 
 Status Filesystem::ReadDir(uint64_t fuse_ino, uint64_t offset, const DirFiller& fill) const {
@@ -260,13 +262,13 @@ Status Filesystem::ReadDir(uint64_t fuse_ino, uint64_t offset, const DirFiller& 
                           std::end(kTensorFileNames)) {
       continue;  // the tensor view's file of that name
     }
-    if (v == View::kNpy && !IsDecodableImage(rec)) {
+    if (v == View::kNpy && !Renders(v, rec)) {
       uint32_t image;
       Status s = NpyViewImage(dir_ino, name, &image);
       if (s.ok()) continue;  // the npy view's file of image X takes the name "X.npy"
       if (!s.IsNotFound()) return s;
     }
-    if (v == View::kNpy && IsDecodableImage(rec)) {
+    if (v == View::kNpy && Renders(v, rec)) {
       npy_name.assign(name);
       npy_name += ".npy";
       name = npy_name;
@@ -334,60 +336,90 @@ Status Filesystem::ReadFile(uint64_t fuse_ino, uint64_t offset, uint64_t size, R
   const View v = static_cast<View>(kind);
   InodeRecord rec;
   DSFS_RETURN_IF_ERROR(store_->GetInode(Number(ino), &rec));
-  if ((v == View::kBmp || v == View::kNpy) && IsDecodableImage(rec)) {
-    return ReadImageView(v, Number(ino), rec, offset, size, buf, out);
-  }
+  if (Renders(v, rec)) return ReadImageView(v, Number(ino), rec, offset, size, buf, out);
   if (v != View::kOriginal && IsReg(rec) && rec.image == 3) NoteServedAsIs(Number(ino));
+  if ((v == View::kBmp || v == View::kNpy) && IsDecodableImage(rec)) {
+    NoteTooLargeToRender(Number(ino), rec);
+  }
   return store_->Read(rec, offset, size, buf, out);
+}
+
+bool Filesystem::ReadDecodes(uint64_t fuse_ino, uint64_t offset, uint64_t size) const {
+  const uint64_t ino = In(fuse_ino);
+  const uint32_t kind = Kind(ino);
+  ByteCache* cache = store_->cache();
+  auto cached = [&](uint64_t key) { return cache && cache->Contains(key); };
+  InodeRecord rec;
+  if (kind == static_cast<uint32_t>(View::kBmp) || kind == static_cast<uint32_t>(View::kNpy)) {
+    const View v = static_cast<View>(kind);
+    if (!store_->GetInode(Number(ino), &rec).ok() || !Renders(v, rec)) return false;
+    return !cached((v == View::kBmp ? kBmpKey : kPixelsKey) | Number(ino));
+  }
+  if (kind != kTensorFileKind + static_cast<uint32_t>(TensorFile::kImages)) return false;
+  std::shared_ptr<const TensorIndex> t;
+  if (!Tensor(Number(ino), &t).ok() || !t->available) return false;
+  const uint64_t header = t->ImagesHeader().size(), image_bytes = t->ImageBytes();
+  const uint64_t end = std::min(t->FileBytes(TensorFile::kImages), offset + size);
+  for (uint64_t i = (std::max(offset, header) - header) / image_bytes;
+       i < t->images.size() && header + i * image_bytes < end; ++i) {
+    if (!cached(kPixelsKey | t->images[i])) return true;
+  }
+  return false;
 }
 
 Status Filesystem::Pixels(uint32_t ino, const InodeRecord& rec, bool keep,
                           ByteCache::Value* out) const {
-  ByteCache* cache = store_->cache();
-  if (cache) {
-    if ((*out = cache->Get(kPixelsKey | ino))) return Status::OK();
-  }
-  auto px = std::make_shared<std::string>();
-  auto t0 = std::chrono::steady_clock::now();
-  if (rec.pixels != 0) {
-    DSFS_RETURN_IF_ERROR(store_->ReadPixels(rec, px.get()));
-  } else {
-    ReadBuffer b;
-    std::string_view data;
-    DSFS_RETURN_IF_ERROR(store_->Read(rec, 0, rec.size, &b, &data));
-    DecodedImage img;
-    Status s = DecodeImage(data, &img);
-    if (!s.ok()) return Status::Corruption("image decoded at pack time fails now: " + s.message());
-    if (img.width != rec.width || img.height != rec.height) {
-      return Status::Corruption("image size differs from the one recorded at pack time");
+  auto decode = [&](ByteCache::Value* px_out) -> Status {
+    auto px = std::make_shared<std::string>();
+    auto t0 = std::chrono::steady_clock::now();
+    if (rec.pixels != 0) {
+      DSFS_RETURN_IF_ERROR(store_->ReadPixels(rec, px.get()));
+    } else {
+      ReadBuffer b;
+      std::string_view data;
+      DSFS_RETURN_IF_ERROR(store_->Read(rec, 0, rec.size, &b, &data));
+      DecodedImage img;
+      Status s = DecodeImage(data, &img);
+      if (!s.ok()) {
+        return Status::Corruption("image decoded at pack time fails now: " + s.message());
+      }
+      if (img.width != rec.width || img.height != rec.height) {
+        return Status::Corruption("image size differs from the one recorded at pack time");
+      }
+      *px = std::move(img.rgb);
     }
-    *px = std::move(img.rgb);
-  }
-  images_decoded_.fetch_add(1, std::memory_order_relaxed);
-  image_decode_ns_.fetch_add(
-      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                std::chrono::steady_clock::now() - t0)
-                                .count()),
-      std::memory_order_relaxed);
-  if (keep && cache) cache->Insert(kPixelsKey | ino, px);
-  *out = std::move(px);
-  return Status::OK();
+    images_decoded_.fetch_add(1, std::memory_order_relaxed);
+    image_decode_ns_.fetch_add(
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::steady_clock::now() - t0)
+                                  .count()),
+        std::memory_order_relaxed);
+    *px_out = std::move(px);
+    return Status::OK();
+  };
+  ByteCache* cache = store_->cache();
+  // Kept: decoded once however many readers want it at the same time (their requests wait for
+  // that one decode), then served from the cache.
+  if (keep && cache) return cache->GetOrLoad(kPixelsKey | ino, decode, out);
+  return decode(out);
 }
 
 Status Filesystem::ReadImageView(View v, uint32_t ino, const InodeRecord& rec, uint64_t offset,
                                  uint64_t size, ReadBuffer* buf, std::string_view* out) const {
   buf->pin.reset();
   if (v == View::kBmp) {
-    ByteCache* cache = store_->cache();
-    ByteCache::Value bmp = cache ? cache->Get(kBmpKey | ino) : nullptr;
-    if (!bmp) {
+    // The BMP is what is kept (the pixels are needed only to render it).
+    auto render = [&](ByteCache::Value* bmp_out) -> Status {
       ByteCache::Value px;
       DSFS_RETURN_IF_ERROR(Pixels(ino, rec, false, &px));
       auto rendered = std::make_shared<std::string>();
       RenderBmp(rec.width, rec.height, *px, rendered.get());
-      if (cache) cache->Insert(kBmpKey | ino, rendered);
-      bmp = std::move(rendered);
-    }
+      *bmp_out = std::move(rendered);
+      return Status::OK();
+    };
+    ByteCache* cache = store_->cache();
+    ByteCache::Value bmp;
+    DSFS_RETURN_IF_ERROR(cache ? cache->GetOrLoad(kBmpKey | ino, render, &bmp) : render(&bmp));
     *out = std::string_view(*bmp).substr(std::min<uint64_t>(offset, bmp->size()), size);
     buf->pin = std::move(bmp);
     return Status::OK();
@@ -455,14 +487,15 @@ Status Filesystem::ReadTensorFile(TensorFile f, uint32_t dir, uint64_t offset, u
       AppendRange(TensorClassesText(*t), 0, offset, end, &buf->bytes);
       break;
     case TensorFile::kFiles: {
-      ByteCache* cache = store_->cache();
-      ByteCache::Value text = cache ? cache->Get(kFilesTxtKey | dir) : nullptr;
-      if (!text) {
+      auto make = [&](ByteCache::Value* text_out) -> Status {
         auto fresh = std::make_shared<std::string>();
         DSFS_RETURN_IF_ERROR(TensorFilesText(*store_, dir, *t, fresh.get()));
-        if (cache) cache->Insert(kFilesTxtKey | dir, fresh);
-        text = std::move(fresh);
-      }
+        *text_out = std::move(fresh);
+        return Status::OK();
+      };
+      ByteCache* cache = store_->cache();
+      ByteCache::Value text;
+      DSFS_RETURN_IF_ERROR(cache ? cache->GetOrLoad(kFilesTxtKey | dir, make, &text) : make(&text));
       *out = std::string_view(*text).substr(offset, end - offset);
       buf->pin = std::move(text);
       return Status::OK();
@@ -483,18 +516,13 @@ Status Filesystem::Tensor(uint32_t dir, std::shared_ptr<const TensorIndex>* out)
   }
   // Built outside the lock (a big tree takes a while); two threads may both build it once.
   auto index = std::make_shared<TensorIndex>();
-  DSFS_RETURN_IF_ERROR(BuildTensorIndex(*store_, dir, index.get()));
+  DSFS_RETURN_IF_ERROR(BuildTensorIndex(*store_, dir, index.get(), options_.max_render_bytes));
   std::lock_guard lock(mu_);
   *out = tensors_.emplace(dir, std::move(index)).first->second;
   return Status::OK();
 }
 
-void Filesystem::NoteServedAsIs(uint32_t ino) const {
-  {
-    std::lock_guard lock(mu_);
-    if (!logged_as_is_.insert(ino).second) return;
-  }
-  // Its path, for the log line: climb to the root.
+std::string Filesystem::PathOf(uint32_t ino) const {
   std::string path;
   for (uint32_t cur = ino; cur != Store::kRootIno;) {
     InodeRecord r;
@@ -505,7 +533,24 @@ void Filesystem::NoteServedAsIs(uint32_t ino) const {
     path = "/" + std::string(name) + path;
     cur = r.parent;
   }
-  Log()->info("{}: an image the views cannot reproduce exactly: served as it is", path);
+  return path;
+}
+
+void Filesystem::NoteServedAsIs(uint32_t ino) const {
+  {
+    std::lock_guard lock(mu_);
+    if (!logged_as_is_.insert(ino).second) return;
+  }
+  Log()->info("{}: an image the views cannot reproduce exactly: served as it is", PathOf(ino));
+}
+
+void Filesystem::NoteTooLargeToRender(uint32_t ino, const InodeRecord& rec) const {
+  if (logged_too_large_.exchange(true, std::memory_order_relaxed)) return;
+  Log()->warn(
+      "{} ({}x{}) and every image whose decoded pixels exceed {} (what the RAM cache holds per "
+      "entry, a 16th of -o cache_size) are served as their original bytes in the bmp and npy "
+      "views and have no tensor view; raise cache_size to decode them",
+      PathOf(ino), rec.width, rec.height, FormatBytes(options_.max_render_bytes));
 }
 
 Status Filesystem::ReadLink(uint64_t fuse_ino, std::string_view* target) const {

@@ -39,6 +39,10 @@ struct FsOptions {
   gid_t gid = ::getgid();
   mode_t umask = 0;             // permission bits cleared from every stored mode (-o umask=)
   View view = View::kOriginal;  // what the mount shows at its root
+  // Largest rendered image (BMP or pixels) the views make; larger images are served as their
+  // original bytes and have no tensor view (fs/views.h, ViewRenders). The mount sets what its
+  // RAM cache holds per entry, so an image is decoded once, not on every read.
+  uint64_t max_render_bytes = UINT64_MAX;
 };
 
 // Request counters, by operation. Relaxed atomics: they are statistics.
@@ -73,6 +77,10 @@ class Filesystem : public PushSource {
   // Reads up to `size` bytes at `offset`; see Store::Read for where *out points.
   Status Read(uint64_t ino, uint64_t offset, uint64_t size, ReadBuffer* buf,
               std::string_view* out) const;
+  // True if Read(ino, offset, size) would decode an image (what it needs is not in the cache):
+  // the FUSE layer then serves it off the request threads, which stay free for every other
+  // request. A hint: the cache may change before the read.
+  bool ReadDecodes(uint64_t ino, uint64_t offset, uint64_t size) const;
   Status ReadLink(uint64_t ino, std::string_view* target) const;
   Status StatFs(struct statvfs* st) const;
 
@@ -128,6 +136,13 @@ class Filesystem : public PushSource {
   Status Tensor(uint32_t dir, std::shared_ptr<const TensorIndex>* out) const;
   // Logs once per inode that a view serves an image as it is.
   void NoteServedAsIs(uint32_t ino) const;
+  // Logs once per mount that images too large to render are served as they are.
+  void NoteTooLargeToRender(uint32_t ino, const InodeRecord& rec) const;
+  bool Renders(View v, const InodeRecord& rec) const {
+    return ViewRenders(v, rec, options_.max_render_bytes);
+  }
+  // The path of store inode `ino` ("/a/b.jpg"), for log lines.
+  std::string PathOf(uint32_t ino) const;
 
   std::unique_ptr<Store> store_;
   FsOptions options_;
@@ -136,6 +151,7 @@ class Filesystem : public PushSource {
   mutable std::unordered_map<uint32_t, std::shared_ptr<const TensorIndex>> tensors_;
   mutable std::unordered_set<uint32_t> logged_as_is_;
   mutable std::atomic<uint64_t> images_decoded_{0}, image_decode_ns_{0};
+  mutable std::atomic<bool> logged_too_large_{false};
   Prefetcher* prefetcher_ = nullptr;
   mutable RequestCounters counters_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();

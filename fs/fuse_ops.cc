@@ -8,8 +8,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <exception>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,11 +23,60 @@
 namespace dsfs {
 namespace {
 
+// Reads that decode images, served on threads of their own so that a reader of large images
+// never holds the request threads every other request needs; as many as the request threads
+// (at most one per core), so decoding runs as parallel as before and its memory stays bounded.
+// Jobs still queued when it is destroyed are run first: each owes its request a reply.
+class DecodeWorkers {
+ public:
+  explicit DecodeWorkers(int threads) {
+    for (int i = 0; i < std::max(1, threads); ++i) workers_.emplace_back([this] { Run(); });
+  }
+  ~DecodeWorkers() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+  DecodeWorkers(const DecodeWorkers&) = delete;
+  DecodeWorkers& operator=(const DecodeWorkers&) = delete;
+  void Submit(std::function<void()> job) {
+    {
+      std::lock_guard lock(mu_);
+      jobs_.push_back(std::move(job));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void Run() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;  // stop_ and nothing owed
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();
+    }
+  }
+  std::mutex mu_;  // guards jobs_ and stop_
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
 struct Context {
   Filesystem* fs;
   FuseOptions options;
   bool no_open = false;  // set in init: OPEN may be answered ENOSYS
   Prefetcher* prefetcher = nullptr;
+  DecodeWorkers* decoders = nullptr;
 };
 
 Context* Ctx(fuse_req_t req) { return static_cast<Context*>(fuse_req_userdata(req)); }
@@ -196,7 +248,7 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   });
 }
 
-void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
+void ServeRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
   Guard(req, "read", [&] {
     thread_local ReadBuffer buf;
     std::string_view out;
@@ -207,6 +259,22 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_
     }
     fuse_reply_buf(req, out.data(), out.size());
   });
+}
+
+void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
+  Context* c = Ctx(req);
+  bool decodes = false;
+  try {
+    decodes = c->decoders && c->fs->ReadDecodes(ino, static_cast<uint64_t>(off), size);
+  } catch (...) {
+    // Served here then: ServeRead's Guard answers whatever fails.
+  }
+  // Replied to later, from a decode worker (libfuse allows a reply from any thread).
+  if (decodes) {
+    c->decoders->Submit([req, ino, size, off] { ServeRead(req, ino, size, off); });
+    return;
+  }
+  ServeRead(req, ino, size, off);
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t, struct fuse_file_info*) { fuse_reply_err(req, 0); }
@@ -338,7 +406,8 @@ Status ServeFuse(Filesystem* fs, const std::string& mountpoint, const FuseOption
   Prefetcher::Options po;
   po.push_budget_bytes = options.push_bytes;
   auto prefetcher = std::make_unique<Prefetcher>(
-      &fs->store(), po, [se](uint64_t ino, uint64_t offset, std::string_view data) {
+      &fs->store(), po,
+      [se](uint64_t ino, uint64_t offset, std::string_view data) {
         struct fuse_bufvec bufv = FUSE_BUFVEC_INIT(data.size());
         bufv.buf[0].mem = const_cast<char*>(data.data());
         return fuse_lowlevel_notify_store(se, ino, static_cast<off_t>(offset), &bufv,
@@ -386,8 +455,16 @@ Status ServeFuse(Filesystem* fs, const std::string& mountpoint, const FuseOption
   fuse_loop_cfg_set_clone_fd(cfg, 0);
   fuse_loop_cfg_set_max_threads(cfg, static_cast<unsigned>(std::max(1, options.threads)));
   fuse_loop_cfg_set_idle_threads(cfg, static_cast<unsigned>(std::max(1, options.threads)));
+  // No more decoders than cores: more would only hold more decoded images at once.
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto decoders = std::make_unique<DecodeWorkers>(std::min(options.threads, cores));
+  ctx.decoders = decoders.get();
   int rc = fuse_session_loop_mt(se, cfg);
   fuse_loop_cfg_destroy(cfg);
+  // Before the session goes: the reads still queued are answered (or fail on the closed
+  // connection).
+  ctx.decoders = nullptr;
+  decoders.reset();
   monitor.Stopping();
   warm.join();
   Prefetcher::Stats ps = prefetcher->stats();

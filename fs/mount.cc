@@ -2,19 +2,23 @@
 
 #include <fcntl.h>
 #include <malloc.h>
+#include <poll.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "common/log.h"
 #include "fs/kernel_mount.h"
@@ -97,7 +101,12 @@ Status Serve(const MountConfig& config, const std::function<void()>& on_mounted)
   }
   std::unique_ptr<Store> store;
   DSFS_RETURN_IF_ERROR(Store::Open(config.store_path, store_options, &store));
-  Filesystem fs(std::move(store), config.fs);
+  FsOptions fs_options = config.fs;
+  // The views decode an image once and serve it from the cache: what cannot fit an entry of
+  // the cache is served as its original bytes (fs/views.h, ViewRenders).
+  ByteCache* cache = store->cache();
+  fs_options.max_render_bytes = cache ? cache->max_value_bytes() : 0;
+  Filesystem fs(std::move(store), fs_options);
   if (fo.fsname.empty()) fo.fsname = config.store_path;
   if (config.kernel) return ServeKernel(&fs, config, fo, on_mounted);
   return ServeFuse(&fs, config.mountpoint, fo, on_mounted);
@@ -105,16 +114,34 @@ Status Serve(const MountConfig& config, const std::function<void()>& on_mounted)
 
 }  // namespace
 
-bool IsMountpoint(const std::string& path) {
+bool FindMount(const std::string& path, MountInfo* info) {
   std::string abs = AbsolutePath(path);
   std::ifstream in("/proc/self/mountinfo");
   std::string line;
+  bool found = false;
+  // Later lines are mounted later: the last match is the topmost mount, the one umount2 acts
+  // on.
   while (std::getline(in, line)) {
     std::istringstream ls(line);
-    std::string id, parent, dev, root, mp;
-    if (ls >> id >> parent >> dev >> root >> mp && UnescapeMountinfo(mp) == abs) return true;
+    std::string id, parent, dev, root, mp, field;
+    if (!(ls >> id >> parent >> dev >> root >> mp) || UnescapeMountinfo(mp) != abs) continue;
+    while (ls >> field && field != "-") {
+    }
+    MountInfo m;
+    ls >> m.fstype >> m.source;
+    m.source = UnescapeMountinfo(m.source);
+    size_t colon = dev.find(':');
+    if (colon != std::string::npos)
+      m.dev_minor = std::strtoul(dev.c_str() + colon + 1, nullptr, 10);
+    *info = std::move(m);
+    found = true;
   }
-  return false;
+  return found;
+}
+
+bool IsMountpoint(const std::string& path) {
+  MountInfo m;
+  return FindMount(path, &m);
 }
 
 Status CheckMountpoint(const std::string& mountpoint) {
@@ -217,13 +244,55 @@ Status MountStore(const MountConfig& config_in) {
   return Status::OK();
 }
 
-Status Unmount(const std::string& mountpoint, bool lazy) {
-  std::string abs = AbsolutePath(mountpoint);
-  bool kernel = false;
-  Status ks = UnmountKernel(abs, lazy, &kernel);
-  if (kernel) return ks;
-  if (!IsMountpoint(abs)) return Status::InvalidArgument(mountpoint + " is not mounted");
-  if (::umount2(abs.c_str(), lazy ? MNT_DETACH : 0) == 0) return Status::OK();
+namespace {
+
+// pidfds of the processes serving FUSE connection `connection` (the daemon), found by the
+// connection number their /dev/fuse descriptors show in /proc/PID/fdinfo. A pidfd stays bound
+// to its process: a reused pid is never waited for. Processes this user may not inspect are
+// skipped (the daemon of an unprivileged user's own mount is theirs).
+std::vector<int> DaemonPidfds(unsigned connection) {
+  std::vector<int> pidfds;
+  const std::string wanted = "fuse_connection:\t" + std::to_string(connection) + "\n";
+  std::error_code ec;
+  for (const auto& proc : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string pid = proc.path().filename().string();
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::error_code fd_ec;
+    for (const auto& fd : std::filesystem::directory_iterator(proc.path() / "fd", fd_ec)) {
+      char target[16];
+      ssize_t n = ::readlink(fd.path().c_str(), target, sizeof(target));
+      if (n != 9 || std::string_view(target, 9) != "/dev/fuse") continue;
+      std::ifstream info(proc.path() / "fdinfo" / fd.path().filename());
+      std::stringstream text;
+      text << info.rdbuf();
+      if (text.str().find(wanted) == std::string::npos) continue;
+      int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, std::stoi(pid), 0));
+      if (pidfd >= 0) pidfds.push_back(pidfd);
+      break;
+    }
+  }
+  return pidfds;
+}
+
+// Waits up to `timeout_ms` in all for every process of `pidfds` to exit; closes them.
+void WaitForExit(const std::vector<int>& pidfds, int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (int pidfd : pidfds) {
+    struct pollfd p = {pidfd, POLLIN, 0};
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      int rc = ::poll(&p, 1, static_cast<int>(left.count()));
+      if (rc < 0 && errno == EINTR) continue;
+      break;
+    }
+    ::close(pidfd);
+  }
+}
+
+Status UnmountNow(const std::string& abs, const std::string& mountpoint, bool lazy) {
+  if (::umount2(abs.c_str(), (lazy ? MNT_DETACH : 0) | UMOUNT_NOFOLLOW) == 0) return Status::OK();
   int err = errno;
   if (err == EPERM) {
     // Not root: the setuid helper may unmount FUSE mounts of this user.
@@ -247,6 +316,32 @@ Status Unmount(const std::string& mountpoint, bool lazy) {
     return Status::Busy(mountpoint + " is busy (files open on it); use dsfs umount --lazy");
   }
   return Status::FromErrno(err, "cannot unmount " + mountpoint);
+}
+
+}  // namespace
+
+Status Unmount(const std::string& mountpoint, bool lazy) {
+  std::string abs = AbsolutePath(mountpoint);
+  // -o kernel: EROFS over a loop device over a private dsfs mount, torn down in that order.
+  bool kernel = false;
+  Status ks = UnmountKernel(abs, lazy, &kernel);
+  if (kernel) return ks;
+  MountInfo m;
+  if (!FindMount(abs, &m)) return Status::InvalidArgument(mountpoint + " is not mounted");
+  // The type, not the source or a probe of the daemon: a dead dsfs mount keeps its type, and
+  // nothing else (a disk, a tmpfs, another FUSE filesystem) is ever unmounted by dsfs.
+  if (m.fstype != kDsfsFsType) {
+    return Status::InvalidArgument(mountpoint + " is not a dsfs mount (it is " + m.fstype +
+                                   "); dsfs umount unmounts only " + std::string(kDsfsFsType));
+  }
+  // Found before unmounting, while the connection exists. A lazily detached mount lives on
+  // until its files are closed: then there is nothing to wait for now.
+  std::vector<int> daemons = lazy ? std::vector<int>() : DaemonPidfds(m.dev_minor);
+  Status s = UnmountNow(abs, mountpoint, lazy);
+  // The daemon exits once the kernel ends its connection; until then it holds the store open
+  // and unmounting the filesystem that holds the store would fail "busy".
+  WaitForExit(daemons, s.ok() ? kDaemonExitWaitMs : 0);
+  return s;
 }
 
 }  // namespace dsfs

@@ -39,11 +39,28 @@ Status CheckMountpoint(const std::string& mountpoint);
 // OK only once the daemon's mount answers requests, or the daemon's error.
 Status MountStore(const MountConfig& config);
 
-// Unmounts a dsfs mount (also one whose daemon was killed). `lazy` detaches a busy mount.
+// Unmounts a dsfs mount (also one whose daemon was killed): InvalidArgument for a path that
+// is not a mountpoint or whose topmost mount is not of type kDsfsFsType (nothing else is ever
+// unmounted). `lazy` detaches a busy mount. Otherwise returns once the daemon that served the
+// mount has exited (and so closed the store), or after kDaemonExitWaitMs.
 Status Unmount(const std::string& mountpoint, bool lazy);
+inline constexpr int kDaemonExitWaitMs = 10000;
+
+// The type /proc/self/mountinfo shows for every dsfs mount, whether made by `dsfs mount`, the
+// mount helper (fstab, mount -t fuse.dsfs) or systemd, and also once its daemon is dead.
+inline constexpr std::string_view kDsfsFsType = "fuse.dsfs";
 
 // Undoes /proc/self/mountinfo's escaping of space, tab, newline and backslash (\ooo).
 std::string UnescapeMountinfo(const std::string& s);
+
+// The topmost mount at a mountpoint, from /proc/self/mountinfo.
+struct MountInfo {
+  std::string fstype;      // e.g. "fuse.dsfs", "tmpfs", "ext4"
+  std::string source;      // a dsfs mount's store path
+  unsigned dev_minor = 0;  // of st_dev: for FUSE, the connection number
+};
+// False if `path` (made absolute; its last component is not resolved) is not a mountpoint.
+bool FindMount(const std::string& path, MountInfo* info);
 
 // True if `path` is a mountpoint listed in /proc/self/mountinfo.
 bool IsMountpoint(const std::string& path);

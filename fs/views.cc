@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "common/path.h"
+#include "common/units.h"
 #include "image/image.h"
 
 namespace dsfs {
@@ -36,16 +38,18 @@ std::string ImageNpyHeader(const InodeRecord& rec) {
   return NpyHeader("|u1", {rec.height, rec.width, 3});
 }
 
-uint64_t ViewFileBytes(View v, const InodeRecord& rec) {
-  if (!IsDecodableImage(rec)) return rec.size;
-  switch (v) {
-    case View::kBmp:
-      return BmpBytes(rec.width, rec.height);
-    case View::kNpy:
-      return ImageNpyHeader(rec).size() + uint64_t{rec.width} * rec.height * 3;
-    default:
-      return rec.size;
-  }
+uint64_t ViewFileBytes(View v, const InodeRecord& rec, uint64_t max_render_bytes) {
+  if (!ViewRenders(v, rec, max_render_bytes)) return rec.size;
+  return v == View::kBmp ? BmpBytes(rec.width, rec.height)
+                         : ImageNpyHeader(rec).size() + uint64_t{rec.width} * rec.height * 3;
+}
+
+bool ViewRenders(View v, const InodeRecord& rec, uint64_t max_render_bytes) {
+  if ((v != View::kBmp && v != View::kNpy) || !IsDecodableImage(rec)) return false;
+  // What the cache holds for it: the BMP, or the pixels (the .npy header is made per read).
+  uint64_t rendered =
+      v == View::kBmp ? BmpBytes(rec.width, rec.height) : uint64_t{rec.width} * rec.height * 3;
+  return rendered <= max_render_bytes;
 }
 
 bool HasImageExtension(std::string_view name) {
@@ -109,33 +113,6 @@ Status Entries(const Store& store, uint32_t dir, std::vector<Entry>* out) {
   return Status::OK();
 }
 
-// One code point of UTF-8 as Python decodes it (strictly: no overlong forms, no surrogates,
-// nothing past U+10FFFF), or 0 bytes used if `s` does not start with one.
-size_t Utf8CodePoint(std::string_view s, char32_t* cp) {
-  auto b = [&](size_t i) { return i < s.size() ? static_cast<unsigned char>(s[i]) : 0u; };
-  auto cont = [&](size_t i) { return (b(i) & 0xC0) == 0x80; };
-  const unsigned c = b(0);
-  if (c < 0x80) {
-    *cp = c;
-    return 1;
-  }
-  if (c >= 0xC2 && c <= 0xDF && cont(1)) {
-    *cp = (c & 0x1F) << 6 | (b(1) & 0x3F);
-    return 2;
-  }
-  if (c >= 0xE0 && c <= 0xEF && cont(1) && cont(2)) {
-    if ((c == 0xE0 && b(1) < 0xA0) || (c == 0xED && b(1) > 0x9F)) return 0;
-    *cp = (c & 0x0F) << 12 | (b(1) & 0x3F) << 6 | (b(2) & 0x3F);
-    return 3;
-  }
-  if (c >= 0xF0 && c <= 0xF4 && cont(1) && cont(2) && cont(3)) {
-    if ((c == 0xF0 && b(1) < 0x90) || (c == 0xF4 && b(1) > 0x8F)) return 0;
-    *cp = (c & 0x07) << 18 | (b(1) & 0x3F) << 12 | (b(2) & 0x3F) << 6 | (b(3) & 0x3F);
-    return 4;
-  }
-  return 0;
-}
-
 // The key Python sorts a file name by: its code points after os.fsdecode (UTF-8, each byte
 // that does not decode becoming U+DC00 + byte). For valid UTF-8 that is the byte order the
 // store keeps; names that do not decode sort differently ("\xff" before U+1F600).
@@ -190,6 +167,13 @@ std::string EntryPath(const std::string& prefix, const std::string& rel, std::st
   return path;
 }
 
+// Why a newline in a path makes the tensor view absent: files.txt and classes.txt hold one per
+// line. (Escaping it would give files.txt lines that are not the paths.)
+std::string NewlineReason(std::string path) {
+  for (size_t at; (at = path.find('\n')) != std::string::npos;) path.replace(at, 1, "\\n");
+  return path + " has a newline in its name (files.txt and classes.txt hold one name per line)";
+}
+
 // Why a symbolic link makes the tensor view absent: ImageFolder follows links (to a class
 // directory, to images), which the view cannot do inside a store.
 std::string LinkReason(const std::string& path) {
@@ -198,41 +182,54 @@ std::string LinkReason(const std::string& path) {
 
 // Adds the images of class directory `cls` (label `label`) in the order sorted(os.walk(cls))
 // yields directories: by path, where "a/b" sorts after "a-b" ('/' after '-'), then by name.
-// `prefix` is the class's path relative to the indexed directory.
+// `prefix` is the class's path relative to the indexed directory; `access` covers the
+// directories from the root down to the class, itself included.
 Status AddClass(const Store& store, uint32_t cls, const std::string& prefix, uint32_t label,
-                TensorIndex* index) {
+                const ReadAccess& access, TensorIndex* index) {
   // Every directory below the class, with its path relative to it ("" for the class itself;
-  // "/a", "/a/b" below), then sorted as os.walk's root strings sort.
-  std::vector<std::pair<std::string, uint32_t>> dirs{{"", cls}};
+  // "/a", "/a/b" below) and the access its path needs, then sorted as os.walk's root strings
+  // sort.
+  struct Dir {
+    std::string rel;
+    uint32_t ino;
+    ReadAccess access;
+  };
+  std::vector<Dir> dirs{{"", cls, access}};
   std::vector<Entry> entries;
   uint64_t path_bytes = 0;
   for (size_t i = 0; i < dirs.size(); ++i) {
-    DSFS_RETURN_IF_ERROR(Entries(store, dirs[i].second, &entries));
+    DSFS_RETURN_IF_ERROR(Entries(store, dirs[i].ino, &entries));
     for (const Entry& e : entries) {
       if (IsLink(e.rec)) {
-        index->why = LinkReason(EntryPath(prefix, dirs[i].first, e.name));
+        index->why = LinkReason(EntryPath(prefix, dirs[i].rel, e.name));
         return Status::OK();
       }
       if (!IsDir(e.rec)) continue;
       // Paths no program could open, or more path bytes than any real tree has, mean a
       // damaged or crafted store: the view is refused instead of holding them all in memory.
-      std::string rel = dirs[i].first + "/" + std::string(e.name);
+      std::string rel = dirs[i].rel + "/" + std::string(e.name);
       path_bytes += rel.size();
       if (prefix.size() + rel.size() >= kMaxTensorPathBytes || path_bytes > kMaxTensorIndexBytes) {
         index->why = prefix + rel.substr(0, 64) + "...: paths too long or too many";
         return Status::OK();
       }
-      dirs.emplace_back(std::move(rel), e.ino);
+      ReadAccess below = dirs[i].access;
+      below.AddDir(e.rec.mode);
+      dirs.push_back({std::move(rel), e.ino, below});
     }
   }
-  std::sort(dirs.begin(), dirs.end());
-  SortAsPython(&dirs, [](const auto& d) -> std::string_view { return d.first; });
-  for (const auto& [rel, ino] : dirs) {
-    DSFS_RETURN_IF_ERROR(Entries(store, ino, &entries));
+  std::sort(dirs.begin(), dirs.end(), [](const Dir& a, const Dir& b) { return a.rel < b.rel; });
+  SortAsPython(&dirs, [](const Dir& d) -> std::string_view { return d.rel; });
+  for (const Dir& d : dirs) {
+    DSFS_RETURN_IF_ERROR(Entries(store, d.ino, &entries));
     SortAsPython(&entries, [](const Entry& e) { return e.name; });
     for (const Entry& e : entries) {
       if (IsDir(e.rec) || !HasImageExtension(e.name)) continue;
-      std::string path = EntryPath(prefix, rel, e.name);
+      std::string path = EntryPath(prefix, d.rel, e.name);
+      if (path.find('\n') != std::string::npos) {
+        index->why = NewlineReason(path);
+        return Status::OK();
+      }
       if (!IsDecodableImage(e.rec)) {
         index->why = path + " is not an image the views can decode";
         return Status::OK();
@@ -248,14 +245,29 @@ Status AddClass(const Store& store, uint32_t cls, const std::string& prefix, uin
       index->images.push_back(e.ino);
       index->labels.push_back(label);
       index->files_txt_bytes += path.size() + 1;
+      index->access.Add(d.access);
+      index->access.AddFile(e.rec.mode);
     }
   }
   return Status::OK();
 }
 
+// The access that directory `dir` and every directory above it require.
+Status AccessFromRoot(const Store& store, uint32_t dir, ReadAccess* access) {
+  for (uint32_t cur = dir;;) {
+    InodeRecord r;
+    DSFS_RETURN_IF_ERROR(store.GetInode(cur, &r));
+    access->AddDir(r.mode);
+    // Parents have smaller numbers (breadth-first): a damaged parent field cannot loop.
+    if (cur == Store::kRootIno || r.parent >= cur) return Status::OK();
+    cur = r.parent;
+  }
+}
+
 }  // namespace
 
-Status BuildTensorIndex(const Store& store, uint32_t dir, TensorIndex* index) {
+Status BuildTensorIndex(const Store& store, uint32_t dir, TensorIndex* index,
+                        uint64_t max_image_bytes) {
   *index = TensorIndex();
   InodeRecord d;
   DSFS_RETURN_IF_ERROR(store.GetInode(dir, &d));
@@ -271,18 +283,26 @@ Status BuildTensorIndex(const Store& store, uint32_t dir, TensorIndex* index) {
     if (IsDir(e.rec)) classes.push_back(e);
   }
   SortAsPython(&classes, [](const Entry& e) { return e.name; });
+  ReadAccess above;
+  DSFS_RETURN_IF_ERROR(AccessFromRoot(store, dir, &above));
   if (index->why.empty() && classes.empty()) {
     // A leaf directory: one class, itself.
     std::string_view name;
     DSFS_RETURN_IF_ERROR(store.GetName(d, &name));
     index->classes.emplace_back(name.empty() ? "." : name);
-    DSFS_RETURN_IF_ERROR(AddClass(store, dir, "", 0, index));
+    if (name.find('\n') != std::string_view::npos) {
+      index->why = NewlineReason(std::string(name));
+    } else {
+      DSFS_RETURN_IF_ERROR(AddClass(store, dir, "", 0, above, index));
+    }
   } else if (index->why.empty()) {
     for (const Entry& c : classes) {
       uint32_t label = static_cast<uint32_t>(index->classes.size());
       index->classes.emplace_back(c.name);
       size_t before = index->images.size();
-      DSFS_RETURN_IF_ERROR(AddClass(store, c.ino, std::string(c.name), label, index));
+      ReadAccess access = above;
+      access.AddDir(c.rec.mode);
+      DSFS_RETURN_IF_ERROR(AddClass(store, c.ino, std::string(c.name), label, access, index));
       if (!index->why.empty()) break;
       if (index->images.size() == before) {
         index->why = "class " + std::string(c.name) + " has no images (ImageFolder refuses it)";
@@ -291,6 +311,11 @@ Status BuildTensorIndex(const Store& store, uint32_t dir, TensorIndex* index) {
     }
   }
   if (index->why.empty() && index->images.empty()) index->why = "no images below";
+  if (index->why.empty() && index->ImageBytes() > max_image_bytes) {
+    index->why = "its images decode to " + FormatBytes(index->ImageBytes()) +
+                 " each, more than the RAM cache holds per entry (" + FormatBytes(max_image_bytes) +
+                 ", a 16th of -o cache_size)";
+  }
   index->available = index->why.empty();
   if (!index->available) {
     index->images.clear();

@@ -32,13 +32,36 @@ std::string_view ViewName(View v);  // "original", "bmp", "npy", "tensor"
 // InvalidArgument naming the choices for an unknown name.
 Status ParseView(std::string_view name, View* v);
 
-// Size of the file a view shows for regular file `rec` (images: the rendered file).
-uint64_t ViewFileBytes(View v, const InodeRecord& rec);
+// True if view `v` shows regular file `rec` rendered (bmp, npy: a decodable image whose
+// rendered bytes, the BMP or the pixels, are at most `max_render_bytes`); otherwise the view
+// shows the original bytes. The mount sets the limit to what its RAM cache holds per entry, so
+// that every image is decoded once and then served from the cache, and a file's size (decided
+// here, from the recorded dimensions) never depends on what is cached.
+bool ViewRenders(View v, const InodeRecord& rec, uint64_t max_render_bytes);
+// Size of the file a view shows for regular file `rec` (rendered, or the original).
+uint64_t ViewFileBytes(View v, const InodeRecord& rec, uint64_t max_render_bytes);
 // The .npy header of an image's array (its size is part of ViewFileBytes).
 std::string ImageNpyHeader(const InodeRecord& rec);
 
 // True for names ImageFolder accepts (torchvision's IMG_EXTENSIONS, any case).
 bool HasImageExtension(std::string_view name);
+
+// Who may read an aggregate view file (one made of many stored files): never more than could
+// read its members one by one. The read bits, per class (owner, group, others), that survive
+// AND-ing each member file's read bits and, for every directory from the root down to it, its
+// read bits (listing: an aggregate names or counts its members) and its search bits (shown as
+// read bits). The store keeps no owner per file (every entry shows the mount's uid and gid), so
+// these bits alone decide. Every aggregate view takes its mode from one of these.
+class ReadAccess {
+ public:
+  void AddDir(uint32_t mode) { bits_ &= (mode & 0444) & ((mode & 0111) << 2); }
+  void AddFile(uint32_t mode) { bits_ &= mode & 0444; }
+  void Add(const ReadAccess& other) { bits_ &= other.bits_; }
+  uint32_t bits() const { return bits_; }  // some of 0444
+
+ private:
+  uint32_t bits_ = 0444;
+};
 
 // The generated files of a tensor view directory.
 enum class TensorFile : uint8_t { kImages = 0, kLabels = 1, kClasses = 2, kFiles = 3 };
@@ -57,6 +80,8 @@ struct TensorIndex {
   std::vector<uint32_t> images;  // store inode of each sample, in order
   std::vector<uint32_t> labels;  // class index of each sample
   uint64_t files_txt_bytes = 0;
+  // Who may read the generated files (all four: they reveal the same members).
+  ReadAccess access;
 
   uint64_t ImageBytes() const { return uint64_t{width} * height * 3; }
   std::string ImagesHeader() const;
@@ -65,8 +90,11 @@ struct TensorIndex {
 };
 
 // Builds the index of directory `dir`. Errors are the store's (damaged metadata); a tree the
-// view cannot serve is an available == false index, not an error.
-Status BuildTensorIndex(const Store& store, uint32_t dir, TensorIndex* index);
+// view cannot serve is an available == false index, not an error: also one whose images decode
+// to more than `max_image_bytes` each (the mount's RAM cache holds no larger entry, and
+// images.npy would decode them again on every read).
+Status BuildTensorIndex(const Store& store, uint32_t dir, TensorIndex* index,
+                        uint64_t max_image_bytes = UINT64_MAX);
 
 // files.txt (paths relative to the directory, one per line) and classes.txt (one per line).
 Status TensorFilesText(const Store& store, uint32_t dir, const TensorIndex& index,

@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <png.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -231,6 +232,31 @@ std::vector<std::string> DirNames(const std::string& dir) {
   ::closedir(d);
   std::sort(names.begin(), names.end());
   return names;
+}
+
+// An 8-bit RGB PNG of a smooth gradient: a few KB for any size, decoded by the views.
+std::string GradientPng(uint32_t w, uint32_t h, int seed) {
+  png_image img;
+  std::memset(&img, 0, sizeof(img));
+  img.version = PNG_IMAGE_VERSION;
+  img.width = w;
+  img.height = h;
+  img.format = PNG_FORMAT_RGB;
+  std::string rgb(size_t{w} * h * 3, '\0');
+  for (uint32_t y = 0; y < h; ++y) {
+    for (uint32_t x = 0; x < w; ++x) {
+      char* p = rgb.data() + (size_t{y} * w + x) * 3;
+      p[0] = static_cast<char>(x / 16 + seed);
+      p[1] = static_cast<char>(y / 16);
+      p[2] = static_cast<char>(seed * 40);
+    }
+  }
+  png_alloc_size_t size = 0;
+  if (!png_image_write_to_memory(&img, nullptr, &size, 0, rgb.data(), 0, nullptr)) return "";
+  std::string png(size, '\0');
+  if (!png_image_write_to_memory(&img, png.data(), &size, 0, rgb.data(), 0, nullptr)) return "";
+  png.resize(size);
+  return png;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1474,7 +1500,20 @@ TEST_F(MountErrorsTest, ReadWriteOptionIsAUsageError) {
   EXPECT_TRUE(IsOneLineError(r, {"read-only"}, 2));
   r = guard.MountBackground(store_, {"-o", "threads=0"});
   EXPECT_TRUE(IsOneLineError(r, {"threads"}, 2));
+  // A number out of range says the range.
+  r = guard.MountBackground(store_, {"-o", "threads=100000"});
+  EXPECT_TRUE(IsOneLineError(r, {"threads=100000: not a whole number from 1 to 256"}, 2));
+  r = guard.MountBackground(store_, {"-o", "zero_open=2"});
+  EXPECT_TRUE(IsOneLineError(r, {"zero_open=2: not a whole number from 0 to 1"}, 2));
   ExpectNothingLeft(mp_);
+}
+
+// Empty items of an option list are nothing, as in fstab: "-o ,,," mounts with the defaults.
+TEST_F(MountErrorsTest, EmptyOptionListMountsWithTheDefaults) {
+  MountGuard guard(mp_);
+  CommandResult r = guard.MountBackground(store_, {"-o", ",,,"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(ReadFile(mp_ + "/hello.txt"), "hello\n");
 }
 
 TEST_F(MountErrorsTest, SecondMountOnTheSameMountpoint) {
@@ -1548,6 +1587,9 @@ TEST(KilledDaemonTest, DeadMountIsReportedClearedAndMountableAgain) {
   r = Dsfs({"mount", store, mp});
   EXPECT_TRUE(IsOneLineError(r, {"dead mount"}));
   EXPECT_TRUE(IsOneLineError(r, {"dsfs umount"})) << "the message should say how to clear it";
+  r = Dsfs({"stats", mp});
+  EXPECT_TRUE(IsOneLineError(r, {"is a dead dsfs mount"}));
+  EXPECT_TRUE(IsOneLineError(r, {"dsfs umount " + mp})) << "the message should say how to clear it";
 
   r = Dsfs({"umount", mp});
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
@@ -1655,6 +1697,65 @@ TEST(UmountTest, UmountOfSomethingNotMountedFails) {
   TempDir dir;
   CommandResult r = Dsfs({"umount", dir.path()});
   EXPECT_TRUE(IsOneLineError(r, {"not mounted"}));
+}
+
+// `dsfs umount` unmounts dsfs mounts only: a typo must not unmount a disk.
+TEST(UmountTest, UmountRefusesAnythingButADsfsMount) {
+  SKIP_UNLESS_ROOT();
+  TempDir dir;
+  std::string tm = dir / "tm";
+  MakeDir(tm);
+  TmpfsGuard tmpfs(tm, "1M");
+  ASSERT_TRUE(tmpfs.mounted()) << tmpfs.error();
+  PutFile(tm + "/keep.txt", "still here\n");
+  for (bool lazy : {false, true}) {
+    std::vector<std::string> args = {"umount"};
+    if (lazy) args.push_back("--lazy");
+    args.push_back(tm);
+    CommandResult r = Dsfs(args);
+    EXPECT_TRUE(IsOneLineError(r, {"not a dsfs mount"})) << (lazy ? "--lazy" : "");
+    ASSERT_TRUE(IsMounted(tm)) << "dsfs umount" << (lazy ? " --lazy" : "") << " unmounted a tmpfs";
+    EXPECT_EQ(ReadFile(tm + "/keep.txt"), "still here\n");
+  }
+}
+
+// `dsfs umount` returns once the daemon is gone, so the filesystem holding the store can be
+// unmounted right after it. The daemon is kept busy past the unmount: listing the bmp view
+// makes it render large images into the page cache (push), which it finishes before exiting.
+TEST(UmountTest, UmountReturnsOnceTheDaemonHasExited) {
+  SKIP_UNLESS_CAN_MOUNT();
+  TempDir dir;
+  std::string disk = dir / "disk", mp = dir / "mnt";
+  MakeDir(disk);
+  MakeDir(mp);
+  TmpfsGuard tmpfs(disk, "64M");
+  ASSERT_TRUE(tmpfs.mounted()) << tmpfs.error();
+  MakeDir(disk + "/src");
+  MakeDir(disk + "/src/c");
+  for (int i = 0; i < 6; ++i) {
+    PutFile(disk + "/src/c/big" + std::to_string(i) + ".png", GradientPng(2500, 2500, i));
+  }
+  CommandResult r = Dsfs({"pack", "-q", disk + "/src", disk + "/s.dsfs"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  {
+    MountGuard guard(mp);
+    r = guard.MountBackground(disk + "/s.dsfs", {"-o", "cache_size=2G,push=1G"});
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    ASSERT_EQ(guard.daemons().size(), 1u);
+    pid_t pid = guard.daemons()[0];
+    EXPECT_EQ(DirNames(mp + "/.dsfs/bmp/c").size(), 6u);
+    r = Dsfs({"umount", mp});
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    // Exited (a zombie of this subreaper) before `dsfs umount` returned.
+    pid_t ppid;
+    char state = '?';
+    EXPECT_FALSE(ProcStat(pid, &ppid, &state) && state != 'Z')
+        << "the daemon still runs after dsfs umount returned";
+    EXPECT_TRUE(WaitChild(pid, milliseconds(10000)));
+    guard.Forget(pid);
+  }
+  r = RunCommand({"umount", disk});
+  EXPECT_EQ(r.exit_code, 0) << "the store's filesystem is still busy: " << Describe(r);
 }
 
 TEST(UmountTest, BusyMountNeedsLazy) {
@@ -1803,6 +1904,52 @@ TEST(MountOptionsTest, AllowOtherAndOwnerOptionsUseTheStoredModes) {
     r = as_nobody({"cat", s.mp + "/a.txt"});
     EXPECT_NE(r.exit_code, 0) << "another user read a mount made without allow_other";
   }
+}
+
+// With allow_other, an aggregate view file reveals nothing its reader could not read file by
+// file: a private class (0700 directory of 0600 images) keeps the tensor view's images.npy,
+// labels.npy, files.txt and classes.txt from other users; the per-image views keep the modes.
+TEST(MountOptionsTest, AllowOtherViewsRevealNoMoreThanTheFilesThemselves) {
+  SKIP_UNLESS_CAN_MOUNT();
+  TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  std::string src = dir / "src", store = dir / "s.dsfs", mp = dir / "mnt";
+  MakeDir(src, 0755);
+  MakeDir(src + "/pubcls", 0755);
+  MakeDir(src + "/privcls", 0755);
+  for (int i = 0; i < 2; ++i) {
+    PutFile(src + "/pubcls/img" + std::to_string(i) + ".png", GradientPng(8, 8, i), 0644);
+    PutFile(src + "/privcls/img" + std::to_string(i) + ".png", GradientPng(8, 8, 5 + i), 0600);
+  }
+  ::chmod((src + "/privcls").c_str(), 0700);
+  MakeDir(mp);
+  CommandResult r = Dsfs({"pack", "-q", src, store});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  MountGuard guard(mp);
+  r = guard.MountBackground(store, {"-o", "allow_other"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  auto as_nobody = [](const std::string& path) {
+    return RunCommand({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat", path},
+                      30);
+  };
+  r = as_nobody(mp + "/pubcls/img0.png");
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  for (const char* path :
+       {"/privcls/img0.png", "/.dsfs/bmp/privcls/img0.png", "/.dsfs/npy/privcls/img0.png.npy",
+        "/.dsfs/tensor/images.npy", "/.dsfs/tensor/labels.npy", "/.dsfs/tensor/files.txt",
+        "/.dsfs/tensor/classes.txt"}) {
+    r = as_nobody(mp + path);
+    EXPECT_NE(r.exit_code, 0) << path << " was readable by another user";
+    EXPECT_EQ(r.out, "") << path;
+    EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << path << ": " << Describe(r);
+  }
+  // The public class's own aggregate is everyone's, and the owner reads them all.
+  r = as_nobody(mp + "/.dsfs/tensor/pubcls/images.npy");
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  std::string data, error;
+  EXPECT_TRUE(ReadAll(mp + "/.dsfs/tensor/images.npy", &data, &error)) << error;
+  EXPECT_EQ(ReadFile(mp + "/.dsfs/tensor/files.txt"),
+            "privcls/img0.png\nprivcls/img1.png\npubcls/img0.png\npubcls/img1.png\n");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2142,6 +2289,113 @@ TEST(StressTest, CacheBudgetHoldsReadingAStoreTenTimesLarger) {
 // ---------------------------------------------------------------------------------------------
 // `dsfs mount -f` serves in the foreground until SIGTERM or SIGINT, then unmounts and exits 0.
 
+uint64_t StatsField(const std::string& mp, const std::string& key) {
+  std::string stats = ReadFile(mp + "/.dsfs/stats");
+  size_t at = stats.find("\"" + key + "\": ");
+  return at == std::string::npos ? UINT64_MAX : std::stoull(stats.substr(at + key.size() + 4));
+}
+
+// Large images in the views: one whose pixels cannot fit an entry of the RAM cache (a 16th of
+// cache_size) is served as its original bytes and never decoded, so readers of several at once
+// leave the daemon within its budget and an unrelated file is served at once; one that fits is
+// decoded once however many readers read it at the same time.
+TEST(ViewsMountTest, LargeImagesAreDecodedOnceOrServedAsTheyAre) {
+  SKIP_UNLESS_CAN_MOUNT();
+  TempDir dir;
+  std::string src = dir / "src", store = dir / "s.dsfs", mp = dir / "mnt";
+  MakeDir(src);
+  MakeDir(src + "/c");
+  std::vector<std::string> pngs;
+  for (int i = 0; i < 4; ++i) {
+    pngs.push_back(GradientPng(3000, 3000, i));  // 27 MB of pixels each
+    PutFile(src + "/c/big" + std::to_string(i) + ".png", pngs.back());
+  }
+  PutFile(src + "/other.txt", "unrelated\n");
+  MakeDir(mp);
+  CommandResult r = Dsfs({"pack", "-q", src, store});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  {
+    MountGuard guard(mp);
+    r = guard.MountBackground(store, {"-o", "cache_size=16M,push=0"});
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    ASSERT_EQ(guard.daemons().size(), 1u);
+    pid_t pid = guard.daemons()[0];
+    std::vector<std::string> got(pngs.size());
+    std::vector<std::thread> readers;
+    auto t0 = Clock::now();
+    for (size_t i = 0; i < pngs.size(); ++i) {
+      readers.emplace_back([&, i] {
+        // At most 4 MB each: enough to show a decode per read without waiting for all of them.
+        std::string path = mp + "/.dsfs/bmp/c/big" + std::to_string(i) + ".png";
+        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return;
+        std::string buf(1 << 20, '\0');
+        while (got[i].size() < (4u << 20)) {
+          ssize_t n = ::read(fd, buf.data(), buf.size());
+          if (n <= 0) break;
+          got[i].append(buf.data(), static_cast<size_t>(n));
+        }
+        ::close(fd);
+      });
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+    auto t1 = Clock::now();
+    std::string data, error;
+    EXPECT_TRUE(ReadAll(mp + "/other.txt", &data, &error)) << error;
+    auto other_ms = std::chrono::duration_cast<milliseconds>(Clock::now() - t1).count();
+    for (auto& t : readers) t.join();
+    auto all_ms = std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count();
+    EXPECT_EQ(data, "unrelated\n");
+    EXPECT_LT(other_ms, 1000) << "an unrelated file waited behind the image readers";
+    for (size_t i = 0; i < pngs.size(); ++i) {
+      EXPECT_TRUE(got[i] == pngs[i])
+          << "big" << i << ".png: not its original bytes (" << got[i].size() << " bytes read)";
+    }
+    EXPECT_EQ(StatsField(mp, "images_decoded"), 0u);
+    EXPECT_LT(all_ms, 5000);
+    uint64_t hwm_kb = ProcStatusKb(pid, "VmHWM");
+    if (!kSanitized) EXPECT_LT(hwm_kb, (16u + 48u) << 10) << "daemon peak RSS in kB";
+  }
+  {
+    // 1G: 64 MB per entry, the images fit: four readers of one image decode it once.
+    MountGuard guard(mp);
+    r = guard.MountBackground(store, {"-o", "cache_size=1G,push=0"});
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    std::vector<std::string> got(4);
+    std::vector<std::thread> readers;
+    for (size_t i = 0; i < got.size(); ++i) {
+      readers.emplace_back([&, i] {
+        std::string error;
+        ReadAll(mp + "/.dsfs/bmp/c/big0.png", &got[i], &error);
+      });
+    }
+    for (auto& t : readers) t.join();
+    for (const std::string& g : got) {
+      EXPECT_EQ(g.size(), 54u + 3000u * 3000u * 3u);
+      EXPECT_TRUE(g == got[0]);
+    }
+    EXPECT_EQ(got[0].substr(0, 2), "BM");
+    EXPECT_EQ(StatsField(mp, "images_decoded"), 1u);
+    // Readers of the other three images, decoding on both request threads' worth of workers,
+    // leave the request threads free: an unrelated file is served at once.
+    readers.clear();
+    for (size_t i = 1; i < pngs.size(); ++i) {
+      readers.emplace_back([&, i] {
+        std::string data, error;
+        ReadAll(mp + "/.dsfs/bmp/c/big" + std::to_string(i) + ".png", &data, &error);
+      });
+    }
+    std::this_thread::sleep_for(milliseconds(30));
+    auto t1 = Clock::now();
+    std::string data, error;
+    EXPECT_TRUE(ReadAll(mp + "/other.txt", &data, &error)) << error;
+    auto other_ms = std::chrono::duration_cast<milliseconds>(Clock::now() - t1).count();
+    for (auto& t : readers) t.join();
+    EXPECT_EQ(StatsField(mp, "images_decoded"), 4u);
+    if (!kSanitized) EXPECT_LT(other_ms, 100) << "an unrelated file waited behind the decodes";
+  }
+}
+
 class ForegroundTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ForegroundTest, SignalUnmountsAndExitsZero) {
@@ -2181,6 +2435,33 @@ INSTANTIATE_TEST_SUITE_P(Signals, ForegroundTest, ::testing::Values(SIGTERM, SIG
 
 // ---------------------------------------------------------------------------------------------
 // `dsfs pack` errors: a clear line, and no store nor temporary file left behind.
+
+// `dsfs ls` prints every name on one line and sends the terminal nothing but text: control
+// bytes as \ooo; a time no calendar date fits (an archive's 2^62) as its number of seconds.
+TEST(LsTest, NamesAreEscapedAndHugeTimesPrintedAsNumbers) {
+  TempDir dir;
+  std::string tar = dir / "t.tar", store = dir / "s.dsfs";
+  // tarfile writes a GNU base-256 mtime for 2^62.
+  CommandResult r =
+      RunCommand({"python3", "-c",
+                  "import io, sys, tarfile\n"
+                  "with tarfile.open(sys.argv[1], 'w', format=tarfile.GNU_FORMAT) as t:\n"
+                  "  for name, mt in [('far.txt', 2**62), ('ctl\\x1b[31mred\\nnl\\\\.txt', 0)]:\n"
+                  "    i = tarfile.TarInfo(name); i.size = 1; i.mtime = mt\n"
+                  "    t.addfile(i, io.BytesIO(b'x'))\n",
+                  tar});
+  if (r.exit_code != 0)
+    GTEST_SKIP() << "SKIPPED: python3 cannot write the archive: " << Describe(r);
+  r = Dsfs({"pack", "-q", tar, store});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  r = Dsfs({"ls", "-l", store});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << Describe(r);
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << Describe(r);
+  EXPECT_NE(r.out.find(" 1970-01-01 00:00 ctl\\033[31mred\\012nl\\\\.txt\n"), std::string::npos)
+      << Describe(r);
+  EXPECT_NE(r.out.find(" 4611686018427387904 far.txt\n"), std::string::npos) << Describe(r);
+}
 
 TEST(PackErrorsTest, SourceMissing) {
   TempDir dir;

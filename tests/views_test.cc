@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "backend/mem_store.h"
 #include "cache/prefetcher.h"
@@ -509,6 +510,143 @@ TEST_F(FilesystemViewsTest, TensorViewIsAbsentWhereLinksAre) {
     ASSERT_TRUE(BuildTensorIndex(fs->store(), d, &t).ok());
     EXPECT_FALSE(t.available) << dir;
     EXPECT_EQ(t.why.find(std::string(link) + " is a symbolic link"), 0u) << t.why;
+  }
+}
+
+// An aggregate file (the tensor view's) shows no more than its members could show one by one:
+// its read bits are those every member file and every directory on the way to it allow (search
+// and read); the per-image views keep each file's own mode, their directories the originals'.
+TEST_F(FilesystemViewsTest, TensorFilesAreNoMoreReadableThanTheirMembers) {
+  WriteFile(dir_ / "src/p/pub/1.jpg", Jpeg(8, 8, 17), 0644);
+  WriteFile(dir_ / "src/p/priv/2.jpg", Jpeg(8, 8, 18), 0600);
+  WriteFile(dir_ / "src/q/open/3.jpg", Jpeg(8, 8, 19), 0644);
+  WriteFile(dir_ / "src/q/open/4.jpg", Jpeg(8, 8, 20), 0640);
+  WriteFile(dir_ / "src/r/listonly/5.jpg", Jpeg(8, 8, 21), 0644);
+  WriteFile(dir_ / "src/r/listonly/sub/6.jpg", Jpeg(8, 8, 22), 0644);
+  ASSERT_EQ(::chmod((dir_ / "src").c_str(), 0755), 0);
+  ASSERT_EQ(::chmod((dir_ / "src/p/priv").c_str(), 0700), 0);
+  ASSERT_EQ(::chmod((dir_ / "src/r/listonly").c_str(), 0754), 0);  // others: no search
+  auto fs = Mount(false);
+  struct stat st;
+  auto mode = [&](const std::string& path) -> uint32_t {
+    uint64_t ino = Walk(fs.get(), path);
+    EXPECT_NE(ino, 0u) << path;
+    EXPECT_TRUE(fs->GetAttr(ino, &st).ok()) << path;
+    return st.st_mode & 07777;
+  };
+  for (std::string_view f : kTensorFileNames) {
+    std::string name(f);
+    EXPECT_EQ(mode(".dsfs/tensor/p/" + name), 0400u) << name;  // priv: owner only
+    EXPECT_EQ(mode(".dsfs/tensor/q/" + name), 0440u) << name;  // 4.jpg: no others
+    EXPECT_EQ(mode(".dsfs/tensor/r/" + name), 0440u) << name;  // listonly: no search for others
+    EXPECT_EQ(mode(".dsfs/tensor/q/open/" + name), 0440u) << name;
+    EXPECT_EQ(mode(".dsfs/tensor/p/pub/" + name), 0444u) << name;
+    // Below a private directory, the generated files are private too.
+    EXPECT_EQ(mode(".dsfs/tensor/p/priv/" + name), 0400u) << name;
+  }
+  EXPECT_EQ(mode(".dsfs/bmp/p/priv/2.jpg"), 0600u);
+  EXPECT_EQ(mode(".dsfs/npy/p/priv/2.jpg.npy"), 0600u);
+  for (const char* view : {"", ".dsfs/bmp/", ".dsfs/npy/", ".dsfs/tensor/"}) {
+    EXPECT_EQ(mode(std::string(view) + "p/priv"), 0700u) << view;
+    EXPECT_EQ(mode(std::string(view) + "r/listonly"), 0754u) << view;
+  }
+}
+
+// files.txt and classes.txt hold one path per line: a newline in a name below makes the tensor
+// view absent (saying why, on one line) instead of adding a line.
+TEST_F(FilesystemViewsTest, TensorViewIsAbsentWhereANameHasANewline) {
+  WriteFile(dir_ / "src/nl/c/a\nb.jpg", Jpeg(8, 8, 23));
+  WriteFile(dir_ / "src/nl/c/ok.jpg", Jpeg(8, 8, 24));
+  WriteFile(dir_ / "src/nl2/c\nd/1.jpg", Jpeg(8, 8, 25));
+  WriteFile(dir_ / "src/nl2/e/2.jpg", Jpeg(8, 8, 26));
+  auto fs = Mount(false);
+  for (auto [dir, why] : {std::pair{"nl", "c/a\\nb.jpg has a newline"},
+                          {"nl/c", "a\\nb.jpg has a newline"},
+                          {"nl2", "c\\nd/1.jpg has a newline"}}) {
+    uint32_t d;
+    InodeRecord rec;
+    TensorIndex t;
+    ASSERT_TRUE(fs->store().LookupPath(dir, &d, &rec).ok());
+    ASSERT_TRUE(BuildTensorIndex(fs->store(), d, &t).ok());
+    EXPECT_FALSE(t.available) << dir;
+    EXPECT_EQ(t.why.find(why), 0u) << t.why;
+    EXPECT_EQ(t.why.find('\n'), std::string::npos) << t.why;
+    EXPECT_EQ(Walk(fs.get(), std::string(".dsfs/tensor/") + dir + "/files.txt"), 0u) << dir;
+  }
+  EXPECT_NE(Walk(fs.get(), ".dsfs/tensor/nl2/e/files.txt"), 0u);
+}
+
+uint64_t ImagesDecoded(const Filesystem& fs) {
+  std::string j = fs.StatsJson();
+  size_t at = j.find("\"images_decoded\": ");
+  return at == std::string::npos ? UINT64_MAX : std::stoull(j.substr(at + 18));
+}
+
+// The views decode an image once and serve it from the RAM cache: an image whose rendered form
+// cannot fit one cache entry is served as its original bytes (its size says so from the start),
+// and concurrent readers of one image share one decode.
+TEST_F(FilesystemViewsTest, ImagesAreDecodedOnceAndThoseTooLargeForTheCacheServedAsTheyAre) {
+  const std::string large = Png(200, 200, PNG_FORMAT_RGB), medium = Png(400, 400, PNG_FORMAT_RGB);
+  WriteFile(dir_ / "src/big/c/large.png", large);
+  WriteFile(dir_ / "src/big/d/small.png", Png(8, 8, PNG_FORMAT_RGB));
+  WriteFile(dir_ / "src/mid/c/medium.png", medium);
+  auto open = [&](uint64_t cache_bytes) {
+    std::shared_ptr<MemTable> t;
+    std::unique_ptr<Store> store;
+    EXPECT_TRUE(PackToMemory(dir_ / "src", PackOptions{}, &t, &store).ok());
+    auto cache = std::make_shared<ByteCache>(cache_bytes);
+    EXPECT_TRUE(Store::Open(NewMemReader(t), &store, cache).ok());
+    FsOptions o;
+    o.max_render_bytes = cache->max_value_bytes();
+    return std::make_unique<Filesystem>(std::move(store), o);
+  };
+  {
+    auto fs = open(16 * 64 * 1024);  // 64 KiB per entry: the 200x200 image (120 KB) is too large
+    for (const char* p : {".dsfs/bmp/big/c/large.png", ".dsfs/npy/big/c/large.png"}) {
+      uint64_t ino = Walk(fs.get(), p);
+      ASSERT_NE(ino, 0u) << p;
+      struct stat st;
+      ASSERT_TRUE(fs->GetAttr(ino, &st).ok());
+      EXPECT_EQ(static_cast<uint64_t>(st.st_size), large.size()) << p;
+      EXPECT_TRUE(ReadAll(fs.get(), ino) == large) << p;
+    }
+    EXPECT_EQ(Walk(fs.get(), ".dsfs/npy/big/c/large.png.npy"), 0u);
+    EXPECT_EQ(List(fs.get(), Walk(fs.get(), ".dsfs/npy/big/c")),
+              (std::vector<std::string>{".", "..", "large.png"}));
+    EXPECT_EQ(Walk(fs.get(), ".dsfs/tensor/big/c/images.npy"), 0u);
+    EXPECT_EQ(ImagesDecoded(*fs), 0u);
+    // A small one renders, decoded once for all of the 1000-byte reads.
+    EXPECT_EQ(ReadAll(fs.get(), Walk(fs.get(), ".dsfs/bmp/big/d/small.png")).substr(0, 2), "BM");
+    EXPECT_EQ(ImagesDecoded(*fs), 1u);
+  }
+  {
+    // 4 MiB per entry: the 400x400 image fits; eight readers at once decode it once.
+    auto fs = open(64 << 20);
+    for (const char* view : {".dsfs/bmp/mid/c/medium.png", ".dsfs/npy/mid/c/medium.png.npy",
+                             ".dsfs/tensor/mid/c/images.npy"}) {
+      uint64_t before = ImagesDecoded(*fs);
+      uint64_t ino = Walk(fs.get(), view);
+      ASSERT_NE(ino, 0u) << view;
+      std::vector<std::thread> readers;
+      std::atomic<int> ready{0};
+      std::vector<std::string> got(8);
+      for (int i = 0; i < 8; ++i) {
+        readers.emplace_back([&, i] {
+          ++ready;
+          while (ready.load() < 8) {
+          }
+          ReadBuffer buf;
+          std::string_view out;
+          EXPECT_TRUE(fs->Read(ino, 0, 4096, &buf, &out).ok());
+          got[i] = std::string(out);
+        });
+      }
+      for (auto& t : readers) t.join();
+      // bmp keeps the BMP, npy and tensor share the pixels: the tensor view decodes nothing.
+      bool shares = std::string(view).find("tensor") != std::string::npos;
+      EXPECT_EQ(ImagesDecoded(*fs) - before, shares ? 0u : 1u) << view;
+      for (const std::string& g : got) EXPECT_EQ(g, got[0]) << view;
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <functional>
 
+#include "common/path.h"
 #include "common/units.h"
 #include "fs/views.h"
 #include "store/store.h"
@@ -25,13 +26,55 @@ std::string ModeString(uint32_t mode) {
   return s;
 }
 
+// "0444": permission bits in octal, as chmod takes them.
+std::string ModeText(uint32_t bits) {
+  char buf[8];
+  std::snprintf(buf, sizeof(buf), "%04o", bits & 07777);
+  return buf;
+}
+
+// UTC date and time; a time outside years 0-9999 (a crafted archive's) as its raw number of
+// seconds, which is what the store holds.
 std::string TimeString(int64_t t) {
   time_t tt = static_cast<time_t>(t);
   struct tm tm;
-  gmtime_r(&tt, &tm);
+  if (gmtime_r(&tt, &tm) == nullptr || tm.tm_year < -1900 || tm.tm_year > 9999 - 1900) {
+    return std::to_string(t);
+  }
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M", &tm);
   return buf;
+}
+
+// `name` as `ls -b` shows it, on a terminal or not: control characters (C0, DEL, C1), bytes
+// that are not UTF-8 and the backslash escaped as \ooo (backslash: \\), so that no name can
+// break a line of the listing or send the terminal an escape sequence.
+std::string PrintableName(std::string_view name) {
+  std::string out;
+  out.reserve(name.size());
+  auto escape = [&](std::string_view bytes) {
+    for (unsigned char c : bytes) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\%03o", c);
+      out += buf;
+    }
+  };
+  while (!name.empty()) {
+    char32_t cp = 0;
+    size_t n = Utf8CodePoint(name, &cp);
+    if (n == 0) {
+      escape(name.substr(0, 1));
+      n = 1;
+    } else if (cp == '\\') {
+      out += "\\\\";
+    } else if (cp < 0x20 || (cp >= 0x7f && cp < 0xa0)) {
+      escape(name.substr(0, n));
+    } else {
+      out.append(name.substr(0, n));
+    }
+    name.remove_prefix(n);
+  }
+  return out;
 }
 
 std::string JsonString(std::string_view s) {
@@ -111,11 +154,11 @@ Status RunLs(const std::string& store_path, const std::string& path, bool long_f
                     TimeString(r.mtime_s).c_str());
       out << buf;
     }
-    out << name;
+    out << PrintableName(name);
     if (long_format && IsLink(r)) {
       std::string_view target;
       DSFS_RETURN_IF_ERROR(store->ReadLink(r, &target));
-      out << " -> " << target;
+      out << " -> " << PrintableName(target);
     }
     out << "\n";
     return Status::OK();
@@ -220,14 +263,17 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
         << ", \"available\": " << (t.available ? "true" : "false");
     if (t.available) {
       out << ", \"images\": " << t.images.size() << ", \"classes\": " << t.classes.size()
-          << ", \"height\": " << t.height << ", \"width\": " << t.width;
+          << ", \"height\": " << t.height << ", \"width\": " << t.width
+          << ", \"mode\": " << JsonString(ModeText(t.access.bits()));
     } else {
       out << ", \"why\": " << JsonString(t.why);
     }
     out << "}}\n";
   } else if (t.available) {
+    // Its files are no more readable than its members (fs/views.h, ReadAccess).
     out << "tensor view:  " << path << ": " << t.images.size() << " images of " << t.width << "x"
-        << t.height << " in " << t.classes.size() << " classes\n";
+        << t.height << " in " << t.classes.size() << " classes, files mode "
+        << ModeText(t.access.bits()) << "\n";
   } else {
     out << "tensor view:  " << path << ": absent: " << t.why << "\n";
   }

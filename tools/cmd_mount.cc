@@ -13,12 +13,16 @@
 namespace dsfs {
 namespace {
 
-Status ParseNumber(std::string_view key, std::string_view value, uint64_t max, uint64_t* out) {
+// A whole number from `min` to `max`; the error names the range.
+Status ParseNumber(std::string_view key, std::string_view value, uint64_t min, uint64_t max,
+                   uint64_t* out) {
   uint64_t v = 0;
   auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  if (ec != std::errc() || ptr != value.data() + value.size() || value.empty() || v > max) {
+  if (ec != std::errc() || ptr != value.data() + value.size() || value.empty() || v < min ||
+      v > max) {
     return Status::InvalidArgument("mount option " + std::string(key) + "=" + std::string(value) +
-                                   ": not a valid number");
+                                   ": not a whole number from " + std::to_string(min) + " to " +
+                                   std::to_string(max));
   }
   *out = v;
   return Status::OK();
@@ -78,8 +82,7 @@ Status ParseMountOptions(const std::string& list, MountConfig* config) {
     std::string_view value = eq == std::string_view::npos ? std::string_view() : opt.substr(eq + 1);
     uint64_t n;
     if (key == "threads") {
-      DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 256, &n));
-      if (n == 0) return Status::InvalidArgument("mount option threads must be at least 1");
+      DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1, 256, &n));
       config->fuse.threads = static_cast<int>(n);
     } else if (key == "cache_size") {
       uint64_t bytes;
@@ -92,14 +95,14 @@ Status ParseMountOptions(const std::string& list, MountConfig* config) {
     } else if (key == "preload") {
       config->fuse.preload_path = value.empty() ? "/" : std::string(value);
     } else if (key == "timeout") {
-      DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1000000000, &n));
+      DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 0, 1000000000, &n));
       config->fuse.timeout_s = static_cast<double>(n);
     } else if (key == "os_readahead") {
       // Off by default (MDB_NORDAHEAD): random small reads must not pull in neighbours.
-      DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1, &n));
+      DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 0, 1, &n));
       config->store.random_access = n == 0;
     } else if (key == "zero_open") {
-      DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1, &n));
+      DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 0, 1, &n));
       config->fuse.zero_message_open = n == 1;
     } else if (key == "nice") {
       int64_t v = 0;
@@ -113,10 +116,10 @@ Status ParseMountOptions(const std::string& list, MountConfig* config) {
     } else if (key == "view") {
       DSFS_RETURN_IF_ERROR(ParseView(value, &config->fs.view).WithContext("mount option view"));
     } else if (key == "uid") {
-      DSFS_RETURN_IF_ERROR(ParseNumber(key, value, UINT32_MAX - 1, &n));
+      DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 0, UINT32_MAX - 1, &n));
       config->fs.uid = static_cast<uid_t>(n);
     } else if (key == "gid") {
-      DSFS_RETURN_IF_ERROR(ParseNumber(key, value, UINT32_MAX - 1, &n));
+      DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 0, UINT32_MAX - 1, &n));
       config->fs.gid = static_cast<gid_t>(n);
     } else if (key == "umask") {
       // Octal, as for other filesystems' umask= (0022, 077, 0).

@@ -1,9 +1,13 @@
 // dsfs stats MOUNTPOINT: the live counters of a mount, from its hidden /.dsfs/stats file.
+#include <sys/statfs.h>
+
 #include <cctype>
+#include <cerrno>
 #include <fstream>
 #include <sstream>
 
 #include "fs/kernel_mount.h"
+#include "fs/mount.h"
 #include "tools/commands.h"
 
 namespace dsfs {
@@ -66,7 +70,17 @@ Status RunStats(const std::string& mountpoint, bool json, std::ostream& out) {
   std::string path = mountpoint + "/.dsfs/stats";
   KernelStatsPath(mountpoint, &path);  // -o kernel: the image mount's stats file
   std::ifstream f(path);
-  if (!f) return Status::NotFound(mountpoint + " is not a dsfs mount (no " + path + ")");
+  if (!f) {
+    // statfs is never answered from a cache: it tells a dead daemon (fs/mount.cc).
+    MountInfo m;
+    struct statfs sfs;
+    if (FindMount(mountpoint, &m) && m.fstype == kDsfsFsType &&
+        ::statfs(mountpoint.c_str(), &sfs) != 0 && errno == ENOTCONN) {
+      const std::string what = " is a dead dsfs mount (its daemon is gone); clear it with: ";
+      return Status::NotFound(mountpoint + what + "dsfs umount " + mountpoint);
+    }
+    return Status::NotFound(mountpoint + " is not a dsfs mount (no " + path + ")");
+  }
   std::stringstream ss;
   ss << f.rdbuf();
   std::string text = ss.str();

@@ -196,7 +196,9 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   mount_cmd->add_option("STORE", mount.store_path, "store file")->required();
   mount_cmd->add_option("MOUNTPOINT", mount.mountpoint, "existing directory")->required();
   mount_cmd->add_flag("-f,--foreground", mount.foreground, "stay in the foreground");
-  mount_cmd->add_option("-o", mount_opts, "comma-separated mount options (below)")->delimiter(',');
+  // Each -o list is split by ParseMountOptions, which skips empty items (CLI11's own splitting
+  // turned "-o ,,," into a missing argument).
+  mount_cmd->add_option("-o", mount_opts, "comma-separated mount options (below)");
   mount_cmd->footer(std::string(kMountOptionsHelp) + "\n\n" + kServiceHelp);
 
   std::string umount_point;

@@ -6,6 +6,7 @@ export DEBIAN_FRONTEND=noninteractive
 PKGS=(
   build-essential cmake pkg-config ninja-build
   libfuse3-dev fuse3
+  liburing-dev
   liblmdb-dev lmdb-utils
   librocksdb-dev
   libzstd-dev

@@ -1,0 +1,103 @@
+// How a mounted libfuse session is served: FUSE over io_uring (Linux 6.14+) where the kernel,
+// its `enable_uring` module parameter and io_uring allow it, else the classic /dev/fuse loop.
+//
+// Over io_uring the kernel keeps one queue per possible CPU and hands a request to the queue of
+// the CPU the requester runs on; each queue is served by one thread pinned to that CPU, so a
+// round trip (Python's isatty() on every open, DESIGN.md section 8) is a switch on one CPU
+// instead of a cross-CPU wakeup through the shared /dev/fuse queue.
+//
+// Debian 12's libfuse (3.14) knows nothing of io_uring. The transport keeps it for mounting,
+// the INIT handshake and request decoding: it installs itself as the session's custom I/O
+// (fuse_session_custom_io), so it sees the kernel's INIT (does it offer FUSE_OVER_IO_URING?)
+// and can add the flag to libfuse's INIT reply; ring requests are laid out as /dev/fuse would
+// deliver them and handed to fuse_session_process_buf, and the replies libfuse writes are
+// recognised by their `unique` and committed to the ring entry they answer. Notifications
+// (unique 0: fuse_lowlevel_notify_store and friends), FORGET and INTERRUPT keep going through
+// /dev/fuse, which a classic loop thread keeps reading in both modes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+struct fuse_session;
+
+namespace dsfs {
+
+// `-o transport=`: auto (io_uring when available, else classic), uring (the same, but a
+// fallback is logged as a warning), classic (never io_uring).
+enum class TransportMode { kAuto, kUring, kClassic };
+
+// Parses "auto", "uring" or "classic"; InvalidArgument otherwise (`mode` unchanged).
+[[nodiscard]] Status ParseTransportMode(std::string_view text, TransportMode* mode);
+const char* TransportModeName(TransportMode mode);
+
+struct TransportOptions {
+  TransportMode mode = TransportMode::kAuto;
+  // Threads of the classic /dev/fuse loop (libfuse's fuse_session_loop_mt). Over io_uring
+  // they only see INIT, FORGET, INTERRUPT and requests queued before the ring was ready.
+  int classic_threads = 2;
+  // Ring entries per CPU queue: requests one queue can hold in userspace at once. Each entry
+  // has a payload buffer of the negotiated maximum request size (1 MiB with libfuse 3.14's
+  // defaults), reserved address space that is touched only as far as requests fill it.
+  int queue_depth = 8;
+  // Pin each queue's thread to its CPU. The kernel picks the queue by the requester's CPU,
+  // so a pinned thread is woken on the CPU that waits for it.
+  bool pin_threads = true;
+  // Before sleeping in the kernel, look for the next request this long (0 = never). Only
+  // useful where the serving thread has a CPU of its own (see bench/roundtrip_bench.cc).
+  int busy_poll_us = 0;
+  // Added to each ring's io_uring_setup flags (IORING_SETUP_COOP_TASKRUN, ..._SINGLE_ISSUER,
+  // for measurements). A flag the kernel rejects makes the setup fail, and the transport falls
+  // back to the classic loop as it would if io_uring were disabled (the tests do this).
+  unsigned extra_ring_flags = 0;
+};
+
+// Which transport serves, for `dsfs stats` and /.dsfs/stats.
+struct TransportInfo {
+  bool decided = false;                      // false until the kernel's INIT has been answered
+  bool uring = false;                        // requests are answered over io_uring
+  std::string reason;                        // why the classic loop serves ("" over io_uring)
+  int queues = 0;                            // ring queues (one per possible CPU)
+  int queue_depth = 0;                       // entries per queue
+  uint64_t ring_requests = 0;                // requests answered over the ring
+  uint64_t classic_requests = 0;             // requests read from /dev/fuse
+  std::vector<uint64_t> per_queue_requests;  // ring requests by queue (= CPU)
+  // One line: "uring (2 queues x 8 entries)", "classic (enable_uring=N ...)", "pending".
+  std::string Describe() const;
+};
+
+// Serves one mounted session.
+//
+// Thread safety: Create and Serve from one thread; info() from any thread at any time.
+class FuseTransport {
+ public:
+  // REQUIRES: `se` was created (fuse_session_new) and mounted (fuse_session_mount) and no loop
+  // has read from it yet (the transport must see INIT). The session must outlive the
+  // transport. Installs the transport as the session's custom I/O; fails (and changes nothing)
+  // if libfuse refuses that.
+  [[nodiscard]] static Status Create(fuse_session* se, const TransportOptions& options,
+                                     std::unique_ptr<FuseTransport>* transport);
+  ~FuseTransport();
+  FuseTransport(const FuseTransport&) = delete;
+  FuseTransport& operator=(const FuseTransport&) = delete;
+
+  // Serves requests until the filesystem is unmounted (or its connection aborted) or
+  // fuse_session_exit() is called (libfuse's signal handlers do). Returns once every thread
+  // it started has been joined; requests still in a callback finish first. Call once.
+  [[nodiscard]] Status Serve();
+
+  TransportInfo info() const;
+
+  class Impl;
+
+ private:
+  explicit FuseTransport(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dsfs

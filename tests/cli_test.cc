@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "backend/kv_store.h"
 #include "common/log.h"
 #include "store/format.h"
 #include "store/packer.h"
@@ -522,6 +523,38 @@ TEST(CliUsageTest, ForceReplacesOnlyAStoreOrAnEmptyDirectory) {
   ASSERT_NE(Dsfs({"ls", dir / "good.db"}).code, 0);
   r = Dsfs({"pack", "-q", "-f", dir / "src", dir / "good.db"});
   EXPECT_EQ(r.code, 0) << r.err;
+}
+
+// --force onto an empty directory that gets files while the store is written (a long pack,
+// a user saving into it meanwhile): those files are never removed; the commit refuses.
+TEST(CliUsageTest, ForceLeavesFilesPutInTheEmptyDirectoryMeanwhile) {
+  TempDir dir;
+  for (const char* backend : {"lmdb", "rocksdb"}) {
+    const std::string dst = dir / (std::string("out-") + backend);
+    ASSERT_EQ(::mkdir(dst.c_str(), 0755), 0);
+    KvWriterOptions wo;
+    wo.overwrite = true;
+    std::unique_ptr<KvWriter> w;
+    ASSERT_TRUE(NewKvWriter(dst, backend, wo, &w).ok());
+    ASSERT_TRUE(w->Put("k", "v").ok());
+    WriteFile(dst + "/saved-meanwhile.txt", "precious");
+    Status s = w->Commit();
+    EXPECT_FALSE(s.ok()) << backend;
+    EXPECT_NE(s.ToString().find("left as it is"), std::string::npos) << s.ToString();
+    w.reset();
+    EXPECT_EQ(ReadFile(dst + "/saved-meanwhile.txt"), "precious") << backend;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+      EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+    }
+    // Still empty at commit: replaced, by a file or a directory.
+    std::filesystem::remove(dst + "/saved-meanwhile.txt");
+    ASSERT_TRUE(NewKvWriter(dst, backend, wo, &w).ok());
+    ASSERT_TRUE(w->Put("k", "v").ok());
+    EXPECT_TRUE(w->Commit().ok()) << backend;
+    w.reset();
+    std::unique_ptr<KvReader> r;
+    ASSERT_TRUE(OpenKvReader(dst, KvReaderOptions{}, &r).ok()) << backend;
+  }
 }
 
 // A dropped SSH session (SIGHUP) during a pack: as for Ctrl-C, nothing is left behind.

@@ -750,10 +750,18 @@ class ArchiveTree {
   // takes (kMaxNameBytes). `what` says where the path comes from, for the message.
   static Status Normalize(std::string_view in, std::string_view what, std::string* out) {
     out->clear();
+    // More parts than the deepest tree holds (its directories and a leaf) are refused here,
+    // before the tree's directories are made (one per level, each named by its whole path).
+    size_t parts = 0;
     for (std::string_view part : PathParts(in)) {
+      if (++parts > size_t{kMaxTreeDepth} + 1) {
+        return Status::InvalidArgument("tree too deep: " + std::string(what) + " " + Shorten(in) +
+                                       " is more than " + std::to_string(kMaxTreeDepth) +
+                                       " directories down");
+      }
       if (part == "..") {
         return Status::InvalidArgument("unsafe " + std::string(what) +
-                                       " (with '..'): " + std::string(in));
+                                       " (with '..'): " + Shorten(in));
       }
       if (part.size() > kMaxNameBytes) {
         return Status::InvalidArgument(

@@ -882,13 +882,27 @@ class ArchiveTree {
       }
       n.children.swap(unique);
     }
+    // Each link's file: the end of its chain of links, found once per link (a chain of links
+    // to links, each to the one before, would otherwise be walked once per link: quadratic).
+    std::unordered_map<uint32_t, uint32_t> file_of;
+    std::vector<uint32_t> chain;
     for (const auto& [id, first] : link_source_) {
       uint32_t src = first;
-      for (size_t steps = 0; link_source_.count(src); src = link_source_.at(src)) {
+      chain.assign(1, id);
+      for (size_t steps = 0;;) {
+        if (auto done = file_of.find(src); done != file_of.end()) {
+          src = done->second;
+          break;
+        }
+        auto next = link_source_.find(src);
+        if (next == link_source_.end()) break;
         if (++steps > link_source_.size()) {
           return Status::InvalidArgument("archive hard links form a cycle: " + nodes_[id].name);
         }
+        chain.push_back(src);
+        src = next->second;
       }
+      for (uint32_t c : chain) file_of[c] = src;
       nodes_[id].size = nodes_[src].size;
       nodes_[id].data = nodes_[src].data;
       nodes_[id].image = nodes_[src].image;

@@ -326,6 +326,31 @@ TEST_F(ArchiveTest, NamesLongerThanTheKernelTakesAreRefused) {
   EXPECT_EQ(Snapshot(*store).size(), 2u);
 }
 
+// A hostile archive of links each naming the one before (f1 -> f0, f2 -> f1, ...): every link
+// is the first file, found in time linear in the links (walking each chain from its start
+// took minutes for 60,000 of them).
+TEST_F(ArchiveTest, ChainsOfHardLinksTakeLinearTime) {
+  constexpr int kLinks = 60000;
+  std::vector<TarEntry> entries{{"f0", "data", ""}};
+  for (int i = 1; i <= kLinks; ++i) {
+    entries.push_back({"f" + std::to_string(i), "", "f" + std::to_string(i - 1)});
+  }
+  WriteTar(dir_ / "chain.tar", entries);
+  std::unique_ptr<Store> store;
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(PackFile(dir_ / "chain.tar", &store).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  for (int i : {1, kLinks / 2, kLinks}) {
+    uint32_t ino;
+    InodeRecord r;
+    ASSERT_TRUE(store->LookupPath("f" + std::to_string(i), &ino, &r).ok()) << i;
+    ReadBuffer buf;
+    std::string_view data;
+    ASSERT_TRUE(store->Read(r, 0, r.size, &buf, &data).ok());
+    EXPECT_EQ(data, "data") << i;
+  }
+}
+
 // Pack makes no tree that `dsfs verify` and `ls -R` would call damaged: directories nest at
 // most kMaxTreeDepth levels below the root.
 TEST_F(ArchiveTest, TreesDeeperThanVerifyTakesAreRefused) {

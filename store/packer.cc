@@ -836,17 +836,22 @@ class ArchiveTree {
   }
   // The regular file the archive holds at normalized `path` so far (the latest entry of that
   // name), or UINT32_MAX.
-  uint32_t FileSoFar(const std::string& path) const {
+  uint32_t FileSoFar(const std::string& path) {
     size_t slash = path.rfind('/');
     auto dir = dirs_.find(slash == std::string::npos ? "" : path.substr(0, slash));
     if (dir == dirs_.end()) return UINT32_MAX;
     std::string_view name =
         slash == std::string::npos ? path : std::string_view(path).substr(slash + 1);
-    const auto& kids = nodes_[dir->second].children;
-    for (auto it = kids.rbegin(); it != kids.rend(); ++it) {
-      if (nodes_[*it].name == name) return S_ISREG(nodes_[*it].mode) ? *it : UINT32_MAX;
+    // Found through an index of every entry by directory and name, made at the first hard
+    // link (archives without any need none): scanning the directory, a large one with many
+    // links took quadratic time.
+    if (!indexed_) {
+      indexed_ = true;
+      for (uint32_t id = 1; id < nodes_.size(); ++id) Index(id);
     }
-    return UINT32_MAX;
+    auto it = latest_.find(EntryKey(dir->second, name));
+    if (it == latest_.end()) return UINT32_MAX;
+    return S_ISREG(nodes_[it->second].mode) ? it->second : UINT32_MAX;
   }
   // Node `node` is a hard link of node `source`: one file, so it gets source's contents (and
   // those of whatever source links to in turn) when the tree is built.
@@ -1008,16 +1013,27 @@ class ArchiveTree {
     return path;
   }
 
+  static std::string EntryKey(uint32_t parent, std::string_view name) {
+    std::string key(reinterpret_cast<const char*>(&parent), sizeof(parent));
+    key.append(name);
+    return key;
+  }
+  // The latest entry of its name in its directory (a later one of the same name wins).
+  void Index(uint32_t id) { latest_[EntryKey(nodes_[id].parent, nodes_[id].name)] = id; }
+
   uint32_t Add(Node n) {
     uint32_t id = static_cast<uint32_t>(nodes_.size());
     nodes_[n.parent].children.push_back(id);
     nodes_.push_back(std::move(n));
+    if (indexed_) Index(id);
     return id;
   }
   std::vector<Node> nodes_;
   std::unordered_map<std::string, uint32_t> dirs_;
   std::string targets_;
   std::unordered_map<uint32_t, uint32_t> link_source_;  // hard link node -> its source node
+  bool indexed_ = false;                                // latest_ is made (FileSoFar)
+  std::unordered_map<std::string, uint32_t> latest_;    // EntryKey -> latest node of that name
   uint64_t drop_warnings_ = 0;
 };
 

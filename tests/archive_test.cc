@@ -329,7 +329,7 @@ TEST_F(ArchiveTest, NamesLongerThanTheKernelTakesAreRefused) {
 // A hostile archive of links each naming the one before (f1 -> f0, f2 -> f1, ...): every link
 // is the first file, found in time linear in the links (walking each chain from its start
 // took minutes for 60,000 of them).
-TEST_F(ArchiveTest, ChainsOfHardLinksTakeLinearTime) {
+TEST_F(ArchiveTest, HardLinksAreFoundInLinearTime) {
   constexpr int kLinks = 60000;
   std::vector<TarEntry> entries{{"f0", "data", ""}};
   for (int i = 1; i <= kLinks; ++i) {
@@ -348,6 +348,26 @@ TEST_F(ArchiveTest, ChainsOfHardLinksTakeLinearTime) {
     std::string_view data;
     ASSERT_TRUE(store->Read(r, 0, r.size, &buf, &data).ok());
     EXPECT_EQ(data, "data") << i;
+  }
+  // A large directory whose files are then linked to its first one (deduplicated datasets):
+  // each link is found without scanning the directory (that took 38 s for 50,000 of each).
+  entries.clear();
+  for (int i = 0; i < 50000; ++i) entries.push_back({"d/f" + std::to_string(i), "x", ""});
+  for (int i = 0; i < 50000; ++i) entries.push_back({"d/l" + std::to_string(i), "", "d/f0"});
+  entries.push_back({"d/f0", "replaced", ""});
+  entries.push_back({"d/last", "", "d/f0"});
+  WriteTar(dir_ / "links.tar", entries);
+  start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(PackFile(dir_ / "links.tar", &store).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  for (const char* path : {"d/l49999", "d/f0", "d/last"}) {
+    uint32_t ino;
+    InodeRecord r;
+    ASSERT_TRUE(store->LookupPath(path, &ino, &r).ok()) << path;
+    ReadBuffer buf;
+    std::string_view data;
+    ASSERT_TRUE(store->Read(r, 0, r.size, &buf, &data).ok());
+    EXPECT_EQ(data, std::string(path) == "d/l49999" ? "x" : "replaced") << path;
   }
 }
 

@@ -130,6 +130,37 @@ struct StoreToSkip {
   }
 };
 
+// open(2) of a path that may be longer than PATH_MAX (a tree a few thousand directories deep,
+// which the store takes): opened a piece under PATH_MAX at a time, each piece relative to the
+// directory before it. The same as open(path, flags) otherwise.
+int OpenLongPath(const std::string& path, int flags) {
+  if (path.size() < PATH_MAX) return ::open(path.c_str(), flags);
+  int dir = AT_FDCWD;
+  size_t pos = 0;
+  while (path.size() - pos >= PATH_MAX) {
+    size_t cut = path.rfind('/', pos + PATH_MAX - 1);
+    if (cut == std::string::npos || cut <= pos) {
+      if (dir != AT_FDCWD) ::close(dir);
+      errno = ENAMETOOLONG;
+      return -1;
+    }
+    int fd = ::openat(dir, path.substr(pos, cut - pos).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int err = errno;
+    if (dir != AT_FDCWD) ::close(dir);
+    if (fd < 0) {
+      errno = err;
+      return -1;
+    }
+    dir = fd;
+    pos = cut + 1;
+  }
+  int fd = ::openat(dir, path.c_str() + pos, flags);
+  int err = errno;
+  if (dir != AT_FDCWD) ::close(dir);
+  errno = err;
+  return fd;
+}
+
 // Breadth-first walk: each directory's entries get consecutive inode numbers, sorted by name.
 // Deeper trees than kMaxTreeDepth directories are InvalidArgument.
 Status Walk(const std::string& src, const std::string& store_path, Tree* tree,
@@ -157,7 +188,7 @@ Status Walk(const std::string& src, const std::string& store_path, Tree* tree,
     auto [dir_ino, level] = queue.front();
     queue.pop_front();
     const std::string path = tree->dir_paths[dir_ino];  // kept: its files are read later
-    int dfd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int dfd = OpenLongPath(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0) return Status::FromErrno(errno, "cannot open directory " + path);
     DIR* d = ::fdopendir(dfd);
     if (!d) {
@@ -252,7 +283,7 @@ std::string SourcePath(const Tree& t, uint32_t ino) {
 // Reads [offset, offset + len) of a source file, insisting it still has `size` bytes.
 Status ReadSource(const std::string& path, uint64_t size, uint64_t offset, uint64_t len,
                   std::string* out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  int fd = OpenLongPath(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno(errno, "cannot read " + path);
   out->resize(len);
   uint64_t done = 0;

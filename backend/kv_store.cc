@@ -258,6 +258,11 @@ Status NewKvWriter(const std::string& path, std::string_view backend,
   if (!dir.empty() && !S_ISDIR(st.st_mode)) {
     return Status::InvalidArgument(dir + ": not a directory (the store's directory)");
   }
+  // Built as PATH.tmp-PID: a directory it cannot be made in is named as such, not by that name.
+  const std::string in = dir.empty() ? "." : dir;
+  if (::faccessat(AT_FDCWD, in.c_str(), W_OK | X_OK, AT_EACCESS) != 0 && errno != ENOSYS) {
+    return Status::FromErrno(errno, in + ": cannot create the store " + path + " there");
+  }
   RemoveDeadTemporaries(path);
   if (backend == "lmdb") return NewLmdbWriter(path, options, writer);
   if (backend == "rocksdb") return NewRocksdbWriter(path, options, writer);

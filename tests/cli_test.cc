@@ -557,6 +557,27 @@ TEST(CliUsageTest, ForceLeavesFilesPutInTheEmptyDirectoryMeanwhile) {
   }
 }
 
+// A store's directory the user cannot write: one line naming the directory and the store,
+// not the temporary file pack would have made there.
+TEST(CliUsageTest, UnwritableStoreDirectoryIsNamed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (runs dsfs as nobody)";
+  TempDir dir;
+  WriteFile(dir / "src/a.txt", "a");
+  ASSERT_EQ(::mkdir((dir / "ro").c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  ASSERT_EQ(::chmod((dir / "src").c_str(), 0755), 0);
+  ASSERT_EQ(::chmod((dir / "src/a.txt").c_str(), 0644), 0);
+  for (const char* backend : {"lmdb", "rocksdb"}) {
+    auto r = RunCommand({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                         testing::DsfsBinary(), "pack", "-q", "--backend", backend, dir / "src",
+                         dir / "ro/s.db"});
+    EXPECT_EQ(r.exit_code, 1) << backend;
+    EXPECT_EQ(r.err, "dsfs: error: " + (dir / "ro") + ": cannot create the store " +
+                         (dir / "ro/s.db") + " there: Permission denied\n")
+        << backend;
+  }
+}
+
 // A dropped SSH session (SIGHUP) during a pack: as for Ctrl-C, nothing is left behind.
 TEST(CliUsageTest, HangupDuringPackLeavesNothing) {
   TempDir dir;

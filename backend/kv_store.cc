@@ -91,11 +91,12 @@ Status CheckReplaceable(const std::string& path, const KvWriterOptions& options,
   // --force replaces a store, never what a user keeps there: name what is there instead.
   std::string what;
   std::error_code ec;
+  bool empty_dir = false;
   if (S_ISLNK(st.st_mode)) {
     what = "a symlink";
   } else if (S_ISDIR(st.st_mode)) {
     if (std::filesystem::is_empty(path, ec) && !ec) {
-      what.clear();
+      empty_dir = true;
     } else if (!LooksLikeRocksdb(path) || (options.is_store && !options.is_store(path))) {
       what = "a directory that is not a dsfs store";
     }
@@ -110,7 +111,7 @@ Status CheckReplaceable(const std::string& path, const KvWriterOptions& options,
                                    "directory)");
   }
   dest->found = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
-                 static_cast<uint32_t>(st.st_mode)};
+                 static_cast<uint32_t>(st.st_mode), empty_dir};
   return Status::OK();
 }
 
@@ -201,6 +202,28 @@ Status MoveStoreIntoPlace(const std::string& tmp, const StoreDestination& dest) 
       rc = ::rename(tmp.c_str(), path.c_str());
     }
     if (rc != 0) return Status::FromErrno(errno, "renaming " + tmp + " to " + path);
+  } else if (dest.found.empty_dir) {
+    // Never swapped and removed whole: what was put in it while the store was written stays.
+    // A directory replaces an empty one atomically (rename refuses a non-empty one); a file
+    // takes its place once rmdir, which refuses a non-empty one too, removed it.
+    DSFS_RETURN_IF_ERROR(CopyAttributes(path, tmp));
+    const bool tmp_is_dir = std::filesystem::is_directory(tmp);
+    int rc = tmp_is_dir ? ::rename(tmp.c_str(), path.c_str()) : ::rmdir(path.c_str());
+    if (rc != 0 && (errno == ENOTEMPTY || errno == EEXIST)) {
+      return Status::Exists(path +
+                            ": files were put in this empty directory while the store was "
+                            "written; left as it is (nothing replaced)");
+    }
+    if (rc != 0) return Status::FromErrno(errno, "replacing " + path);
+    if (!tmp_is_dir) {
+      rc = ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE);
+      if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) rc = ::rename(tmp.c_str(), path.c_str());
+      if (rc != 0) {
+        int err = errno;
+        ::mkdir(path.c_str(), st.st_mode & 07777);  // the empty directory back
+        return Status::FromErrno(err, "renaming " + tmp + " to " + path);
+      }
+    }
   } else {
     DSFS_RETURN_IF_ERROR(CopyAttributes(path, tmp));
     if (!S_ISDIR(st.st_mode) && !S_ISDIR(dest.found.mode) &&
@@ -234,6 +257,11 @@ Status NewKvWriter(const std::string& path, std::string_view backend,
   }
   if (!dir.empty() && !S_ISDIR(st.st_mode)) {
     return Status::InvalidArgument(dir + ": not a directory (the store's directory)");
+  }
+  // Built as PATH.tmp-PID: a directory it cannot be made in is named as such, not by that name.
+  const std::string in = dir.empty() ? "." : dir;
+  if (::faccessat(AT_FDCWD, in.c_str(), W_OK | X_OK, AT_EACCESS) != 0 && errno != ENOSYS) {
+    return Status::FromErrno(errno, in + ": cannot create the store " + path + " there");
   }
   RemoveDeadTemporaries(path);
   if (backend == "lmdb") return NewLmdbWriter(path, options, writer);

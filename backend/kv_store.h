@@ -113,6 +113,8 @@ struct StoreDestination {
   struct Found {
     uint64_t dev = 0, ino = 0;
     uint32_t mode = 0;
+    // An empty directory: replaced only if it still is (nothing put in it meanwhile).
+    bool empty_dir = false;
   } found;
 };
 
@@ -128,7 +130,8 @@ Status CheckReplaceable(const std::string& path, const KvWriterOptions& options,
 // checked store is, it is replaced (its mode, owner, group and extended attributes, ACLs
 // included, are given to the new version first) and removed; where nothing was, nothing may
 // have appeared since. Refuses (and leaves everything as it is) if what is at dest.path is no
-// longer what CheckReplaceable found there.
+// longer what CheckReplaceable found there, or an empty directory found there is no longer
+// empty (files put in it while the store was written are never removed).
 Status MoveStoreIntoPlace(const std::string& tmp, const StoreDestination& dest);
 
 // Creates a writer for an LMDB store at `path` (one file). What may be at `path` already: see

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "fs/kernel_mount.h"
 
 namespace dsfs {
 std::string UnescapeMountinfo(const std::string& s) {
@@ -107,6 +108,7 @@ Status Serve(const MountConfig& config, const std::function<void()>& on_mounted)
   fs_options.max_render_bytes = cache ? cache->max_value_bytes() : 0;
   Filesystem fs(std::move(store), fs_options);
   if (fo.fsname.empty()) fo.fsname = config.store_path;
+  if (config.kernel) return ServeKernel(&fs, config, fo, on_mounted);
   return ServeFuse(&fs, config.mountpoint, fo, on_mounted);
 }
 
@@ -170,6 +172,7 @@ Status CheckMountpoint(const std::string& mountpoint) {
 
 Status MountStore(const MountConfig& config_in) {
   MountConfig config = config_in;
+  if (config.kernel) DSFS_RETURN_IF_ERROR(CheckKernelMountAllowed());
   DSFS_RETURN_IF_ERROR(CheckMountpoint(config.mountpoint));
   struct stat st;
   if (::stat(config.store_path.c_str(), &st) != 0) {
@@ -320,6 +323,10 @@ Status UnmountNow(const std::string& abs, const std::string& mountpoint, bool la
 
 Status Unmount(const std::string& mountpoint, bool lazy) {
   std::string abs = AbsolutePath(mountpoint);
+  // -o kernel: EROFS over a loop device over a private dsfs mount, torn down in that order.
+  bool kernel = false;
+  Status ks = UnmountKernel(abs, lazy, &kernel);
+  if (kernel) return ks;
   MountInfo m;
   if (!FindMount(abs, &m)) return Status::InvalidArgument(mountpoint + " is not mounted");
   // The type, not the source or a probe of the daemon: a dead dsfs mount keeps its type, and

@@ -130,6 +130,37 @@ struct StoreToSkip {
   }
 };
 
+// open(2) of a path that may be longer than PATH_MAX (a tree a few thousand directories deep,
+// which the store takes): opened a piece under PATH_MAX at a time, each piece relative to the
+// directory before it. The same as open(path, flags) otherwise.
+int OpenLongPath(const std::string& path, int flags) {
+  if (path.size() < PATH_MAX) return ::open(path.c_str(), flags);
+  int dir = AT_FDCWD;
+  size_t pos = 0;
+  while (path.size() - pos >= PATH_MAX) {
+    size_t cut = path.rfind('/', pos + PATH_MAX - 1);
+    if (cut == std::string::npos || cut <= pos) {
+      if (dir != AT_FDCWD) ::close(dir);
+      errno = ENAMETOOLONG;
+      return -1;
+    }
+    int fd = ::openat(dir, path.substr(pos, cut - pos).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int err = errno;
+    if (dir != AT_FDCWD) ::close(dir);
+    if (fd < 0) {
+      errno = err;
+      return -1;
+    }
+    dir = fd;
+    pos = cut + 1;
+  }
+  int fd = ::openat(dir, path.c_str() + pos, flags);
+  int err = errno;
+  if (dir != AT_FDCWD) ::close(dir);
+  errno = err;
+  return fd;
+}
+
 // Breadth-first walk: each directory's entries get consecutive inode numbers, sorted by name.
 // Deeper trees than kMaxTreeDepth directories are InvalidArgument.
 Status Walk(const std::string& src, const std::string& store_path, Tree* tree,
@@ -157,7 +188,7 @@ Status Walk(const std::string& src, const std::string& store_path, Tree* tree,
     auto [dir_ino, level] = queue.front();
     queue.pop_front();
     const std::string path = tree->dir_paths[dir_ino];  // kept: its files are read later
-    int dfd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int dfd = OpenLongPath(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0) return Status::FromErrno(errno, "cannot open directory " + path);
     DIR* d = ::fdopendir(dfd);
     if (!d) {
@@ -252,7 +283,7 @@ std::string SourcePath(const Tree& t, uint32_t ino) {
 // Reads [offset, offset + len) of a source file, insisting it still has `size` bytes.
 Status ReadSource(const std::string& path, uint64_t size, uint64_t offset, uint64_t len,
                   std::string* out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  int fd = OpenLongPath(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno(errno, "cannot read " + path);
   out->resize(len);
   uint64_t done = 0;
@@ -750,10 +781,18 @@ class ArchiveTree {
   // takes (kMaxNameBytes). `what` says where the path comes from, for the message.
   static Status Normalize(std::string_view in, std::string_view what, std::string* out) {
     out->clear();
+    // More parts than the deepest tree holds (its directories and a leaf) are refused here,
+    // before the tree's directories are made (one per level, each named by its whole path).
+    size_t parts = 0;
     for (std::string_view part : PathParts(in)) {
+      if (++parts > size_t{kMaxTreeDepth} + 1) {
+        return Status::InvalidArgument("tree too deep: " + std::string(what) + " " + Shorten(in) +
+                                       " is more than " + std::to_string(kMaxTreeDepth) +
+                                       " directories down");
+      }
       if (part == "..") {
         return Status::InvalidArgument("unsafe " + std::string(what) +
-                                       " (with '..'): " + std::string(in));
+                                       " (with '..'): " + Shorten(in));
       }
       if (part.size() > kMaxNameBytes) {
         return Status::InvalidArgument(
@@ -828,17 +867,22 @@ class ArchiveTree {
   }
   // The regular file the archive holds at normalized `path` so far (the latest entry of that
   // name), or UINT32_MAX.
-  uint32_t FileSoFar(const std::string& path) const {
+  uint32_t FileSoFar(const std::string& path) {
     size_t slash = path.rfind('/');
     auto dir = dirs_.find(slash == std::string::npos ? "" : path.substr(0, slash));
     if (dir == dirs_.end()) return UINT32_MAX;
     std::string_view name =
         slash == std::string::npos ? path : std::string_view(path).substr(slash + 1);
-    const auto& kids = nodes_[dir->second].children;
-    for (auto it = kids.rbegin(); it != kids.rend(); ++it) {
-      if (nodes_[*it].name == name) return S_ISREG(nodes_[*it].mode) ? *it : UINT32_MAX;
+    // Found through an index of every entry by directory and name, made at the first hard
+    // link (archives without any need none): scanning the directory, a large one with many
+    // links took quadratic time.
+    if (!indexed_) {
+      indexed_ = true;
+      for (uint32_t id = 1; id < nodes_.size(); ++id) Index(id);
     }
-    return UINT32_MAX;
+    auto it = latest_.find(EntryKey(dir->second, name));
+    if (it == latest_.end()) return UINT32_MAX;
+    return S_ISREG(nodes_[it->second].mode) ? it->second : UINT32_MAX;
   }
   // Node `node` is a hard link of node `source`: one file, so it gets source's contents (and
   // those of whatever source links to in turn) when the tree is built.
@@ -874,13 +918,27 @@ class ArchiveTree {
       }
       n.children.swap(unique);
     }
+    // Each link's file: the end of its chain of links, found once per link (a chain of links
+    // to links, each to the one before, would otherwise be walked once per link: quadratic).
+    std::unordered_map<uint32_t, uint32_t> file_of;
+    std::vector<uint32_t> chain;
     for (const auto& [id, first] : link_source_) {
       uint32_t src = first;
-      for (size_t steps = 0; link_source_.count(src); src = link_source_.at(src)) {
+      chain.assign(1, id);
+      for (size_t steps = 0;;) {
+        if (auto done = file_of.find(src); done != file_of.end()) {
+          src = done->second;
+          break;
+        }
+        auto next = link_source_.find(src);
+        if (next == link_source_.end()) break;
         if (++steps > link_source_.size()) {
           return Status::InvalidArgument("archive hard links form a cycle: " + nodes_[id].name);
         }
+        chain.push_back(src);
+        src = next->second;
       }
+      for (uint32_t c : chain) file_of[c] = src;
       nodes_[id].size = nodes_[src].size;
       nodes_[id].data = nodes_[src].data;
       nodes_[id].image = nodes_[src].image;
@@ -986,16 +1044,27 @@ class ArchiveTree {
     return path;
   }
 
+  static std::string EntryKey(uint32_t parent, std::string_view name) {
+    std::string key(reinterpret_cast<const char*>(&parent), sizeof(parent));
+    key.append(name);
+    return key;
+  }
+  // The latest entry of its name in its directory (a later one of the same name wins).
+  void Index(uint32_t id) { latest_[EntryKey(nodes_[id].parent, nodes_[id].name)] = id; }
+
   uint32_t Add(Node n) {
     uint32_t id = static_cast<uint32_t>(nodes_.size());
     nodes_[n.parent].children.push_back(id);
     nodes_.push_back(std::move(n));
+    if (indexed_) Index(id);
     return id;
   }
   std::vector<Node> nodes_;
   std::unordered_map<std::string, uint32_t> dirs_;
   std::string targets_;
   std::unordered_map<uint32_t, uint32_t> link_source_;  // hard link node -> its source node
+  bool indexed_ = false;                                // latest_ is made (FileSoFar)
+  std::unordered_map<std::string, uint32_t> latest_;    // EntryKey -> latest node of that name
   uint64_t drop_warnings_ = 0;
 };
 

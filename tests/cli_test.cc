@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "backend/kv_store.h"
 #include "common/log.h"
 #include "store/format.h"
 #include "store/packer.h"
@@ -529,6 +530,59 @@ TEST(CliUsageTest, ForceReplacesOnlyAStoreOrAnEmptyDirectory) {
   ASSERT_NE(Dsfs({"ls", dir / "good.db"}).code, 0);
   r = Dsfs({"pack", "-q", "-f", dir / "src", dir / "good.db"});
   EXPECT_EQ(r.code, 0) << r.err;
+}
+
+// --force onto an empty directory that gets files while the store is written (a long pack,
+// a user saving into it meanwhile): those files are never removed; the commit refuses.
+TEST(CliUsageTest, ForceLeavesFilesPutInTheEmptyDirectoryMeanwhile) {
+  TempDir dir;
+  for (const char* backend : {"lmdb", "rocksdb"}) {
+    const std::string dst = dir / (std::string("out-") + backend);
+    ASSERT_EQ(::mkdir(dst.c_str(), 0755), 0);
+    KvWriterOptions wo;
+    wo.overwrite = true;
+    std::unique_ptr<KvWriter> w;
+    ASSERT_TRUE(NewKvWriter(dst, backend, wo, &w).ok());
+    ASSERT_TRUE(w->Put("k", "v").ok());
+    WriteFile(dst + "/saved-meanwhile.txt", "precious");
+    Status s = w->Commit();
+    EXPECT_FALSE(s.ok()) << backend;
+    EXPECT_NE(s.ToString().find("left as it is"), std::string::npos) << s.ToString();
+    w.reset();
+    EXPECT_EQ(ReadFile(dst + "/saved-meanwhile.txt"), "precious") << backend;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+      EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+    }
+    // Still empty at commit: replaced, by a file or a directory.
+    std::filesystem::remove(dst + "/saved-meanwhile.txt");
+    ASSERT_TRUE(NewKvWriter(dst, backend, wo, &w).ok());
+    ASSERT_TRUE(w->Put("k", "v").ok());
+    EXPECT_TRUE(w->Commit().ok()) << backend;
+    w.reset();
+    std::unique_ptr<KvReader> r;
+    ASSERT_TRUE(OpenKvReader(dst, KvReaderOptions{}, &r).ok()) << backend;
+  }
+}
+
+// A store's directory the user cannot write: one line naming the directory and the store,
+// not the temporary file pack would have made there.
+TEST(CliUsageTest, UnwritableStoreDirectoryIsNamed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (runs dsfs as nobody)";
+  TempDir dir;
+  WriteFile(dir / "src/a.txt", "a");
+  ASSERT_EQ(::mkdir((dir / "ro").c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  ASSERT_EQ(::chmod((dir / "src").c_str(), 0755), 0);
+  ASSERT_EQ(::chmod((dir / "src/a.txt").c_str(), 0644), 0);
+  for (const char* backend : {"lmdb", "rocksdb"}) {
+    auto r = RunCommand({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                         testing::DsfsBinary(), "pack", "-q", "--backend", backend, dir / "src",
+                         dir / "ro/s.db"});
+    EXPECT_EQ(r.exit_code, 1) << backend;
+    EXPECT_EQ(r.err, "dsfs: error: " + (dir / "ro") + ": cannot create the store " +
+                         (dir / "ro/s.db") + " there: Permission denied\n")
+        << backend;
+  }
 }
 
 // A dropped SSH session (SIGHUP) during a pack: as for Ctrl-C, nothing is left behind.

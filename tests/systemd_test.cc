@@ -124,6 +124,13 @@ TEST(SystemdUnitTest, HardeningKeepsTheHostMountNamespace) {
   EXPECT_NE(unit.find("# Hardening."), std::string::npos);
 }
 
+// -o kernel attaches a loop device and mounts EROFS on it: the device policy must allow both.
+TEST(SystemdUnitTest, LoopDevicesAllowedForKernelMounts) {
+  std::string unit = ReadFile(kUnit);
+  EXPECT_NE(unit.find("\nDeviceAllow=/dev/loop-control rw\n"), std::string::npos);
+  EXPECT_NE(unit.find("\nDeviceAllow=block-loop rw\n"), std::string::npos);
+}
+
 // `cmake --install` into a staging directory: the binary, the mount helper link (mount(8)
 // finds helpers in /sbin), the unit with the installed binary's path, the example config.
 TEST(InstallTest, InstallsBinaryHelperUnitsAndExample) {

@@ -133,6 +133,8 @@ Status ParseMountOptions(const std::string& list, MountConfig* config) {
                                        ": not an octal mode (0 to 0777)");
       }
       config->fs.umask = static_cast<mode_t>(mask);
+    } else if (key == "kernel" && value.empty()) {
+      config->kernel = true;
     } else if (key == "allow_other" && value.empty()) {
       config->fuse.allow_other = true;
     } else if (key == "debug" && value.empty()) {

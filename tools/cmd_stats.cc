@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "fs/kernel_mount.h"
 #include "fs/mount.h"
 #include "tools/commands.h"
 
@@ -77,6 +78,7 @@ bool Flatten(std::string_view json, std::vector<std::pair<std::string, std::stri
 
 Status RunStats(const std::string& mountpoint, bool json, std::ostream& out) {
   std::string path = mountpoint + "/.dsfs/stats";
+  KernelStatsPath(mountpoint, &path);  // -o kernel: the image mount's stats file
   std::ifstream f(path);
   if (!f) {
     // statfs is never answered from a cache: it tells a dead daemon (fs/mount.cc).

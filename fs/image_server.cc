@@ -1,0 +1,301 @@
+#include "fs/image_server.h"
+
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "common/log.h"
+
+namespace dsfs {
+
+namespace {
+constexpr fuse_ino_t kRootIno = 1, kImageIno = 2, kStatsIno = 3;
+constexpr size_t kBlock = 4096;
+}  // namespace
+
+// The callbacks: each unpacks, asks the image (or the stats function) and replies once.
+struct ImageServerOps {
+  static ImageServer* Srv(fuse_req_t req) {
+    return static_cast<ImageServer*>(fuse_req_userdata(req));
+  }
+
+  static bool Attr(ImageServer* s, fuse_ino_t ino, struct stat* st) {
+    std::memset(st, 0, sizeof(*st));
+    st->st_ino = ino;
+    st->st_nlink = 1;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    switch (ino) {
+      case kRootIno:
+        st->st_mode = S_IFDIR | 0500;
+        st->st_nlink = 2;
+        return true;
+      case kImageIno:
+        st->st_mode = S_IFREG | 0400;
+        st->st_size = static_cast<off_t>(s->image_->size_bytes());
+        st->st_blksize = kBlock;
+        st->st_blocks = static_cast<blkcnt_t>(s->image_->size_bytes() / 512);
+        return true;
+      case kStatsIno:
+        st->st_mode = S_IFREG | 0400;
+        st->st_size = static_cast<off_t>(ImageServer::kStatsBytes);
+        st->st_mtim = now;
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  template <typename F>
+  static void Guard(fuse_req_t req, const char* op, F&& body) {
+    try {
+      body();
+    } catch (const std::exception& e) {
+      LogRepeated(spdlog::level::err, "image {}: unexpected exception: {}", op, e.what());
+      fuse_reply_err(req, EIO);
+    } catch (...) {
+      LogRepeated(spdlog::level::err, "image {}: unexpected exception", op);
+      fuse_reply_err(req, EIO);
+    }
+  }
+
+  static void Init(void*, struct fuse_conn_info* conn) {
+    // The loop device reads with direct I/O, in requests of up to max_pages (1 MiB with
+    // libfuse's default max_write); buffered readers (a root user reading /image) read ahead
+    // as far.
+    conn->max_readahead = 1 << 20;
+  }
+
+  static void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+    Guard(req, "lookup", [&] {
+      fuse_entry_param e;
+      std::memset(&e, 0, sizeof(e));
+      fuse_ino_t ino = 0;
+      if (parent == kRootIno && std::strcmp(name, ImageServer::kImageName) == 0) ino = kImageIno;
+      if (parent == kRootIno && std::strcmp(name, ImageServer::kStatsName) == 0) ino = kStatsIno;
+      if (ino == 0) {
+        fuse_reply_err(req, ENOENT);
+        return;
+      }
+      Attr(Srv(req), ino, &e.attr);
+      e.ino = ino;
+      e.generation = 1;
+      e.entry_timeout = 1e6;
+      e.attr_timeout = ino == kStatsIno ? 0 : 1e6;
+      fuse_reply_entry(req, &e);
+    });
+  }
+
+  static void GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
+    Guard(req, "getattr", [&] {
+      struct stat st;
+      if (!Attr(Srv(req), ino, &st)) {
+        fuse_reply_err(req, ENOENT);
+        return;
+      }
+      fuse_reply_attr(req, &st, ino == kStatsIno ? 0 : 1e6);
+    });
+  }
+
+  static void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                      struct fuse_file_info*) {
+    Guard(req, "readdir", [&] {
+      if (ino != kRootIno) {
+        fuse_reply_err(req, ENOTDIR);
+        return;
+      }
+      const std::pair<const char*, fuse_ino_t> entries[] = {{".", kRootIno},
+                                                            {"..", kRootIno},
+                                                            {ImageServer::kImageName, kImageIno},
+                                                            {ImageServer::kStatsName, kStatsIno}};
+      std::vector<char> buf(size);
+      size_t used = 0;
+      for (off_t i = off; i < 4; ++i) {
+        struct stat st;
+        Attr(Srv(req), entries[i].second, &st);
+        size_t need =
+            fuse_add_direntry(req, buf.data() + used, size - used, entries[i].first, &st, i + 1);
+        if (need > size - used) break;
+        used += need;
+      }
+      fuse_reply_buf(req, buf.data(), used);
+    });
+  }
+
+  static void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+    Guard(req, "open", [&] {
+      if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+        fuse_reply_err(req, EROFS);
+        return;
+      }
+      if (ino == kImageIno) {
+        Srv(req)->open_images_.fetch_add(1);
+        fi->keep_cache = 1;
+      } else if (ino == kStatsIno) {
+        fi->direct_io = 1;  // fresh counters on every read
+      } else {
+        fuse_reply_err(req, EISDIR);
+        return;
+      }
+      if (fuse_reply_open(req, fi) != 0 && ino == kImageIno) {
+        // The opener was interrupted: no RELEASE will follow.
+        Srv(req)->open_images_.fetch_sub(1);
+      }
+    });
+  }
+
+  static void Release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
+    ImageServer* s = Srv(req);
+    fuse_reply_err(req, 0);
+    if (ino == kImageIno && s->open_images_.fetch_sub(1) == 1 && s->on_image_closed_) {
+      s->on_image_closed_();
+    }
+  }
+
+  static void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
+    Guard(req, "read", [&] {
+      ImageServer* s = Srv(req);
+      if (ino == kStatsIno) {
+        s->counters_.stats_reads.fetch_add(1, std::memory_order_relaxed);
+        std::string j = s->stats_json_ ? s->stats_json_() : "{}";
+        j.resize(ImageServer::kStatsBytes - 1, ' ');
+        j += '\n';
+        const size_t from = std::min<size_t>(static_cast<size_t>(off), j.size());
+        fuse_reply_buf(req, j.data() + from, std::min(size, j.size() - from));
+        return;
+      }
+      if (ino != kImageIno) {
+        fuse_reply_err(req, EISDIR);
+        return;
+      }
+      const uint64_t total = s->image_->size_bytes();
+      const uint64_t offset = static_cast<uint64_t>(off);
+      const size_t len =
+          offset >= total ? 0 : static_cast<size_t>(std::min<uint64_t>(size, total - offset));
+      thread_local std::vector<char> buf;
+      if (buf.size() < len) buf.resize(len);
+      s->counters_.reads.fetch_add(1, std::memory_order_relaxed);
+      Status st = s->image_->Read(offset, len, buf.data());
+      size_t good = len;
+      if (!st.ok()) {
+        // Find the first failing block: the bytes before it are answered as a short read
+        // (the loop device asks again for the rest, which then fails alone).
+        good = 0;
+        while (good < len) {
+          const size_t n =
+              std::min(kBlock - static_cast<size_t>((offset + good) % kBlock), len - good);
+          if (!s->image_->Read(offset + good, n, buf.data() + good).ok()) break;
+          good += n;
+        }
+        s->counters_.errors.fetch_add(1, std::memory_order_relaxed);
+        LogRepeated(spdlog::level::err, "EROFS image read at {} (+{}): {}", offset + good,
+                    len - good, st.message());
+        if (good == 0) {
+          fuse_reply_err(req, EIO);
+          return;
+        }
+      }
+      s->counters_.bytes_read.fetch_add(good, std::memory_order_relaxed);
+      fuse_reply_buf(req, buf.data(), good);
+    });
+  }
+
+  static void StatFs(fuse_req_t req, fuse_ino_t) {
+    struct statvfs st;
+    std::memset(&st, 0, sizeof(st));
+    st.f_bsize = st.f_frsize = kBlock;
+    st.f_blocks = Srv(req)->image_->size_bytes() / kBlock;
+    st.f_files = 3;
+    st.f_namemax = 255;
+    fuse_reply_statfs(req, &st);
+  }
+
+  static void NoXattr(fuse_req_t req, fuse_ino_t, const char*, size_t) {
+    fuse_reply_err(req, ENOSYS);
+  }
+  static void NoListXattr(fuse_req_t req, fuse_ino_t, size_t) { fuse_reply_err(req, ENOSYS); }
+
+  static fuse_lowlevel_ops Make() {
+    fuse_lowlevel_ops ops;
+    std::memset(&ops, 0, sizeof(ops));
+    ops.init = Init;
+    ops.lookup = Lookup;
+    ops.getattr = GetAttr;
+    ops.readdir = ReadDir;
+    ops.open = Open;
+    ops.release = Release;
+    ops.read = Read;
+    ops.statfs = StatFs;
+    ops.getxattr = NoXattr;
+    ops.listxattr = NoListXattr;
+    return ops;
+  }
+};
+
+ImageServer::ImageServer(const erofs::Image* image, ImageServerOptions options,
+                         std::function<std::string()> stats_json,
+                         std::function<void()> on_image_closed)
+    : image_(image),
+      options_(std::move(options)),
+      stats_json_(std::move(stats_json)),
+      on_image_closed_(std::move(on_image_closed)) {}
+
+ImageServer::~ImageServer() { Stop(); }
+
+Status ImageServer::Start(const std::string& dir) {
+  dir_ = dir;
+  std::string fsname = options_.fsname.empty() ? std::string("dsfs-image") : options_.fsname;
+  std::replace(fsname.begin(), fsname.end(), ',', '_');  // a comma would end the option
+  std::vector<std::string> argv = {"dsfs", "-o",
+                                   "ro,default_permissions,subtype=dsfs-image,fsname=" + fsname};
+  if (options_.debug) argv.push_back("-d");
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  struct fuse_args args = FUSE_ARGS_INIT(static_cast<int>(cargv.size()), cargv.data());
+  static const fuse_lowlevel_ops ops = ImageServerOps::Make();
+  se_ = fuse_session_new(&args, &ops, sizeof(ops), this);
+  if (!se_) return Status::InvalidArgument("cannot create the image's FUSE session");
+  if (fuse_session_mount(se_, dir.c_str()) != 0) {
+    fuse_session_destroy(se_);
+    se_ = nullptr;
+    return Status::IOError(dir + ": mount of the image failed (is /dev/fuse available?)");
+  }
+  loop_ = std::thread([this] {
+    // The loop threads libfuse starts from here inherit this thread's nice value. Without
+    // root or CAP_SYS_NICE they keep the caller's.
+    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), options_.nice);
+    struct fuse_loop_config* cfg = fuse_loop_cfg_create();
+    fuse_loop_cfg_set_clone_fd(cfg, 0);
+    fuse_loop_cfg_set_max_threads(cfg, static_cast<unsigned>(std::max(1, options_.threads)));
+    fuse_loop_cfg_set_idle_threads(cfg, static_cast<unsigned>(std::max(1, options_.threads)));
+    int rc = fuse_session_loop_mt(se_, cfg);
+    fuse_loop_cfg_destroy(cfg);
+    if (rc != 0) Log()->debug("image FUSE session loop returned {}", rc);
+    ended_.store(true);
+    if (on_ended_) on_ended_();
+  });
+  return Status::OK();
+}
+
+void ImageServer::Stop() {
+  if (!se_) return;
+  if (!ended_.load()) {
+    // The loop threads wait in read(/dev/fuse): unmounting ends them (ENODEV).
+    if (::umount2(dir_.c_str(), 0) != 0 && errno == EBUSY) ::umount2(dir_.c_str(), MNT_DETACH);
+  }
+  if (loop_.joinable()) loop_.join();
+  // Closes the device; unmounts nothing that is already gone (the device reports POLLERR).
+  fuse_session_unmount(se_);
+  fuse_session_destroy(se_);
+  se_ = nullptr;
+}
+
+}  // namespace dsfs

@@ -1,0 +1,86 @@
+// ImageServer: a small low-level FUSE server that presents one EROFS image (erofs/image.h),
+// which exists only virtually, as a read-only file, for `dsfs mount -o kernel` to attach a loop
+// device to (fs/kernel_mount.h). Its tree is fixed:
+//
+//   /        directory, 0500 root
+//   /image   the image, Image::size_bytes() bytes, 0400 root; reads answered from Image::Read
+//   /stats   the mount's counters as JSON (what `dsfs stats` shows), padded with spaces to
+//            kStatsBytes and re-read on every read (direct I/O, attributes never cached)
+//
+// Reads of the image come from the loop device (direct I/O): few and large (up to 1 MiB, the
+// session's max_pages), answered straight into the reply buffer. A read that fails (a damaged
+// record under it) answers the bytes before the first failing 4 KiB block, or EIO if that block
+// is the first, so a readahead that spans several files fails only from the damaged one on.
+//
+// Thread safety: Start/Stop from one thread; the counters may be read from any thread.
+#pragma once
+
+#include <fuse_lowlevel.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "common/status.h"
+#include "erofs/image.h"
+
+namespace dsfs {
+
+struct ImageServerOptions {
+  int threads = 2;  // session loop threads
+  // Their nice value (FuseOptions::nice): a first read of a file waits on one image read.
+  int nice = -10;
+  bool debug = false;  // libfuse request tracing to stderr
+  std::string fsname;  // shown in /proc/mounts ("dsfs-image:" + the store path)
+};
+
+class ImageServer {
+ public:
+  static constexpr uint64_t kStatsBytes = 16384;
+  static constexpr const char* kImageName = "image";
+  static constexpr const char* kStatsName = "stats";
+
+  struct Counters {
+    std::atomic<uint64_t> reads{0}, bytes_read{0}, errors{0}, stats_reads{0};
+  };
+
+  // `stats_json` gives the stats file's JSON (unpadded), called from a session thread on each
+  // read of it. `on_image_closed` is called (from a session thread) each time the image's last
+  // open file is released: once the loop device lets go of it. REQUIRES: `image` outlives the
+  // server.
+  ImageServer(const erofs::Image* image, ImageServerOptions options,
+              std::function<std::string()> stats_json, std::function<void()> on_image_closed);
+  ~ImageServer();  // Stop()
+  ImageServer(const ImageServer&) = delete;
+  ImageServer& operator=(const ImageServer&) = delete;
+
+  // Mounts at `dir` (an existing empty directory) and serves from background threads.
+  [[nodiscard]] Status Start(const std::string& dir);
+  // Unmounts (lazily if busy) unless already unmounted, and waits for the session threads. Safe
+  // to call twice.
+  void Stop();
+  // True once the session loop has ended (unmounted from outside, or Stop).
+  bool ended() const { return ended_.load(); }
+  // Calls `fn` (from the session thread) when the session loop ends.
+  void OnEnded(std::function<void()> fn) { on_ended_ = std::move(fn); }
+
+  const Counters& counters() const { return counters_; }
+  uint64_t open_images() const { return open_images_.load(); }
+
+ private:
+  friend struct ImageServerOps;
+  const erofs::Image* image_;
+  ImageServerOptions options_;
+  std::function<std::string()> stats_json_;
+  std::function<void()> on_image_closed_, on_ended_;
+  std::string dir_;
+  struct fuse_session* se_ = nullptr;
+  std::thread loop_;
+  std::atomic<bool> ended_{false};
+  std::atomic<uint64_t> open_images_{0};
+  Counters counters_;
+};
+
+}  // namespace dsfs

@@ -1,0 +1,505 @@
+#include "fs/kernel_mount.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "common/log.h"
+#include "erofs/image.h"
+#include "erofs/store_tree.h"
+#include "fs/image_server.h"
+#include "fs/loop_device.h"
+#include "fs/service.h"
+#include "fs/view_tree.h"
+
+namespace dsfs {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// ---------------------------------------------------------------------------------------------
+// Paths and the mount table
+
+// Absolute path without resolving the last component (which may be a dead mount).
+std::string AbsPath(const std::string& path) {
+  std::filesystem::path p = std::filesystem::absolute(path).lexically_normal();
+  std::string name = p.filename().string();
+  if (name.empty()) p = p.parent_path();
+  char buf[PATH_MAX];
+  if (::realpath(p.parent_path().c_str(), buf) == nullptr) return p.string();
+  std::string r = buf;
+  if (r != "/") r += "/";
+  return p.filename().empty() ? std::string(buf) : r + p.filename().string();
+}
+
+struct MountEntry {
+  std::string mountpoint, fstype, source;
+};
+
+std::vector<MountEntry> Mounts() {
+  std::vector<MountEntry> out;
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string id, parent, dev, root, mp, field;
+    if (!(ls >> id >> parent >> dev >> root >> mp)) continue;
+    while (ls >> field && field != "-") {
+    }
+    MountEntry e;
+    if (!(ls >> e.fstype >> e.source)) continue;
+    e.mountpoint = UnescapeMountinfo(mp);
+    e.source = UnescapeMountinfo(e.source);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// The top mount at `path` (the last listed), if any.
+std::optional<MountEntry> TopMountAt(const std::string& path) {
+  std::optional<MountEntry> top;
+  for (auto& e : Mounts()) {
+    if (e.mountpoint == path) top = e;
+  }
+  return top;
+}
+
+bool IsMountedAt(const std::string& path) { return TopMountAt(path).has_value(); }
+
+std::string ReadSmallFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// The private mountpoint's name for mountpoint directory `st` and daemon `pid`.
+std::string PrivatePrefix(const struct stat& st) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%llx-%llu-", static_cast<unsigned long long>(st.st_dev),
+                static_cast<unsigned long long>(st.st_ino));
+  return std::string(kKernelRunDir) + "/" + buf;
+}
+
+bool ProcessAlive(pid_t pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  // A zombie has exited: only its parent's wait is missing.
+  std::string stat = ReadSmallFile("/proc/" + std::to_string(pid) + "/stat");
+  size_t paren = stat.rfind(')');
+  return !(paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z');
+}
+
+pid_t PidOfPrivateDir(const std::string& dir) {
+  size_t dash = dir.rfind('-');
+  if (dash == std::string::npos) return -1;
+  return static_cast<pid_t>(std::atol(dir.c_str() + dash + 1));
+}
+
+bool WaitFor(const std::function<bool()>& done, milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  for (;;) {
+    if (done()) return true;
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+}
+
+// If `backing` is the image of a dsfs image mount, its directory.
+std::optional<std::string> PrivateDirOfImage(const std::string& backing) {
+  const std::string prefix = std::string(kKernelRunDir) + "/";
+  const std::string suffix = std::string("/") + ImageServer::kImageName;
+  if (backing.rfind(prefix, 0) != 0) return std::nullopt;
+  if (backing.size() <= prefix.size() + suffix.size() ||
+      backing.compare(backing.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return std::nullopt;
+  }
+  std::string dir = backing.substr(0, backing.size() - suffix.size());
+  if (dir.find('/', prefix.size()) != std::string::npos) return std::nullopt;
+  return dir;
+}
+
+// The private directory of the -o kernel mount at `abs`, if that is what is mounted there.
+// *erofs is set for any EROFS mount at `abs`, *loop to its loop device name.
+std::optional<std::string> KernelLayers(const std::string& abs, bool* erofs, std::string* loop) {
+  *erofs = false;
+  std::optional<MountEntry> top = TopMountAt(abs);
+  if (!top || top->fstype != "erofs") return std::nullopt;
+  *erofs = true;
+  *loop = LoopDeviceName(top->source);
+  if (loop->empty()) return std::nullopt;
+  return PrivateDirOfImage(LoopBackingFile(*loop));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The image's tree
+
+// Without allow_other a classic mount lets only the mounting user in; in EROFS the kernel
+// applies the modes, so the root directory loses its group and other bits instead.
+class PrivateRootTree : public erofs::ImageTree {
+ public:
+  explicit PrivateRootTree(std::unique_ptr<erofs::ImageTree> base) : base_(std::move(base)) {}
+  uint32_t inode_count() const override { return base_->inode_count(); }
+  Status GetInode(uint32_t ino, erofs::ImageInode* inode) const override {
+    DSFS_RETURN_IF_ERROR(base_->GetInode(ino, inode));
+    if (ino == 0) inode->mode &= ~uint32_t{077};
+    return Status::OK();
+  }
+  Status GetName(uint32_t ino, std::string* scratch, std::string_view* name) const override {
+    return base_->GetName(ino, scratch, name);
+  }
+  Status ReadData(uint32_t ino, uint64_t offset, size_t len, char* dst) const override {
+    return base_->ReadData(ino, offset, len, dst);
+  }
+
+ private:
+  std::unique_ptr<erofs::ImageTree> base_;
+};
+
+// Removes what dead -o kernel mounts of the directory `st` left in /run/dsfs.
+void ClearStalePrivateDirs(const struct stat& st, bool* found) {
+  const std::string prefix = PrivatePrefix(st);
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(kKernelRunDir, ec)) {
+    const std::string dir = entry.path().string();
+    if (dir.rfind(prefix, 0) != 0 || ProcessAlive(PidOfPrivateDir(dir))) continue;
+    if (found) *found = true;
+    if (IsMountedAt(dir)) ::umount2(dir.c_str(), MNT_DETACH);
+    if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+      Log()->warn("cannot remove {}: {}", dir, std::strerror(errno));
+    }
+  }
+}
+
+std::string KernelStatsJson(const Filesystem* fs, const erofs::Image& image,
+                            const ImageServer* server, const std::string& loop, double layout_s) {
+  std::string j = "{\"kernel\": {";
+  auto field = [&](const char* k, uint64_t v, bool first = false) {
+    if (!first) j += ", ";
+    j += "\"";
+    j += k;
+    j += "\": " + std::to_string(v);
+  };
+  field("image_bytes", image.size_bytes(), true);
+  field("inodes", image.inode_count());
+  field("layout_bytes", image.memory_bytes());
+  field("layout_ms", static_cast<uint64_t>(layout_s * 1000));
+  size_t digits = loop.find_first_of("0123456789");
+  field("loop_device", digits == std::string::npos ? 0 : std::stoull(loop.substr(digits)));
+  if (server) {
+    const ImageServer::Counters& c = server->counters();
+    field("image_reads", c.reads.load(std::memory_order_relaxed));
+    field("image_bytes_read", c.bytes_read.load(std::memory_order_relaxed));
+    field("image_read_errors", c.errors.load(std::memory_order_relaxed));
+  }
+  j += "}";
+  // Then the filesystem's own counters (the store's cache, view reads): its members follow.
+  std::string rest = fs->StatsJson();
+  if (rest.size() > 2 && rest.front() == '{') {
+    j += ", " + rest.substr(1);
+  } else {
+    j += "}";
+  }
+  return j;
+}
+
+// The write end of the running ServeKernel's signal pipe (-1: none).
+std::atomic<int> g_signal_fd{-1};
+
+void OnStopSignal(int) {
+  int fd = g_signal_fd.load();
+  if (fd >= 0) (void)!::write(fd, "s", 1);
+}
+
+}  // namespace
+
+Status CheckKernelMountAllowed() {
+  if (::geteuid() == 0) return Status::OK();
+  return Status::FromErrno(EPERM,
+                           "mount option kernel needs root (it attaches a loop device and mounts "
+                           "EROFS); mount without -o kernel, or as root");
+}
+
+Status ServeKernel(Filesystem* fs, const MountConfig& config, const FuseOptions& fuse,
+                   const std::function<void()>& on_mounted) {
+  DSFS_RETURN_IF_ERROR(CheckKernelMountAllowed());
+  const std::string& mnt = config.mountpoint;
+  struct stat mnt_st;
+  if (::stat(mnt.c_str(), &mnt_st) != 0) return Status::FromErrno(errno, mnt);
+  // No loop devices: say so once and mount as usual.
+  if (::access("/dev/loop-control", F_OK) != 0) {
+    Log()->warn("-o kernel: no loop devices here (/dev/loop-control: {}); mounting with FUSE",
+                std::strerror(errno));
+    return ServeFuse(fs, mnt, fuse, on_mounted);
+  }
+
+  // SIGINT/SIGTERM end the serving loop below through a self-pipe. A handler, not a blocked
+  // mask: threads started before this one (a RocksDB store's) would otherwise take the signal
+  // with its default action. Until the service monitor takes SIGHUP, it is ignored.
+  int sig_pipe[2];
+  if (::pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return Status::FromErrno(errno, "pipe");
+  struct CloseFd {
+    int fd;
+    ~CloseFd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } close_sig0{sig_pipe[0]}, close_sig1{sig_pipe[1]};
+  g_signal_fd.store(sig_pipe[1]);
+  struct sigaction sa, old_int, old_term;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = OnStopSignal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &old_int);
+  ::sigaction(SIGTERM, &sa, &old_term);
+  struct RestoreSignals {
+    struct sigaction si, st;
+    ~RestoreSignals() {
+      ::sigaction(SIGINT, &si, nullptr);
+      ::sigaction(SIGTERM, &st, nullptr);
+      g_signal_fd.store(-1);
+    }
+  } restore_signals{old_int, old_term};
+  ::signal(SIGHUP, SIG_IGN);
+  const int sfd = sig_pipe[0];
+
+  // The tree and its image layout.
+  auto t0 = Clock::now();
+  std::unique_ptr<erofs::ImageTree> tree;
+  if (config.fs.view == View::kOriginal) {
+    erofs::StoreTreeOptions so;
+    so.uid = config.fs.uid;
+    so.gid = config.fs.gid;
+    so.umask = config.fs.umask;
+    tree = std::make_unique<erofs::StoreTree>(&fs->store(), so);
+  } else {
+    std::unique_ptr<ViewTree> vt;
+    DSFS_RETURN_IF_ERROR(ViewTree::Build(fs, config.fs.view, &vt));
+    tree = std::move(vt);
+  }
+  if (!fuse.allow_other) tree = std::make_unique<PrivateRootTree>(std::move(tree));
+  erofs::ImageOptions io;
+  // No tail packing: the image exists only virtually, so its size costs nothing, while a
+  // metadata block that held inlined file data would make a stat (or find) decompress those
+  // files, and one damaged file would fail its neighbours' inodes too.
+  io.inline_data = false;
+  io.volume_name = "dsfs";
+  std::unique_ptr<erofs::Image> image;
+  DSFS_RETURN_IF_ERROR(erofs::Image::Build(tree.get(), io, &image));
+  const double layout_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  Log()->info("EROFS image of {} inodes, {} bytes, laid out in {:.3f} s ({} bytes of layout)",
+              image->inode_count(), image->size_bytes(), layout_s, image->memory_bytes());
+
+  // Layer 1: the private FUSE mount.
+  if (::mkdir(kKernelRunDir, 0700) != 0 && errno != EEXIST) {
+    return Status::FromErrno(errno, std::string("mkdir ") + kKernelRunDir);
+  }
+  ::chmod(kKernelRunDir, 0700);
+  ClearStalePrivateDirs(mnt_st, nullptr);
+  const std::string dir = PrivatePrefix(mnt_st) + std::to_string(::getpid());
+  if (::mkdir(dir.c_str(), 0700) != 0) return Status::FromErrno(errno, "mkdir " + dir);
+  int events[2];
+  if (::pipe2(events, O_CLOEXEC | O_NONBLOCK) != 0) {
+    int err = errno;
+    ::rmdir(dir.c_str());
+    return Status::FromErrno(err, "pipe");
+  }
+  CloseFd close_ev0{events[0]}, close_ev1{events[1]};
+  std::atomic<bool> serving{false};
+  std::string loop;
+  ImageServerOptions so;
+  so.threads = fuse.threads;
+  so.nice = fuse.nice;
+  so.debug = fuse.debug;
+  so.fsname = "dsfs-image:" + (fuse.fsname.empty() ? config.store_path : fuse.fsname);
+  ImageServer* server_ptr = nullptr;
+  ImageServer server(
+      image.get(), so, [&] { return KernelStatsJson(fs, *image, server_ptr, loop, layout_s); },
+      [&] {
+        // The loop device let go of the image: EROFS is gone.
+        if (serving.load()) (void)!::write(events[1], "c", 1);
+      });
+  server_ptr = &server;
+  server.OnEnded([&] { (void)!::write(events[1], "e", 1); });
+  auto undo_dir = [&] {
+    server.Stop();
+    if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+      Log()->warn("cannot remove {}: {}", dir, std::strerror(errno));
+    }
+  };
+  Status s = server.Start(dir);
+  if (!s.ok()) {
+    ::rmdir(dir.c_str());
+    return s;
+  }
+
+  // Layer 2: the loop device.
+  int loop_fd = -1;
+  s = AttachLoopDevice(dir + "/" + ImageServer::kImageName, &loop, &loop_fd);
+  if (s.code() == Status::Code::kNotSupported) {
+    undo_dir();
+    Log()->warn("-o kernel: {}; mounting with FUSE", s.message());
+    return ServeFuse(fs, mnt, fuse, on_mounted);
+  }
+  if (!s.ok()) {
+    undo_dir();
+    return s;
+  }
+  if (!LoopDirectIo(loop)) {
+    Log()->warn("/dev/{}: direct I/O refused, the image is cached twice", loop);
+  }
+
+  // Layer 3: EROFS.
+  const std::string dev = "/dev/" + loop;
+  if (::mount(dev.c_str(), mnt.c_str(), "erofs", MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0) {
+    int err = errno;
+    ::close(loop_fd);  // AUTOCLEAR: the loop device detaches
+    WaitFor([&] { return server.open_images() == 0; }, milliseconds(2000));
+    undo_dir();
+    if (err == ENODEV) {
+      Log()->warn("-o kernel: this kernel has no EROFS (mount: {}); mounting with FUSE",
+                  std::strerror(err));
+      return ServeFuse(fs, mnt, fuse, on_mounted);
+    }
+    return Status::FromErrno(err, "mount erofs " + dev + " at " + mnt);
+  }
+  serving.store(true);
+  ::close(loop_fd);  // EROFS holds the device now
+  Log()->info("{}: EROFS on {} over {}/{}", mnt, dev, dir, ImageServer::kImageName);
+  if (on_mounted) on_mounted();
+
+  ServiceMonitor::Options mo;
+  mo.mountpoint = mnt;
+  mo.notify = fuse.notify_systemd;
+  mo.status_interval = std::chrono::milliseconds(
+      static_cast<int64_t>(std::max(0.05, fuse.status_interval_s) * 1000));
+  ServiceMonitor monitor(mo, [&] {
+    const ImageServer::Counters& c = server.counters();
+    return "serving EROFS: " + std::to_string(c.reads.load()) + " image reads, " +
+           std::to_string(c.bytes_read.load() >> 20) + " MiB read, " +
+           std::to_string(c.errors.load()) + " errors";
+  });
+  Status ms = monitor.Start();
+  if (!ms.ok()) Log()->warn("service monitor: {}", ms.message());
+
+  // Serve until the image is let go of (or the private mount is gone), or a signal.
+  bool signalled = false;
+  while (!server.ended()) {
+    if (serving.load() && server.open_images() == 0) break;
+    struct pollfd pfd[2] = {{events[0], POLLIN, 0}, {sfd, POLLIN, 0}};
+    int n = ::poll(pfd, 2, 1000);
+    if (n < 0 && errno != EINTR) break;
+    char c[16];
+    if (pfd[0].revents & POLLIN) (void)!::read(events[0], c, sizeof(c));
+    if (pfd[1].revents & POLLIN) {
+      (void)!::read(sfd, c, sizeof(c));
+      signalled = true;
+      break;
+    }
+  }
+  monitor.Stopping();
+  if (signalled) {
+    Log()->info("signalled: unmounting {}", mnt);
+    if (::umount2(mnt.c_str(), 0) != 0 && errno == EBUSY) {
+      Log()->warn("{} is busy: detached; served until its last file closes", mnt);
+      ::umount2(mnt.c_str(), MNT_DETACH);
+    }
+  }
+  if (server.ended() && server.open_images() > 0) {
+    // The private mount went away under the loop device (not by us): EROFS reads fail from
+    // here on, and `dsfs umount` clears the rest.
+    Log()->warn("{}: the image mount {} is gone; clear the mount with: dsfs umount {}", mnt, dir,
+                mnt);
+  }
+  if (!server.ended()) {
+    // After a signal: the loop device clears once EROFS lets go (at once unless busy).
+    if (!WaitFor([&] { return server.open_images() == 0 || server.ended(); }, milliseconds(2000))) {
+      ClearLoopDevice(loop);
+    }
+  }
+  undo_dir();
+  monitor.Stop();
+  Log()->info("{}: unmounted ({} image reads, {} errors)", mnt, server.counters().reads.load(),
+              server.counters().errors.load());
+  return Status::OK();
+}
+
+Status UnmountKernel(const std::string& mountpoint, bool lazy, bool* handled) {
+  *handled = false;
+  const std::string abs = AbsPath(mountpoint);
+  bool erofs = false;
+  std::string loop;
+  std::optional<std::string> dir = KernelLayers(abs, &erofs, &loop);
+  if (!erofs) {
+    // EROFS already gone (umount(8), or a crash in between): what is left in /run/dsfs.
+    if (IsMountedAt(abs)) return Status::OK();
+    struct stat st;
+    if (::stat(abs.c_str(), &st) != 0) return Status::OK();
+    ClearStalePrivateDirs(st, handled);
+    return Status::OK();
+  }
+  *handled = true;
+  if (!dir) {
+    return Status::InvalidArgument(mountpoint +
+                                   " is an EROFS mount that dsfs did not make; use umount(8)");
+  }
+  const pid_t pid = PidOfPrivateDir(*dir);
+  const std::string image = *dir + "/" + ImageServer::kImageName;
+  // 1. EROFS.
+  if (::umount2(abs.c_str(), lazy ? MNT_DETACH : 0) != 0) {
+    int err = errno;
+    if (err == EBUSY) {
+      return Status::Busy(mountpoint + " is busy (files open on it); use dsfs umount --lazy");
+    }
+    return Status::FromErrno(err, "cannot unmount " + mountpoint);
+  }
+  const bool alive = ProcessAlive(pid);
+  // 2. The loop device clears itself once EROFS lets go of it (AUTOCLEAR). After a lazy
+  // unmount with files open, a live daemon keeps serving them and cleans up after the last.
+  if (lazy && alive && LoopBackingFile(loop) == image) return Status::OK();
+  if (!WaitFor([&] { return LoopBackingFile(loop) != image; }, milliseconds(alive ? 5000 : 500))) {
+    ClearLoopDevice(loop);
+  }
+  // 3. The private mount: its daemon unmounts it and exits; a dead one's is cleared here.
+  if (alive) WaitFor([&] { return !ProcessAlive(pid); }, milliseconds(5000));
+  if (IsMountedAt(*dir)) ::umount2(dir->c_str(), MNT_DETACH);
+  if (::rmdir(dir->c_str()) != 0 && errno != ENOENT) {
+    Log()->warn("cannot remove {}: {}", *dir, std::strerror(errno));
+  }
+  if (ProcessAlive(pid)) {
+    Log()->warn("the daemon {} of {} has not exited yet", pid, mountpoint);
+  }
+  return Status::OK();
+}
+
+bool KernelStatsPath(const std::string& mountpoint, std::string* stats_path) {
+  bool erofs = false;
+  std::string loop;
+  std::optional<std::string> dir = KernelLayers(AbsPath(mountpoint), &erofs, &loop);
+  if (!dir) return false;
+  *stats_path = *dir + "/" + ImageServer::kStatsName;
+  return true;
+}
+
+}  // namespace dsfs

@@ -355,6 +355,17 @@ TEST(StatsCommandTest, NotAMount) {
   EXPECT_NE(r.err.find("is not a dsfs mount"), std::string::npos);
 }
 
+// An empty MOUNTPOINT (a script's unset variable) is one line and exit 1, never an uncaught
+// filesystem_error ("cannot make absolute path") and an abort.
+TEST(StatsCommandTest, EmptyMountpointIsOneLine) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"umount", ""}, {"umount", "--lazy", ""}, {"stats", ""}}) {
+    CliRun r = Dsfs(args);
+    EXPECT_EQ(r.code, 1) << args[0];
+    EXPECT_EQ(Lines(r.err), 1) << r.err;
+  }
+}
+
 TEST(MountOptionsTest, CliRejectsBadOptionsBeforeMounting) {
   TempDir dir;
   CliRun r = Dsfs({"mount", "-o", "nonsense", dir / "s.db", dir.path()});

@@ -10,7 +10,13 @@
 //
 //   dsfs-roundtrip-bench [--seconds S] [--reps R] [--rounds N] [--busy 0,2]
 //                        [--configs classic,uring,uring:defer,uring:coop,uring:poll=20:nopin]
-//                        [--ext4-dir DIR]
+//                        [--ext4-dir DIR] [--dsfs BINARY --store STORE --file PATH]
+//
+// With --dsfs, the server is a real dsfs mount instead: `BINARY mount STORE DIR -o
+// transport=CONFIG` (a config is then only auto, uring or classic), measured on the file PATH
+// of the store (and its copy on ext4): isatty() per call, stat() (answered from the attribute
+// cache), pread() of 4 KiB with O_DIRECT (one READ round trip each) and the unmodified read a
+// program does: open, read the whole file (from the page cache), close.
 //
 // A config is a transport (auto, uring, classic) with options: defer (IORING_SETUP_SINGLE_ISSUER
 // | DEFER_TASKRUN), coop (COOP_TASKRUN), poll=US (busy-poll before sleeping), nopin (queue
@@ -33,6 +39,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <thread>
@@ -168,6 +175,9 @@ struct Args {
   std::vector<int> busy = {0, 2};
   std::vector<std::string> configs = {"classic", "uring"};
   std::string ext4_dir = "/var/tmp";
+  std::string dsfs;   // the dsfs binary: measure real mounts of `store`
+  std::string store;  // the store those mounts serve
+  std::string file;   // the file measured, a path in the store ("/a/b.jpg")
 };
 
 std::vector<std::string> Split(const std::string& s, char sep) {
@@ -199,6 +209,12 @@ bool Parse(int argc, char** argv, Args* a) {
       a->configs = Split(v, ',');
     } else if (k == "--ext4-dir") {
       a->ext4_dir = v;
+    } else if (k == "--dsfs") {
+      a->dsfs = v;
+    } else if (k == "--store") {
+      a->store = v;
+    } else if (k == "--file") {
+      a->file = v;
     } else {
       return false;
     }
@@ -258,6 +274,75 @@ void Measure(const std::string& target, const std::string& file, const Args& a, 
   ::close(fd);
 }
 
+// The dsfs measurements (see the top): the isatty/stat of Measure, plus reads.
+void MeasureReads(const std::string& target, const std::string& file, const Args& a, Samples* out) {
+  Measure(target, file, a, out);
+  int dfd = ::open(file.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  void* page = std::aligned_alloc(4096, 1 << 20);
+  std::vector<char> whole(1 << 20);
+  for (int busy : a.busy) {
+    std::vector<pid_t> pids = StartBusy(busy);
+    for (int r = 0; r < a.reps; ++r) {
+      if (dfd >= 0) {
+        out->Add(Key(target, busy, "pread4k_direct"),
+                 UsPerCall(a.seconds, [&] { (void)!::pread(dfd, page, 4096, 0); }));
+      }
+      out->Add(Key(target, busy, "open_read_close"), UsPerCall(a.seconds, [&] {
+                 int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+                 if (fd < 0) return;
+                 while (::read(fd, whole.data(), whole.size()) > 0) {
+                 }
+                 ::close(fd);
+               }));
+    }
+    StopBusy(pids);
+  }
+  std::free(page);
+  if (dfd >= 0) ::close(dfd);
+}
+
+// Runs `argv` and waits for it; its exit status (-1 if it could not run).
+int RunWait(const std::vector<std::string>& argv) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    std::vector<char*> c;
+    for (const auto& s : argv) c.push_back(const_cast<char*>(s.c_str()));
+    c.push_back(nullptr);
+    ::execv(c[0], c.data());
+    _exit(127);
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// One dsfs mount of `config` (auto, uring, classic) for one round; "" if it did not come up.
+std::string MeasureDsfs(const std::string& config, const Args& a, Samples* out) {
+  if (std::ifstream(kEnableUring)) {
+    std::ofstream(kEnableUring) << (config == "classic" ? "N" : "Y") << "\n";
+  }
+  char tmpl[] = "/tmp/roundtrip_bench.XXXXXX";
+  if (!::mkdtemp(tmpl)) return "";
+  std::string dir = tmpl;
+  std::string described;
+  if (RunWait({a.dsfs, "mount", a.store, dir, "-o", "transport=" + config}) == 0) {
+    std::string json;
+    {  // closed before the unmount, which refuses a mount with open files
+      std::ifstream stats(dir + "/.dsfs/stats");
+      json.assign(std::istreambuf_iterator<char>(stats), std::istreambuf_iterator<char>());
+    }
+    size_t at = json.find("\"serving\": \"");
+    if (at != std::string::npos) {
+      at += 12;
+      described = json.substr(at, json.find('"', at) - at);
+    }
+    MeasureReads("dsfs-" + config, dir + a.file, a, out);
+    RunWait({a.dsfs, "umount", dir});
+  }
+  ::rmdir(dir.c_str());
+  return described;
+}
+
 // One server of `config` for one round; "" if it did not come up.
 std::string MeasureFuse(const std::string& config, const Args& a, Samples* out) {
   dsfs::TransportOptions o;
@@ -295,11 +380,15 @@ int main(int argc, char** argv) {
   dsfs::TransportOptions probe;
   bool ok = Parse(argc, argv, &a);
   for (auto& c : a.configs) ok = ok && ConfigOptions(c, &probe);
+  if (!a.dsfs.empty()) {
+    ok = ok && !a.store.empty() && !a.file.empty() && a.file[0] == '/';
+    for (auto& c : a.configs) ok = ok && (c == "auto" || c == "uring" || c == "classic");
+  }
   if (!ok) {
     std::fprintf(stderr,
                  "usage: %s [--seconds S] [--reps R] [--rounds N] [--busy 0,2]\n"
                  "          [--configs classic,uring,uring:defer,uring:coop,uring:poll=20:nopin]\n"
-                 "          [--ext4-dir DIR]\n",
+                 "          [--ext4-dir DIR] [--dsfs BINARY --store STORE --file /PATH]\n",
                  argv[0]);
     return 2;
   }
@@ -317,11 +406,29 @@ int main(int argc, char** argv) {
   Samples samples;
   std::map<std::string, std::string> described;
   std::string ext4 = a.ext4_dir + "/roundtrip_bench." + std::to_string(::getpid());
-  { std::ofstream(ext4) << std::string(4096, 'x'); }
+  if (a.dsfs.empty()) {
+    std::ofstream(ext4) << std::string(4096, 'x');
+  } else {
+    // The ext4 baseline reads a copy of the measured file, taken through a first mount.
+    char tmpl[] = "/tmp/roundtrip_bench.XXXXXX";
+    if (::mkdtemp(tmpl) &&
+        RunWait({a.dsfs, "mount", a.store, tmpl, "-o", "transport=classic"}) == 0) {
+      {
+        std::ifstream in(std::string(tmpl) + a.file, std::ios::binary);
+        std::ofstream(ext4, std::ios::binary) << in.rdbuf();
+      }
+      RunWait({a.dsfs, "umount", tmpl});
+    }
+    ::rmdir(tmpl);
+  }
   for (int round = 0; round < a.rounds; ++round) {
-    Measure("ext4", ext4, a, &samples);
+    if (a.dsfs.empty()) {
+      Measure("ext4", ext4, a, &samples);
+    } else {
+      MeasureReads("ext4", ext4, a, &samples);
+    }
     for (const std::string& c : a.configs) {
-      std::string d = MeasureFuse(c, a, &samples);
+      std::string d = a.dsfs.empty() ? MeasureFuse(c, a, &samples) : MeasureDsfs(c, a, &samples);
       if (!d.empty()) described[c] = d;
     }
   }

@@ -606,8 +606,30 @@ std::string Filesystem::StatsJson() const {
     key(k);
     j += "{";
   };
+  // A JSON string: the transport's description is the only one, and has no control characters.
+  auto text = [&](std::string_view k, std::string_view v) {
+    key(k);
+    j += "\"";
+    for (char ch : v) {
+      if (ch == '"' || ch == '\\') j += '\\';
+      j += static_cast<unsigned char>(ch) < 0x20 ? ' ' : ch;
+    }
+    j += "\"";
+  };
   seconds("uptime_s",
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+  if (transport_stats_) {
+    TransportStats ts = transport_stats_();
+    open_obj("transport");
+    text("serving", ts.description);
+    field("ring_requests", ts.ring_requests);
+    field("classic_requests", ts.classic_requests);
+    open_obj("queue_requests");
+    for (size_t q = 0; q < ts.per_queue_requests.size(); ++q) {
+      field(std::to_string(q), ts.per_queue_requests[q]);
+    }
+    j += "}}";
+  }
   open_obj("requests");
   field("lookup", n(c.lookup));
   field("getattr", n(c.getattr));
@@ -688,6 +710,7 @@ std::string Filesystem::StatusLine() const {
   } else {
     line += "no cache";
   }
+  if (transport_stats_) line += "; transport " + transport_stats_().description;
   return line;
 }
 

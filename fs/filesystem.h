@@ -26,6 +26,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "cache/prefetcher.h"
 #include "common/status.h"
@@ -57,12 +58,26 @@ class Filesystem : public PushSource {
   // never change while its contents do.
   static constexpr uint64_t kStatsBytes = 16384;
 
+  // What serves the requests (the FUSE transport), as the stats file and the status line
+  // show it. Filled in by the FUSE layer, which keeps this class free of FUSE.
+  struct TransportStats {
+    std::string description;     // "uring (2 queues x 8 entries)", "classic (why)", "pending ..."
+    uint64_t ring_requests = 0;  // answered over io_uring
+    uint64_t classic_requests = 0;             // read from /dev/fuse
+    std::vector<uint64_t> per_queue_requests;  // ring requests by queue (= CPU)
+  };
+  using TransportStatsFn = std::function<TransportStats()>;
+
   Filesystem(std::unique_ptr<Store> store, const FsOptions& options);
 
   const Store& store() const { return *store_; }
   // Reads are reported to `prefetcher` (readahead) while it is set; null detaches it.
   // REQUIRES: no request is being served while it changes.
   void SetPrefetcher(Prefetcher* prefetcher) { prefetcher_ = prefetcher; }
+  // The stats file and the status line report what `stats` returns while it is set (called
+  // on each read of the stats file, from any request thread: it must be thread-safe); an
+  // empty function detaches it. REQUIRES: no request is being served while it changes.
+  void SetTransportStats(TransportStatsFn stats) { transport_stats_ = std::move(stats); }
 
   Status Lookup(uint64_t parent, std::string_view name, struct stat* st) const;
   Status GetAttr(uint64_t ino, struct stat* st) const;
@@ -153,6 +168,7 @@ class Filesystem : public PushSource {
   mutable std::atomic<uint64_t> images_decoded_{0}, image_decode_ns_{0};
   mutable std::atomic<bool> logged_too_large_{false};
   Prefetcher* prefetcher_ = nullptr;
+  TransportStatsFn transport_stats_;
   mutable RequestCounters counters_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };

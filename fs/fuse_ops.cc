@@ -403,6 +403,33 @@ Status ServeFuse(Filesystem* fs, const std::string& mountpoint, const FuseOption
     fuse_session_destroy(se);
     return Status::IOError(mountpoint + ": mount failed (is /dev/fuse available?)");
   }
+  // Before anything reads from the session: the transport must see the kernel's INIT. It
+  // decides there (and logs in one line) whether io_uring or the classic loop serves.
+  TransportOptions to;
+  to.mode = options.transport;
+  to.classic_threads = std::max(1, options.threads);
+  std::unique_ptr<FuseTransport> transport;
+  Status ts = FuseTransport::Create(se, to, &transport);
+  if (!ts.ok()) {
+    // Nothing was changed: libfuse's own loop serves the session as before the transport.
+    Log()->warn("FUSE transport: classic /dev/fuse loop: {}", ts.message());
+    transport.reset();
+  }
+  FuseTransport* tp = transport.get();
+  std::string no_transport = "classic (" + ts.message() + ")";
+  fs->SetTransportStats([tp, no_transport] {
+    Filesystem::TransportStats st;
+    if (!tp) {
+      st.description = no_transport;
+      return st;
+    }
+    TransportInfo info = tp->info();
+    st.description = info.Describe();
+    st.ring_requests = info.ring_requests;
+    st.classic_requests = info.classic_requests;
+    st.per_queue_requests = info.per_queue_requests;
+    return st;
+  });
   Prefetcher::Options po;
   po.push_budget_bytes = options.push_bytes;
   auto prefetcher = std::make_unique<Prefetcher>(
@@ -443,24 +470,31 @@ Status ServeFuse(Filesystem* fs, const std::string& mountpoint, const FuseOption
   ServiceMonitor monitor(mo, [fs] { return fs->StatusLine(); });
   Status ms = monitor.Start();
   if (!ms.ok()) Log()->warn("service monitor: {}", ms.message());
-  // The loop threads libfuse starts from here inherit this thread's nice value (per thread on
-  // Linux); the prefetch workers set their own (19) and stay in the background.
+  // The loop threads libfuse starts from here, and the transport's ring threads, inherit this
+  // thread's nice value (per thread on Linux); the prefetch workers set their own (19) and stay
+  // in the background.
   int old_nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
   if (options.nice != old_nice &&
       ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), options.nice) != 0) {
     Log()->debug("cannot set the request threads' nice value to {}: {}", options.nice,
                  std::strerror(errno));
   }
-  struct fuse_loop_config* cfg = fuse_loop_cfg_create();
-  fuse_loop_cfg_set_clone_fd(cfg, 0);
-  fuse_loop_cfg_set_max_threads(cfg, static_cast<unsigned>(std::max(1, options.threads)));
-  fuse_loop_cfg_set_idle_threads(cfg, static_cast<unsigned>(std::max(1, options.threads)));
   // No more decoders than cores: more would only hold more decoded images at once.
   int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto decoders = std::make_unique<DecodeWorkers>(std::min(options.threads, cores));
   ctx.decoders = decoders.get();
-  int rc = fuse_session_loop_mt(se, cfg);
-  fuse_loop_cfg_destroy(cfg);
+  int rc = 0;
+  if (transport) {
+    Status serve = transport->Serve();
+    if (!serve.ok()) Log()->warn("FUSE transport: {}", serve.message());
+  } else {
+    struct fuse_loop_config* cfg = fuse_loop_cfg_create();
+    fuse_loop_cfg_set_clone_fd(cfg, 0);
+    fuse_loop_cfg_set_max_threads(cfg, static_cast<unsigned>(std::max(1, options.threads)));
+    fuse_loop_cfg_set_idle_threads(cfg, static_cast<unsigned>(std::max(1, options.threads)));
+    rc = fuse_session_loop_mt(se, cfg);
+    fuse_loop_cfg_destroy(cfg);
+  }
   // Before the session goes: the reads still queued are answered (or fail on the closed
   // connection).
   ctx.decoders = nullptr;
@@ -478,6 +512,10 @@ Status ServeFuse(Filesystem* fs, const std::string& mountpoint, const FuseOption
   // Closes the device first: a readiness probe still waiting fails instead of hanging Stop.
   fuse_session_unmount(se);
   monitor.Stop();
+  // No request is served any more (the stats file included); the session outlives the
+  // transport (its custom I/O), which the prefetcher's pushes went through until now.
+  fs->SetTransportStats(nullptr);
+  transport.reset();
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
   if (rc != 0) Log()->info("FUSE session loop returned {}", rc);

@@ -6,11 +6,17 @@
 
 #include "common/status.h"
 #include "fs/filesystem.h"
+#include "fs/uring_transport.h"
 
 namespace dsfs {
 
 struct FuseOptions {
   int threads = 2;  // session loop threads (on 2 cores 1-2 beat libfuse's 10)
+  // How requests reach the daemon (`-o transport=`): FUSE over io_uring where the kernel, its
+  // enable_uring parameter and io_uring allow it, else the classic /dev/fuse loop with
+  // `threads` threads (see fs/uring_transport.h). The choice is logged in one line and shown
+  // in the stats file.
+  TransportMode transport = TransportMode::kAuto;
   // Nice value of the session loop threads. Every request is a round trip a reader waits on
   // (Python's open() alone costs one: an ioctl FUSE cannot answer in the kernel), so under
   // CPU-bound readers (DataLoader workers) the threads must be scheduled first: -10 cut the

@@ -154,7 +154,8 @@ Status CheckMountpoint(const std::string& mountpoint) {
   int rc = ::statfs(mountpoint.c_str(), &sfs) != 0 ? -1 : ::stat(mountpoint.c_str(), &st);
   if (rc != 0) {
     int err = errno;
-    if (err == ENOTCONN) {
+    // ECONNABORTED: the same, seen over io_uring while the kernel tears the rings down.
+    if (err == ENOTCONN || err == ECONNABORTED) {
       return Status::Busy("mountpoint " + mountpoint +
                           " is a dead mount (its daemon is gone); clear it with: dsfs umount " +
                           mountpoint);

@@ -337,11 +337,18 @@ TEST(MountOptionsTest, ParsesEveryOption) {
   EXPECT_EQ(d.fs.umask, 0u);
   ASSERT_TRUE(ParseMountOptions("debug", &d).ok());
   EXPECT_TRUE(d.fuse.debug);
+  EXPECT_EQ(d.fuse.transport, TransportMode::kAuto);
+  ASSERT_TRUE(ParseMountOptions("transport=uring", &d).ok());
+  EXPECT_EQ(d.fuse.transport, TransportMode::kUring);
+  ASSERT_TRUE(ParseMountOptions("transport=classic", &d).ok());
+  EXPECT_EQ(d.fuse.transport, TransportMode::kClassic);
+  ASSERT_TRUE(ParseMountOptions("transport=auto", &d).ok());
+  EXPECT_EQ(d.fuse.transport, TransportMode::kAuto);
   SetLogLevel("warn");
   for (const char* bad :
        {"threads=0", "threads=x", "threads=", "uid=-1", "rw", "nonsense", "allow_other=1",
         "gid=99999999999", "cache_size=lots", "push=", "zero_open=2", "timeout=-1", "umask=8",
-        "umask=01000", "umask=", "umask=-1"}) {
+        "umask=01000", "umask=", "umask=-1", "transport=", "transport=io_uring"}) {
     MountConfig e;
     Status s = ParseMountOptions(bad, &e);
     EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;

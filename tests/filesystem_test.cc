@@ -195,5 +195,28 @@ TEST_F(FilesystemTest, StatusLineCountsRequests) {
   EXPECT_NE(line.find("cache 0 B of 1.0 MB, 0% hits"), std::string::npos) << line;
 }
 
+// The FUSE layer says which transport serves; the stats file and the status line show it.
+TEST_F(FilesystemTest, StatsShowTheTransport) {
+  EXPECT_EQ(fs_->StatsJson().find("transport"), std::string::npos);
+  fs_->SetTransportStats([] {
+    Filesystem::TransportStats t;
+    t.description = "classic (a \"quoted\" reason)";
+    t.ring_requests = 7;
+    t.classic_requests = 3;
+    t.per_queue_requests = {5, 2};
+    return t;
+  });
+  std::string j = fs_->StatsJson();
+  EXPECT_NE(j.find("\"transport\": {\"serving\": \"classic (a \\\"quoted\\\" reason)\", "
+                   "\"ring_requests\": 7, \"classic_requests\": 3, "
+                   "\"queue_requests\": {\"0\": 5, \"1\": 2}}"),
+            std::string::npos)
+      << j;
+  EXPECT_NE(fs_->StatusLine().find("; transport classic (a \"quoted\" reason)"), std::string::npos)
+      << fs_->StatusLine();
+  fs_->SetTransportStats(nullptr);
+  EXPECT_EQ(fs_->StatsJson().find("transport"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace dsfs

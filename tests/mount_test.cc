@@ -126,13 +126,26 @@ bool WaitUntil(const std::function<bool()>& done, milliseconds timeout) {
   }
 }
 
+// Adds `-o transport=$DSFS_TEST_TRANSPORT` to the arguments of `dsfs mount` (ctest's uring.*
+// run), unless they name a transport themselves.
+void AddTestTransport(std::vector<std::string>* mount_args) {
+  std::string t = testing::TestTransport();
+  if (t.empty()) return;
+  for (const std::string& a : *mount_args) {
+    if (a.find("transport=") != std::string::npos) return;
+  }
+  mount_args->insert(mount_args->end(), {"-o", "transport=" + t});
+}
+
 // Runs the dsfs binary. `pack` writes to the backend under test ($DSFS_TEST_BACKEND; ctest
-// runs this suite once per backend) unless the test names one.
+// runs this suite once per backend) unless the test names one; `mount` uses the transport
+// under test (AddTestTransport).
 CommandResult Dsfs(std::vector<std::string> args, int timeout_s = 120) {
   if (!args.empty() && args[0] == "pack" &&
       std::find(args.begin(), args.end(), "--backend") == args.end()) {
     args.insert(args.begin() + 1, {"--backend", testing::TestBackend()});
   }
+  if (!args.empty() && args[0] == "mount") AddTestTransport(&args);
   args.insert(args.begin(), DsfsBinary());
   return RunCommand(args, timeout_s);
 }
@@ -381,7 +394,20 @@ class MountGuard {
     args.insert(args.end(), extra.begin(), extra.end());
     CommandResult r = Dsfs(args, 60);
     Adopt();
+    if (r.exit_code == 0) ExpectTheTransportUnderTest();
     return r;
+  }
+
+  // In ctest's uring.* run (enable_uring=Y), a mount that was not told otherwise is served
+  // over the ring: the run tests what it says it tests.
+  void ExpectTheTransportUnderTest() {
+    std::ifstream param(kEnableUringPath);
+    std::string on;
+    if (testing::TestTransport() != "uring" || !std::getline(param, on) || on != "Y") return;
+    std::string stats = ReadFile(mp_ + "/.dsfs/stats");
+    if (stats.find("requested with -o transport=") != std::string::npos) return;
+    EXPECT_NE(stats.find("\"serving\": \"uring ("), std::string::npos)
+        << "DSFS_TEST_TRANSPORT=uring but " << mp_ << " is not served over io_uring: " << stats;
   }
 
   // `dsfs mount -f STORE MP` as a direct child writing to `log_path`; succeeds once the mount
@@ -390,6 +416,7 @@ class MountGuard {
                                              const std::string& log_path) {
     // Everything the child needs is prepared before fork: only exec follows it.
     std::vector<std::string> argv = {DsfsBinary(), "mount", "-f", store, mp_};
+    AddTestTransport(&argv);
     std::vector<char*> cargv;
     for (auto& a : argv) cargv.push_back(a.data());
     cargv.push_back(nullptr);
@@ -1508,6 +1535,15 @@ TEST_F(MountErrorsTest, ReadWriteOptionIsAUsageError) {
   ExpectNothingLeft(mp_);
 }
 
+TEST_F(MountErrorsTest, BadTransportIsAUsageError) {
+  MountGuard guard(mp_);
+  CommandResult r = guard.MountBackground(store_, {"-o", "transport=ring"});
+  EXPECT_TRUE(IsOneLineError(r, {"transport must be auto, uring or classic, not 'ring'"}, 2));
+  r = guard.MountBackground(store_, {"-o", "transport"});
+  EXPECT_TRUE(IsOneLineError(r, {"mount option transport"}, 2));
+  ExpectNothingLeft(mp_);
+}
+
 // Empty items of an option list are nothing, as in fstab: "-o ,,," mounts with the defaults.
 TEST_F(MountErrorsTest, EmptyOptionListMountsWithTheDefaults) {
   MountGuard guard(mp_);
@@ -1566,10 +1602,23 @@ TEST(KilledDaemonTest, DeadMountIsReportedClearedAndMountableAgain) {
   guard.Forget(pid);
   EXPECT_TRUE(WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL);
 
-  // Whatever reaches the daemon now fails with ENOTCONN...
+  // Whatever reaches the daemon now fails with ENOTCONN... Over io_uring only once the kernel
+  // has torn the dead daemon's rings down: until then (a few ms) it answers ECONNABORTED, the
+  // error of a stopped ring queue, as dsfs's dead-mount checks know.
   EXPECT_TRUE(IsMounted(mp)) << "the kernel keeps a dead FUSE mount until it is unmounted";
-  errno = 0;
-  DIR* d = ::opendir(mp.c_str());
+  DIR* d = nullptr;
+  auto t0 = Clock::now();
+  WaitUntil(
+      [&] {
+        errno = 0;
+        d = ::opendir(mp.c_str());
+        if (d) return true;
+        return errno != ECONNABORTED;
+      },
+      milliseconds(2000));
+  ::testing::Test::RecordProperty(
+      "econnaborted_ms",
+      static_cast<int>(std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count()));
   EXPECT_EQ(d, nullptr);
   EXPECT_EQ(errno, ENOTCONN) << "opendir: " << ErrnoName(errno);
   if (d) ::closedir(d);
@@ -2635,6 +2684,112 @@ TEST(PushAndStatsTest, ListedFilesAreReadWithoutRequests) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The FUSE transport (-o transport=, fs/uring_transport.h): over io_uring where the kernel's
+// enable_uring parameter allows it, else the classic /dev/fuse loop, said in one log line and
+// in the stats.
+
+// `dsfs stats MP` as "key" -> "value".
+std::map<std::string, std::string> StatsOf(const std::string& mp) {
+  CommandResult r = Dsfs({"stats", mp});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  std::map<std::string, std::string> out;
+  std::istringstream in(r.out);
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    size_t v = line.find_first_not_of(' ', colon + 1);
+    out[line.substr(0, colon)] = v == std::string::npos ? "" : line.substr(v);
+  }
+  return out;
+}
+
+// The log lines of `log` that contain `needle`.
+std::vector<std::string> LogLines(const std::string& log, const std::string& needle) {
+  std::vector<std::string> out;
+  std::istringstream in(ReadFile(log));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find(needle) != std::string::npos) out.push_back(line);
+  }
+  return out;
+}
+
+// Requests that must reach the daemon (negative lookups of new names).
+void SendRequests(const std::string& mp, int n) {
+  for (int i = 0; i < n; ++i) {
+    struct stat st;
+    EXPECT_NE(::stat((mp + "/missing-" + std::to_string(i)).c_str(), &st), 0);
+  }
+}
+
+TEST(TransportTest, UringServesOverTheRingWhenEnabled) {
+  SKIP_UNLESS_CAN_MOUNT();
+  ScopedEnableUring enable(true);
+  if (!enable.exists()) {
+    GTEST_SKIP() << "SKIPPED: this kernel has no FUSE over io_uring (no " << kEnableUringPath
+                 << ")";
+  }
+  SmallStore s;
+  ASSERT_EQ(s.pack.exit_code, 0) << Describe(s.pack);
+  std::string log = s.dir / "uring.log";
+  MountGuard guard(s.mp);
+  CommandResult r =
+      guard.MountBackground(s.store, {"-o", "transport=uring,log_level=info,log_file=" + log});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  std::string data, error;
+  ASSERT_TRUE(ReadAll(s.mp + "/a.txt", &data, &error)) << error;
+  EXPECT_EQ(data, "small store\n");
+  SendRequests(s.mp, 100);
+  std::map<std::string, std::string> st = StatsOf(s.mp);
+  EXPECT_EQ(st["transport.serving"].rfind("uring (", 0), 0u) << st["transport.serving"];
+  EXPECT_GE(std::stol(st["transport.ring_requests"]), 100) << st["transport.ring_requests"];
+  EXPECT_TRUE(st.count("transport.queue_requests.0")) << "per-queue counts are missing";
+  CommandResult j = Dsfs({"stats", "--json", s.mp});
+  EXPECT_NE(j.out.find("\"serving\": \"uring ("), std::string::npos) << j.out;
+  std::vector<std::string> lines = LogLines(log, "FUSE transport:");
+  ASSERT_EQ(lines.size(), 1u) << ReadFile(log);
+  EXPECT_NE(lines[0].find("io_uring"), std::string::npos) << lines[0];
+}
+
+TEST(TransportTest, FallsBackToClassicWhenTheKernelSaysNo) {
+  SKIP_UNLESS_CAN_MOUNT();
+  // N (or no such parameter, which says no as well): new mounts get no ring.
+  ScopedEnableUring disable(false);
+  SmallStore s;
+  ASSERT_EQ(s.pack.exit_code, 0) << Describe(s.pack);
+  struct Case {
+    std::string transport, level, reason;
+  };
+  for (const Case& c :
+       {Case{"auto", "[info]", "enable_uring"}, Case{"uring", "[warning]", "enable_uring"},
+        Case{"classic", "[info]", "transport=classic"}}) {
+    SCOPED_TRACE("transport=" + c.transport);
+    std::string log = s.dir / (c.transport + ".log");
+    MountGuard guard(s.mp);
+    CommandResult r = guard.MountBackground(
+        s.store, {"-o", "transport=" + c.transport + ",log_level=info,log_file=" + log});
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    std::string data, error;
+    ASSERT_TRUE(ReadAll(s.mp + "/a.txt", &data, &error)) << error;
+    EXPECT_EQ(data, "small store\n");
+    SendRequests(s.mp, 20);
+    std::map<std::string, std::string> st = StatsOf(s.mp);
+    const std::string& serving = st["transport.serving"];
+    EXPECT_EQ(serving.rfind("classic (", 0), 0u) << serving;
+    EXPECT_NE(serving.find(c.reason), std::string::npos) << serving;
+    EXPECT_EQ(st["transport.ring_requests"], "0");
+    EXPECT_GE(std::stol(st["transport.classic_requests"]), 20);
+    // One line says which transport serves and why; a fallback from an explicit uring warns.
+    std::vector<std::string> lines = LogLines(log, "FUSE transport:");
+    ASSERT_EQ(lines.size(), 1u) << ReadFile(log);
+    EXPECT_NE(lines[0].find("classic /dev/fuse loop: "), std::string::npos) << lines[0];
+    EXPECT_NE(lines[0].find(c.level), std::string::npos) << lines[0];
+    EXPECT_NE(lines[0].find(c.reason), std::string::npos) << lines[0];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Running as a service: sd_notify readiness, status and stopping; SIGHUP and the log file;
 // repeated errors logged with a count; the mount helper that mount(8) and fstab use.
 
@@ -3060,8 +3215,7 @@ TEST(MountHelperTest, HelperMountsWithFstabOptions) {
   ASSERT_TRUE(ReadAll(s.mp + "/a.txt", &data, &error)) << error;
   EXPECT_EQ(data, "small store\n");
   // The dsfs options took effect.
-  CommandResult st = Dsfs({"stats", s.mp});
-  EXPECT_NE(st.out.find("cache.capacity_bytes:  67108864"), std::string::npos) << st.out;
+  EXPECT_EQ(StatsOf(s.mp)["cache.capacity_bytes"], "67108864");
   // A second mount there is refused; umount(8) unmounts, and the daemon ends.
   r = RunCommand({helper, s.store, s.mp, "-o", "ro"}, 60);
   EXPECT_EQ(r.exit_code, 32) << Describe(r);

@@ -158,6 +158,30 @@ std::string TestBackend() {
   return b && *b ? b : "lmdb";
 }
 
+std::string TestTransport() {
+  const char* t = std::getenv("DSFS_TEST_TRANSPORT");
+  return t ? t : "";
+}
+
+namespace {
+void WriteEnableUring(const std::string& value) {
+  std::ofstream out(kEnableUringPath);
+  out << value << "\n";
+}
+}  // namespace
+
+ScopedEnableUring::ScopedEnableUring(bool on) {
+  std::ifstream in(kEnableUringPath);
+  exists_ = static_cast<bool>(in);
+  if (!exists_) return;
+  std::getline(in, saved_);
+  WriteEnableUring(on ? "Y" : "N");
+}
+
+ScopedEnableUring::~ScopedEnableUring() {
+  if (exists_) WriteEnableUring(saved_);
+}
+
 namespace {
 void ListStore(const Store& store, uint32_t dir, const std::string& prefix,
                std::map<std::string, std::string>* out) {

@@ -64,6 +64,26 @@ Status PackToBackend(const std::string& src, const PackOptions& options, const s
 // The backend the CLI and mount tests pack to: $DSFS_TEST_BACKEND, default "lmdb" (ctest runs
 // those suites once per backend).
 std::string TestBackend();
+// The FUSE transport the mount tests ask for: $DSFS_TEST_TRANSPORT ("auto", "uring",
+// "classic"), "" (dsfs's default) when unset; ctest's uring.* run sets "uring".
+std::string TestTransport();
+
+// The fuse module parameter that lets new mounts use FUSE over io_uring.
+inline constexpr char kEnableUringPath[] = "/sys/module/fuse/parameters/enable_uring";
+// Sets enable_uring (Y or N) for the scope and restores what was there; does nothing on a
+// kernel without it (exists() false). Needs root.
+class ScopedEnableUring {
+ public:
+  explicit ScopedEnableUring(bool on);
+  ~ScopedEnableUring();
+  ScopedEnableUring(const ScopedEnableUring&) = delete;
+  ScopedEnableUring& operator=(const ScopedEnableUring&) = delete;
+  bool exists() const { return exists_; }
+
+ private:
+  bool exists_ = false;
+  std::string saved_;
+};
 
 // Every path of the store (relative, sorted) with what it holds: file contents, "->target"
 // for a symlink, "<dir>" for a directory. Fails the test on any read error.

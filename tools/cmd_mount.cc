@@ -84,6 +84,9 @@ Status ParseMountOptions(const std::string& list, MountConfig* config) {
     if (key == "threads") {
       DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1, 256, &n));
       config->fuse.threads = static_cast<int>(n);
+    } else if (key == "transport") {
+      DSFS_RETURN_IF_ERROR(
+          ParseTransportMode(value, &config->fuse.transport).WithContext("mount option transport"));
     } else if (key == "cache_size") {
       uint64_t bytes;
       DSFS_RETURN_IF_ERROR(ParseSize(value, &bytes).WithContext("mount option cache_size"));

@@ -13,7 +13,8 @@
 namespace dsfs {
 namespace {
 
-// Flattens the stats JSON (objects of numbers, no arrays or strings) into "a.b: value" lines.
+// Flattens the stats JSON (objects of numbers and strings, no arrays) into "a.b: value" lines;
+// a string is shown without its quotes.
 // The file is ours, so anything else means it is not a dsfs stats file.
 bool Flatten(std::string_view json, std::vector<std::pair<std::string, std::string>>* out) {
   std::vector<std::string> path;
@@ -51,9 +52,18 @@ bool Flatten(std::string_view json, std::vector<std::pair<std::string, std::stri
       path.push_back(key);
       continue;
     }
+    std::string value;
+    if (i < json.size() && json[i] == '"') {
+      for (++i; i < json.size() && json[i] != '"'; ++i) {
+        if (json[i] == '\\' && i + 1 < json.size()) ++i;
+        value += json[i];
+      }
+      if (i >= json.size()) return false;
+      ++i;
+    }
     size_t vend = json.find_first_of(",}", i);
     if (vend == std::string_view::npos) return false;
-    std::string value(json.substr(i, vend - i));
+    value += std::string(json.substr(i, vend - i));
     while (!value.empty() && std::isspace(static_cast<unsigned char>(value.back())))
       value.pop_back();
     std::string full;
@@ -75,7 +85,7 @@ Status RunStats(const std::string& mountpoint, bool json, std::ostream& out) {
     MountInfo m;
     struct statfs sfs;
     if (FindMount(mountpoint, &m) && m.fstype == kDsfsFsType &&
-        ::statfs(mountpoint.c_str(), &sfs) != 0 && errno == ENOTCONN) {
+        ::statfs(mountpoint.c_str(), &sfs) != 0 && (errno == ENOTCONN || errno == ECONNABORTED)) {
       const std::string what = " is a dead dsfs mount (its daemon is gone); clear it with: ";
       return Status::NotFound(mountpoint + what + "dsfs umount " + mountpoint);
     }

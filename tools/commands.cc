@@ -65,6 +65,9 @@ constexpr const char* kMountOptionsHelp = R"(Mount options (-o, comma-separated;
   preload[=PATH]        decompress PATH (default: all) into the RAM cache after mounting
   threads=N             FUSE session threads (default 2)
   nice=N                their nice value, so readers' requests are served first (default -10)
+  transport=MODE        auto (default): FUSE over io_uring where the kernel allows it
+                        (enable_uring=Y), else the classic /dev/fuse loop; uring: the same,
+                        warning when it falls back; classic: never io_uring
   timeout=S             kernel entry/attribute cache timeout (default 1000000)
   zero_open=0|1         answer OPEN without a round trip (default 1)
   os_readahead=0|1      let the OS read ahead in the store file (default 0)

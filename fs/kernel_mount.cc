@@ -41,6 +41,8 @@ using std::chrono::milliseconds;
 
 // Absolute path without resolving the last component (which may be a dead mount).
 std::string AbsPath(const std::string& path) {
+  // An empty path has no absolute form (std::filesystem::absolute throws): it names no mount.
+  if (path.empty()) return path;
   std::filesystem::path p = std::filesystem::absolute(path).lexically_normal();
   std::string name = p.filename().string();
   if (name.empty()) p = p.parent_path();

@@ -50,6 +50,8 @@ namespace {
 
 // Absolute path without resolving the last component (which may be a dead FUSE mount).
 std::string AbsolutePath(const std::string& path) {
+  // An empty path has no absolute form (std::filesystem::absolute throws): it names no mount.
+  if (path.empty()) return path;
   std::filesystem::path p = std::filesystem::absolute(path).lexically_normal();
   std::string parent = p.parent_path().string();
   char buf[PATH_MAX];
@@ -322,6 +324,7 @@ Status UnmountNow(const std::string& abs, const std::string& mountpoint, bool la
 }  // namespace
 
 Status Unmount(const std::string& mountpoint, bool lazy) {
+  if (mountpoint.empty()) return Status::InvalidArgument("MOUNTPOINT is empty");
   std::string abs = AbsolutePath(mountpoint);
   // -o kernel: EROFS over a loop device over a private dsfs mount, torn down in that order.
   bool kernel = false;

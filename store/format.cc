@@ -87,6 +87,12 @@ void PutBits(unsigned char* p, uint32_t bit, int width, uint64_t value) {
   }
 }
 
+// mtime - min as an unsigned distance: two mtimes may be more than INT64_MAX apart (an
+// archive may carry any), where the signed difference overflows.
+uint64_t MtimeOffset(int64_t mtime, int64_t min) {
+  return static_cast<uint64_t>(mtime) - static_cast<uint64_t>(min);
+}
+
 }  // namespace
 
 InodeLayout InodeLayout::For(const std::vector<InodeRecord>& records) {
@@ -99,7 +105,7 @@ InodeLayout InodeLayout::For(const std::vector<InodeRecord>& records) {
     max[kData] = std::max(max[kData], r.data);
     max[kNameOff] = std::max(max[kNameOff], r.name_off);
     max[kNameLen] = std::max<uint64_t>(max[kNameLen], r.name_len);
-    max[kMtime] = std::max(max[kMtime], static_cast<uint64_t>(r.mtime_s - l.min_mtime_s_));
+    max[kMtime] = std::max(max[kMtime], MtimeOffset(r.mtime_s, l.min_mtime_s_));
     max[kMtimeNs] = std::max<uint64_t>(max[kMtimeNs], r.mtime_ns);
     max[kParent] = std::max<uint64_t>(max[kParent], r.parent);
     max[kImage] = std::max<uint64_t>(max[kImage], r.image);
@@ -174,7 +180,7 @@ void InodeLayout::Encode(const InodeRecord& r, char* dst) const {
                                r.data,
                                r.name_off,
                                r.name_len,
-                               static_cast<uint64_t>(r.mtime_s - min_mtime_s_),
+                               MtimeOffset(r.mtime_s, min_mtime_s_),
                                r.mtime_ns,
                                mode_index,
                                r.parent,
@@ -209,10 +215,11 @@ Status InodeLayout::Decode(const char* src, InodeRecord* r) const {
   r->name_len = static_cast<uint32_t>(name_len);
   // A damaged offset may not fit: refused rather than overflowed.
   uint64_t mtime_offset = GetBits(buf, offset_[kMtime], bits_[kMtime]);
-  if (mtime_offset > static_cast<uint64_t>(INT64_MAX) ||
-      __builtin_add_overflow(min_mtime_s_, static_cast<int64_t>(mtime_offset), &r->mtime_s)) {
+  // Any offset up to INT64_MAX - min (which exceeds INT64_MAX when min is negative).
+  if (mtime_offset > static_cast<uint64_t>(INT64_MAX) - static_cast<uint64_t>(min_mtime_s_)) {
     return Status::Corruption("inode record out of range");
   }
+  r->mtime_s = static_cast<int64_t>(static_cast<uint64_t>(min_mtime_s_) + mtime_offset);
   r->mtime_ns = static_cast<uint32_t>(ns);
   r->mode = modes_[mode];
   r->parent = static_cast<uint32_t>(parent);

@@ -362,6 +362,31 @@ TEST(StatsCommandTest, NotAMount) {
   EXPECT_NE(r.err.find("is not a dsfs mount"), std::string::npos);
 }
 
+// An empty MOUNTPOINT (a script's unset variable) is one line and exit 1, never an uncaught
+// filesystem_error ("cannot make absolute path") and an abort.
+TEST(StatsCommandTest, EmptyMountpointIsOneLine) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"umount", ""}, {"umount", "--lazy", ""}, {"stats", ""}}) {
+    CliRun r = Dsfs(args);
+    EXPECT_EQ(r.code, 1) << args[0];
+    EXPECT_EQ(Lines(r.err), 1) << r.err;
+  }
+}
+
+// dsfs info's reason for an absent tensor view names a file as dsfs ls does: a name that holds
+// an escape sequence or bytes that are not UTF-8 never reaches the terminal raw.
+TEST(StatsCommandTest, InfoEscapesNamesInTheTensorReason) {
+  TempDir dir;
+  WriteFile(dir / "src/c/t.txt", "x");
+  ASSERT_EQ(::symlink("t.txt", (dir / "src/c/\033[2J\377").c_str()), 0);
+  ASSERT_EQ(Dsfs({"pack", "-q", dir / "src", dir / "s.db"}).code, 0);
+  CliRun r = Dsfs({"info", dir / "s.db"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("absent: c/\\033[2J\\377 is a symbolic link"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\033'), std::string::npos);
+  EXPECT_EQ(r.out.find('\377'), std::string::npos);
+}
+
 TEST(MountOptionsTest, CliRejectsBadOptionsBeforeMounting) {
   TempDir dir;
   CliRun r = Dsfs({"mount", "-o", "nonsense", dir / "s.db", dir.path()});

@@ -91,6 +91,29 @@ TEST(FormatTest, InodeLayoutRoundTripsExtremes) {
   }
 }
 
+// mtimes more than INT64_MAX apart (an archive may carry any): the offset from the smallest
+// needs all 64 bits, and every record still decodes (a tar with -2^62 and 2^62 made a store
+// whose root could not be listed: "inode record out of range").
+TEST(FormatTest, InodeLayoutRoundTripsMtimesFarApart) {
+  std::vector<InodeRecord> recs;
+  recs.push_back({0, 0, 0, 1, 0, 040755, 0, 1, 0, 0, 0, 0});
+  recs.push_back({0, 0, 0, INT64_MIN, 0, 0100644, 0, 1, 0, 0, 0, 0});
+  recs.push_back({0, 0, 0, INT64_MAX, 999999999, 0100644, 0, 1, 0, 0, 0, 0});
+  recs.push_back({0, 0, 0, -(1ll << 62), 0, 0100644, 0, 1, 0, 0, 0, 0});
+  recs.push_back({0, 0, 0, 1ll << 62, 0, 0100644, 0, 1, 0, 0, 0, 0});
+  InodeLayout layout = InodeLayout::For(recs);
+  InodeLayout parsed;
+  ASSERT_TRUE(InodeLayout::Parse(layout.Serialize(), kFormatVersion, &parsed).ok());
+  std::string buf(parsed.record_bytes(), '\0');
+  for (const auto& r : recs) {
+    layout.Encode(r, buf.data());
+    InodeRecord d;
+    ASSERT_TRUE(parsed.Decode(buf.data(), &d).ok()) << r.mtime_s;
+    EXPECT_EQ(d.mtime_s, r.mtime_s);
+    EXPECT_EQ(d.mtime_ns, r.mtime_ns);
+  }
+}
+
 TEST(FormatTest, InodeLayoutIsNarrowForSmallTrees) {
   std::vector<InodeRecord> recs;
   for (uint32_t i = 0; i < 1000; ++i) {

@@ -48,8 +48,10 @@ std::string TimeString(int64_t t) {
 
 // `name` as `ls -b` shows it, on a terminal or not: control characters (C0, DEL, C1), bytes
 // that are not UTF-8 and the backslash escaped as \ooo (backslash: \\), so that no name can
-// break a line of the listing or send the terminal an escape sequence.
-std::string PrintableName(std::string_view name) {
+// break a line of the listing or send the terminal an escape sequence. With
+// `escape_backslash` false, for text that already holds escapes (a tensor view's reason, whose
+// newlines are \n), the backslash is left as it is.
+std::string PrintableName(std::string_view name, bool escape_backslash = true) {
   std::string out;
   out.reserve(name.size());
   auto escape = [&](std::string_view bytes) {
@@ -65,7 +67,7 @@ std::string PrintableName(std::string_view name) {
     if (n == 0) {
       escape(name.substr(0, 1));
       n = 1;
-    } else if (cp == '\\') {
+    } else if (cp == '\\' && escape_backslash) {
       out += "\\\\";
     } else if (cp < 0x20 || (cp >= 0x7f && cp < 0xa0)) {
       escape(name.substr(0, n));
@@ -275,7 +277,7 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
         << t.height << " in " << t.classes.size() << " classes, files mode "
         << ModeText(t.access.bits()) << "\n";
   } else {
-    out << "tensor view:  " << path << ": absent: " << t.why << "\n";
+    out << "tensor view:  " << path << ": absent: " << PrintableName(t.why, false) << "\n";
   }
   return Status::OK();
 }

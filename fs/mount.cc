@@ -114,19 +114,16 @@ Status Serve(const MountConfig& config, const std::function<void()>& on_mounted)
   return ServeFuse(&fs, config.mountpoint, fo, on_mounted);
 }
 
-}  // namespace
-
-bool FindMount(const std::string& path, MountInfo* info) {
-  std::string abs = AbsolutePath(path);
+// Calls fn(mountpoint, info) for each line of /proc/self/mountinfo, in order (later lines are
+// mounted later).
+template <typename F>
+void ForEachMount(F&& fn) {
   std::ifstream in("/proc/self/mountinfo");
   std::string line;
-  bool found = false;
-  // Later lines are mounted later: the last match is the topmost mount, the one umount2 acts
-  // on.
   while (std::getline(in, line)) {
     std::istringstream ls(line);
     std::string id, parent, dev, root, mp, field;
-    if (!(ls >> id >> parent >> dev >> root >> mp) || UnescapeMountinfo(mp) != abs) continue;
+    if (!(ls >> id >> parent >> dev >> root >> mp)) continue;
     while (ls >> field && field != "-") {
     }
     MountInfo m;
@@ -135,9 +132,21 @@ bool FindMount(const std::string& path, MountInfo* info) {
     size_t colon = dev.find(':');
     if (colon != std::string::npos)
       m.dev_minor = std::strtoul(dev.c_str() + colon + 1, nullptr, 10);
-    *info = std::move(m);
-    found = true;
+    fn(UnescapeMountinfo(mp), m);
   }
+}
+
+}  // namespace
+
+bool FindMount(const std::string& path, MountInfo* info) {
+  std::string abs = AbsolutePath(path);
+  bool found = false;
+  // The last match is the topmost mount, the one umount2 acts on.
+  ForEachMount([&](const std::string& mp, const MountInfo& m) {
+    if (mp != abs) return;
+    *info = m;
+    found = true;
+  });
   return found;
 }
 
@@ -277,8 +286,10 @@ std::vector<int> DaemonPidfds(unsigned connection) {
   return pidfds;
 }
 
-// Waits up to `timeout_ms` in all for every process of `pidfds` to exit; closes them.
-void WaitForExit(const std::vector<int>& pidfds, int timeout_ms) {
+// Waits up to `timeout_ms` in all for every process of `pidfds` to exit; closes them. False if
+// one still runs.
+bool WaitForExit(const std::vector<int>& pidfds, int timeout_ms) {
+  bool all = true;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (int pidfd : pidfds) {
     struct pollfd p = {pidfd, POLLIN, 0};
@@ -290,8 +301,21 @@ void WaitForExit(const std::vector<int>& pidfds, int timeout_ms) {
       if (rc < 0 && errno == EINTR) continue;
       break;
     }
+    struct pollfd now = {pidfd, POLLIN, 0};
+    if (::poll(&now, 1, 0) != 1) all = false;
     ::close(pidfd);
   }
+  return all;
+}
+
+// True if FUSE connection `connection` is still mounted somewhere in this namespace (a bind
+// mount of the one just unmounted): its daemon goes on serving it.
+bool ConnectionMounted(unsigned connection) {
+  bool mounted = false;
+  ForEachMount([&](const std::string&, const MountInfo& m) {
+    if (m.fstype == kDsfsFsType && m.dev_minor == connection) mounted = true;
+  });
+  return mounted;
 }
 
 Status UnmountNow(const std::string& abs, const std::string& mountpoint, bool lazy) {
@@ -343,8 +367,16 @@ Status Unmount(const std::string& mountpoint, bool lazy) {
   std::vector<int> daemons = lazy ? std::vector<int>() : DaemonPidfds(m.dev_minor);
   Status s = UnmountNow(abs, mountpoint, lazy);
   // The daemon exits once the kernel ends its connection; until then it holds the store open
-  // and unmounting the filesystem that holds the store would fail "busy".
-  WaitForExit(daemons, s.ok() ? kDaemonExitWaitMs : 0);
+  // and unmounting the filesystem that holds the store would fail "busy". A connection still
+  // mounted elsewhere (a bind mount) keeps it serving: nothing to wait for.
+  int wait_ms = s.ok() && !ConnectionMounted(m.dev_minor) ? kDaemonExitWaitMs : 0;
+  if (!WaitForExit(daemons, wait_ms) && s.ok()) {
+    Log()->warn(
+        "{}: unmounted, but its daemon still runs (the same mount is still mounted "
+        "elsewhere, in another mount namespace, or the daemon is stopped): the store "
+        "stays open until it exits",
+        mountpoint);
+  }
   return s;
 }
 

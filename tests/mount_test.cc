@@ -1807,6 +1807,29 @@ TEST(UmountTest, UmountReturnsOnceTheDaemonHasExited) {
   EXPECT_EQ(r.exit_code, 0) << "the store's filesystem is still busy: " << Describe(r);
 }
 
+// A bind mount of a dsfs mount shares its connection: unmounting one leaves the daemon serving
+// the other, so `dsfs umount` does not wait for it (it waited 10 s) and says the store stays open.
+TEST(UmountTest, UmountOfABindMountSaysTheDaemonStillServes) {
+  SKIP_UNLESS_ROOT();
+  SmallStore s;
+  ASSERT_EQ(s.pack.exit_code, 0) << Describe(s.pack);
+  MountGuard guard(s.mp);
+  CommandResult r = guard.MountBackground(s.store);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  std::string bind = s.dir / "bind";
+  MakeDir(bind);
+  r = RunCommand({"mount", "--bind", s.mp, bind});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  auto t0 = std::chrono::steady_clock::now();
+  r = Dsfs({"umount", bind});
+  auto waited = std::chrono::steady_clock::now() - t0;
+  if (IsMounted(bind)) RunCommand({"umount", "-l", bind});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.err.find("daemon still runs"), std::string::npos) << Describe(r);
+  EXPECT_LT(waited, std::chrono::seconds(8)) << "waited for a daemon that serves another mount";
+  EXPECT_EQ(ReadFile(s.mp + "/a.txt"), ReadFile(s.src + "/a.txt"));
+}
+
 TEST(UmountTest, BusyMountNeedsLazy) {
   SKIP_UNLESS_CAN_MOUNT();
   SmallStore s;

@@ -1,5 +1,7 @@
 #include "common/path.h"
 
+#include <cstdio>
+
 namespace dsfs {
 
 std::vector<std::string_view> SplitList(std::string_view list, char sep) {
@@ -44,6 +46,34 @@ size_t Utf8CodePoint(std::string_view s, char32_t* cp) {
     return 4;
   }
   return 0;
+}
+
+std::string PrintableName(std::string_view name, bool escape_backslash) {
+  std::string out;
+  out.reserve(name.size());
+  auto escape = [&](std::string_view bytes) {
+    for (unsigned char c : bytes) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\%03o", c);
+      out += buf;
+    }
+  };
+  while (!name.empty()) {
+    char32_t cp = 0;
+    size_t n = Utf8CodePoint(name, &cp);
+    if (n == 0) {
+      escape(name.substr(0, 1));
+      n = 1;
+    } else if (cp == '\\' && escape_backslash) {
+      out += "\\\\";
+    } else if (cp < 0x20 || (cp >= 0x7f && cp < 0xa0)) {
+      escape(name.substr(0, n));
+    } else {
+      out.append(name.substr(0, n));
+    }
+    name.remove_prefix(n);
+  }
+  return out;
 }
 
 }  // namespace dsfs

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -16,5 +17,12 @@ std::vector<std::string_view> SplitList(std::string_view list, char sep);
 // forms, no surrogates, nothing past U+10FFFF): the bytes it takes, or 0 if `s` does not start
 // with one.
 size_t Utf8CodePoint(std::string_view s, char32_t* cp);
+
+// `name` as `ls -b` shows it, on a terminal or not: control characters (C0, DEL, C1), bytes
+// that are not UTF-8 and the backslash escaped as \ooo (backslash: \\), so that no name can
+// break a line of the listing or send the terminal an escape sequence. With
+// `escape_backslash` false, for text that already holds escapes (a tensor view's reason, whose
+// newlines are \n), the backslash is left as it is.
+std::string PrintableName(std::string_view name, bool escape_backslash = true);
 
 }  // namespace dsfs

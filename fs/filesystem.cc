@@ -8,6 +8,7 @@
 #include <ctime>
 
 #include "common/log.h"
+#include "common/path.h"
 #include "common/units.h"
 #include "image/image.h"
 
@@ -541,7 +542,8 @@ void Filesystem::NoteServedAsIs(uint32_t ino) const {
     std::lock_guard lock(mu_);
     if (!logged_as_is_.insert(ino).second) return;
   }
-  Log()->info("{}: an image the views cannot reproduce exactly: served as it is", PathOf(ino));
+  Log()->info("{}: an image the views cannot reproduce exactly: served as it is",
+              PrintableName(PathOf(ino)));
 }
 
 void Filesystem::NoteTooLargeToRender(uint32_t ino, const InodeRecord& rec) const {
@@ -550,7 +552,7 @@ void Filesystem::NoteTooLargeToRender(uint32_t ino, const InodeRecord& rec) cons
       "{} ({}x{}) and every image whose decoded pixels exceed {} (what the RAM cache holds per "
       "entry, a 16th of -o cache_size) are served as their original bytes in the bmp and npy "
       "views and have no tensor view; raise cache_size to decode them",
-      PathOf(ino), rec.width, rec.height, FormatBytes(options_.max_render_bytes));
+      PrintableName(PathOf(ino)), rec.width, rec.height, FormatBytes(options_.max_render_bytes));
 }
 
 Status Filesystem::ReadLink(uint64_t fuse_ino, std::string_view* target) const {

@@ -46,39 +46,6 @@ std::string TimeString(int64_t t) {
   return buf;
 }
 
-// `name` as `ls -b` shows it, on a terminal or not: control characters (C0, DEL, C1), bytes
-// that are not UTF-8 and the backslash escaped as \ooo (backslash: \\), so that no name can
-// break a line of the listing or send the terminal an escape sequence. With
-// `escape_backslash` false, for text that already holds escapes (a tensor view's reason, whose
-// newlines are \n), the backslash is left as it is.
-std::string PrintableName(std::string_view name, bool escape_backslash = true) {
-  std::string out;
-  out.reserve(name.size());
-  auto escape = [&](std::string_view bytes) {
-    for (unsigned char c : bytes) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\%03o", c);
-      out += buf;
-    }
-  };
-  while (!name.empty()) {
-    char32_t cp = 0;
-    size_t n = Utf8CodePoint(name, &cp);
-    if (n == 0) {
-      escape(name.substr(0, 1));
-      n = 1;
-    } else if (cp == '\\' && escape_backslash) {
-      out += "\\\\";
-    } else if (cp < 0x20 || (cp >= 0x7f && cp < 0xa0)) {
-      escape(name.substr(0, n));
-    } else {
-      out.append(name.substr(0, n));
-    }
-    name.remove_prefix(n);
-  }
-  return out;
-}
-
 std::string JsonString(std::string_view s) {
   std::string out = "\"";
   for (unsigned char c : s) {

@@ -325,6 +325,9 @@ Status UnmountNow(const std::string& abs, const std::string& mountpoint, bool la
     // Not root: the setuid helper may unmount FUSE mounts of this user.
     pid_t pid = ::fork();
     if (pid == 0) {
+      // Its own complaint would make a second line: the error below says it.
+      int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+      if (null >= 0) ::dup2(null, STDERR_FILENO);
       if (lazy) {
         ::execlp("fusermount3", "fusermount3", "-u", "-z", abs.c_str(), nullptr);
       } else {

@@ -522,6 +522,10 @@ TEST_F(KernelMountTest, KilledDaemonThenUmountCleansUpAndMountsAgain) {
   ASSERT_EQ(::kill(km.pid(), SIGKILL), 0);
   km.WaitDaemon();
   EXPECT_EQ(FsType(mp_), "erofs") << "EROFS stays until dsfs umount";
+  r = Dsfs({"stats", mp_});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("daemon is gone"), std::string::npos) << Describe(r);
+  EXPECT_NE(r.err.find("dsfs umount"), std::string::npos) << Describe(r);
   r = Dsfs({"umount", mp_});
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_TRUE(LayersGone(mp_, km.prefix()));

@@ -1830,6 +1830,21 @@ TEST(UmountTest, UmountOfABindMountSaysTheDaemonStillServes) {
   EXPECT_EQ(ReadFile(s.mp + "/a.txt"), ReadFile(s.src + "/a.txt"));
 }
 
+// Another user may not unmount root's mount: one line (fusermount3's own complaint made two).
+TEST(UmountTest, OtherUsersUmountOfRootsMountIsOneLine) {
+  SKIP_UNLESS_ROOT();
+  SmallStore s;
+  ASSERT_EQ(s.pack.exit_code, 0) << Describe(s.pack);
+  ASSERT_EQ(::chmod(s.dir.path().c_str(), 0755), 0);
+  MountGuard guard(s.mp);
+  CommandResult r = guard.MountBackground(s.store);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  r = RunCommand({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", DsfsBinary(),
+                  "umount", s.mp});
+  EXPECT_TRUE(IsOneLineError(r, {"cannot unmount"}));
+  EXPECT_TRUE(IsMounted(s.mp));
+}
+
 TEST(UmountTest, BusyMountNeedsLazy) {
   SKIP_UNLESS_CAN_MOUNT();
   SmallStore s;

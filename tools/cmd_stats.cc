@@ -78,8 +78,12 @@ bool Flatten(std::string_view json, std::vector<std::pair<std::string, std::stri
 
 Status RunStats(const std::string& mountpoint, bool json, std::ostream& out) {
   std::string path = mountpoint + "/.dsfs/stats";
-  KernelStatsPath(mountpoint, &path);  // -o kernel: the image mount's stats file
+  const bool kernel = KernelStatsPath(mountpoint, &path);  // -o kernel: the image mount's
   std::ifstream f(path);
+  if (!f && kernel) {
+    return Status::NotFound(mountpoint + " is a -o kernel mount whose daemon is gone (no " + path +
+                            "); clear it with: dsfs umount " + mountpoint);
+  }
   if (!f) {
     // statfs is never answered from a cache: it tells a dead daemon (fs/mount.cc).
     MountInfo m;

@@ -2061,18 +2061,6 @@ uint64_t ProcStatusKb(pid_t pid, const std::string& key) {
   return 0;
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
-
 struct StressData {
   std::vector<std::pair<std::string, std::string>> files;  // path below the mount, contents
   std::vector<std::string> images;                         // image paths below the mount

@@ -65,23 +65,6 @@ constexpr long kFuseSuperMagic = 0x65735546;
 // ---------------------------------------------------------------------------------------------
 // Environment and small helpers
 
-// Why real mounts cannot run here, or "" if they can.
-std::string CannotMountReason() {
-  if (::geteuid() != 0) return "not running as root (mounting needs root)";
-  int fd = ::open("/dev/fuse", O_RDWR | O_CLOEXEC);
-  if (fd < 0) return std::string("/dev/fuse is not usable: ") + std::strerror(errno);
-  ::close(fd);
-  return "";
-}
-
-#define SKIP_UNLESS_CAN_MOUNT()                                               \
-  do {                                                                        \
-    std::string why_not = CannotMountReason();                                \
-    if (!why_not.empty()) {                                                   \
-      GTEST_SKIP() << "SKIPPED: real-mount test not run because " << why_not; \
-    }                                                                         \
-  } while (0)
-
 #define SKIP_UNLESS_ROOT()                                                               \
   do {                                                                                   \
     if (::geteuid() != 0) {                                                              \

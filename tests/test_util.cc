@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -117,6 +119,14 @@ CommandResult RunCommand(const std::vector<std::string>& argv, int timeout_s) {
   ::waitpid(pid, &status, 0);
   if (!killed && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
   return r;
+}
+
+std::string CannotMountReason() {
+  if (::geteuid() != 0) return "not running as root (mounting needs root)";
+  int fd = ::open("/dev/fuse", O_RDWR | O_CLOEXEC);
+  if (fd < 0) return std::string("/dev/fuse is not usable: ") + std::strerror(errno);
+  ::close(fd);
+  return "";
 }
 
 std::string DsfsBinary() { return DSFS_BINARY; }

@@ -60,6 +60,9 @@ struct CommandResult {
 // `timeout_s` seconds.
 CommandResult RunCommand(const std::vector<std::string>& argv, int timeout_s = 120);
 
+// Why real mounts cannot run here (not root, no usable /dev/fuse), or "" if they can.
+std::string CannotMountReason();
+
 // Path of the built dsfs executable.
 std::string DsfsBinary();
 
@@ -106,3 +109,12 @@ std::map<std::string, std::string> StoreListing(const Store& store);
 std::map<std::string, std::string> TreeListing(const std::string& dir);
 
 }  // namespace dsfs::testing
+
+// Skips a real-mount test, saying why, where CannotMountReason() is not empty.
+#define SKIP_UNLESS_CAN_MOUNT()                                               \
+  do {                                                                        \
+    std::string why_not = ::dsfs::testing::CannotMountReason();               \
+    if (!why_not.empty()) {                                                   \
+      GTEST_SKIP() << "SKIPPED: real-mount test not run because " << why_not; \
+    }                                                                         \
+  } while (0)

@@ -252,22 +252,6 @@ class TestFs {
 // ---------------------------------------------------------------------------------------------
 // Environment
 
-std::string CannotMountReason() {
-  if (::geteuid() != 0) return "not running as root (mounting needs root)";
-  int fd = ::open("/dev/fuse", O_RDWR | O_CLOEXEC);
-  if (fd < 0) return std::string("/dev/fuse is not usable: ") + std::strerror(errno);
-  ::close(fd);
-  return "";
-}
-
-#define SKIP_UNLESS_CAN_MOUNT()                                               \
-  do {                                                                        \
-    std::string why_not = CannotMountReason();                                \
-    if (!why_not.empty()) {                                                   \
-      GTEST_SKIP() << "SKIPPED: real-mount test not run because " << why_not; \
-    }                                                                         \
-  } while (0)
-
 // Sets /sys/module/fuse/parameters/enable_uring for the scope and restores what was there.
 class EnableUring {
  public:

@@ -14,6 +14,7 @@ PKGS=(
   libgtest-dev libgmock-dev
   libxxhash-dev
   libcli11-dev
+  nlohmann-json3-dev
   libturbojpeg0-dev libpng-dev zlib1g-dev
   libarchive-dev
   libsystemd-dev systemd

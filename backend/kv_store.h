@@ -105,6 +105,15 @@ struct KvWriterOptions {
   // Whether the file or directory at a path is a store that `overwrite` may replace (dsfs's
   // own check: its header). Empty: any store of a known backend (LMDB file, RocksDB directory).
   std::function<bool(const std::string& path)> is_store;
+  // How a RocksDB store lays out its tables (LMDB has no such choice). dsfs always writes the
+  // defaults, chosen by bench/rocksdb_options_bench.py (results in
+  // bench/results/rocksdb-options-*.md); only that benchmark's own pack tool
+  // (bench/tuned_pack.cc) writes others. Any layout is a valid store, read like any other.
+  struct RocksdbLayout {
+    uint32_t block_bytes = 4096;  // SST block size: small payload records share blocks
+    uint32_t bloom_bits = 0;      // bloom filter bits per key; 0: none (dsfs reads by Seek)
+    bool zstd_blocks = false;     // RocksDB block compression (records are zstd'd already)
+  } rocksdb;
 };
 
 // What is at a new store's destination, as checked before writing (st_ino 0: nothing).
@@ -133,11 +142,6 @@ Status CheckReplaceable(const std::string& path, const KvWriterOptions& options,
 // longer what CheckReplaceable found there, or an empty directory found there is no longer
 // empty (files put in it while the store was written are never removed).
 Status MoveStoreIntoPlace(const std::string& tmp, const StoreDestination& dest);
-
-// Creates a writer for an LMDB store at `path` (one file). What may be at `path` already: see
-// CheckReplaceable.
-Status NewLmdbWriter(const std::string& path, const KvWriterOptions& options,
-                     std::unique_ptr<KvWriter>* writer);
 
 inline constexpr std::string_view kDefaultBackend = "lmdb";
 // Creates a writer for a new store of `backend` ("lmdb" or "rocksdb") at `path`.

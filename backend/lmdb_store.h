@@ -14,6 +14,11 @@ namespace dsfs {
 Status OpenLmdbReader(const std::string& path, const KvReaderOptions& options,
                       std::unique_ptr<KvReader>* reader);
 
+// Creates a writer for an LMDB store at `path` (one file). What may be at `path` already: see
+// CheckReplaceable.
+Status NewLmdbWriter(const std::string& path, const KvWriterOptions& options,
+                     std::unique_ptr<KvWriter>* writer);
+
 // An updater for the LMDB store at `path` (see NewKvUpdater): the new version is written to a
 // copy of the store, renamed over it at Commit.
 Status NewLmdbUpdater(const std::string& path, std::unique_ptr<KvWriter>* writer);

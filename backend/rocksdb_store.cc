@@ -1,7 +1,6 @@
 #include "backend/rocksdb_store.h"
 
 #include <fcntl.h>
-#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/filter_policy.h>
@@ -71,62 +70,19 @@ Status FromRocks(const rocksdb::Status& s, const std::string& path, std::string_
 //    few point lookups (the metadata keys, once at open) always hit.
 //  - No block cache, memory-mapped reads: the page cache is the block cache, and dsfs keeps
 //    decompressed records in its own cache (a block cache would hold a third copy).
-// DSFS_ROCKSDB_TUNING="block_size=N,bloom_bits=N,compression=zstd|none,block_cache=BYTES"
-// overrides them, for that benchmark only (block_cache > 0 reads through a block cache of that
-// size instead of the memory map). Not a user option: stores written with it are valid stores.
-struct Tuning {
-  size_t block_size = 4096;
-  int bloom_bits = 0;
-  bool zstd = false;
-  size_t block_cache = 0;
-};
-
-const Tuning& GetTuning() {
-  static const Tuning tuning = [] {
-    Tuning t;
-    const char* env = std::getenv("DSFS_ROCKSDB_TUNING");
-    if (!env) return t;
-    for (std::string_view view : SplitList(env, ',')) {
-      std::string item(view);
-      size_t eq = item.find('=');
-      std::string key = item.substr(0, eq),
-                  value = eq == std::string::npos ? "" : item.substr(eq + 1);
-      char* rest = nullptr;
-      unsigned long long n = std::strtoull(value.c_str(), &rest, 10);
-      bool number = !value.empty() && rest && *rest == '\0';
-      if (key == "block_size" && number && n >= 512) {
-        t.block_size = n;
-      } else if (key == "bloom_bits" && number && n <= 64) {
-        t.bloom_bits = static_cast<int>(n);
-      } else if (key == "compression" && (value == "zstd" || value == "none")) {
-        t.zstd = value == "zstd";
-      } else if (key == "block_cache" && number) {
-        t.block_cache = n;
-      } else {
-        Log()->warn("DSFS_ROCKSDB_TUNING: ignoring '{}'", item);
-      }
-    }
-    return t;
-  }();
-  return tuning;
-}
-
-rocksdb::Options TableOptions() {
-  const Tuning& tuning = GetTuning();
+// KvWriterOptions::RocksdbLayout overrides the first three for the writer, for that
+// benchmark only: the reader finds a store's block size, filter and compression in its files.
+rocksdb::Options TableOptions(const KvWriterOptions::RocksdbLayout& layout = {}) {
   rocksdb::Options o;
   rocksdb::BlockBasedTableOptions t;
-  t.block_size = tuning.block_size;
-  if (tuning.block_cache > 0) {
-    t.block_cache = rocksdb::NewLRUCache(tuning.block_cache);
-  } else {
-    t.no_block_cache = true;
-  }
+  t.block_size = layout.block_bytes;
+  t.no_block_cache = true;
   t.cache_index_and_filter_blocks = false;
-  if (tuning.bloom_bits > 0) {
-    t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(tuning.bloom_bits));
+  if (layout.bloom_bits > 0) {
+    t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(static_cast<int>(layout.bloom_bits)));
   }
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
-  o.compression = tuning.zstd ? rocksdb::kZSTD : rocksdb::kNoCompression;
+  o.compression = layout.zstd_blocks ? rocksdb::kZSTD : rocksdb::kNoCompression;
   o.bottommost_compression = o.compression;
   o.info_log = std::make_shared<NullLogger>();
   // Nothing but dsfs writes these databases, and only by ingestion: no compaction ever runs,
@@ -152,7 +108,7 @@ class RocksdbReader final : public KvReader {
     // damaged block must be refused before RocksDB parses it: it asserts (aborts the daemon)
     // on malformed block entries (found by tests/corruption_test.cc).
     ro_.verify_checksums = true;
-    ro_.fill_cache = GetTuning().block_cache > 0;
+    ro_.fill_cache = false;  // no block cache: see TableOptions
   }
   ~RocksdbReader() override {
     {
@@ -304,13 +260,15 @@ class RocksdbWriter final : public KvWriter {
  public:
   // `db_dir`: the directory the database is built in. Fresh store: `dest.path`.tmp-PID,
   // moved to `dest.path` at commit. Update: the store itself, already open in `db`.
-  RocksdbWriter(StoreDestination dest, std::string db_dir, rocksdb::DB* db)
+  RocksdbWriter(StoreDestination dest, std::string db_dir, rocksdb::DB* db,
+                const KvWriterOptions::RocksdbLayout& layout = {})
       : dest_(std::move(dest)),
         final_(dest_.path),
         dir_(std::move(db_dir)),
         staging_(dir_ + "/dsfs-staging-" + std::to_string(::getpid())),
         update_(db != nullptr),
-        db_(db) {}
+        db_(db),
+        options_(TableOptions(layout)) {}
   ~RocksdbWriter() override {
     streams_.clear();
     CloseDb();
@@ -432,7 +390,7 @@ class RocksdbWriter final : public KvWriter {
   std::string final_, dir_, staging_;
   bool update_;
   rocksdb::DB* db_ = nullptr;
-  rocksdb::Options options_ = TableOptions();
+  rocksdb::Options options_;
   std::map<unsigned char, Stream> streams_;
   std::map<std::string, std::string> held_;
   bool failed_ = false, committed_ = false;
@@ -468,7 +426,7 @@ Status OpenRocksdbReader(const std::string& path, const KvReaderOptions& options
   if (!LooksLikeRocksdb(path)) return Status::InvalidArgument(path + ": not a dsfs store");
   rocksdb::Options o = TableOptions();
   // Memory-mapped reads, like LMDB: uncompressed blocks are used in place (see TableOptions).
-  o.allow_mmap_reads = GetTuning().block_cache == 0;
+  o.allow_mmap_reads = true;
   o.advise_random_on_open = options.random_access;
   o.max_open_files = -1;  // every file opened (and held) at open: see the header
   o.skip_stats_update_on_db_open = true;
@@ -495,7 +453,7 @@ Status NewRocksdbWriter(const std::string& path, const KvWriterOptions& options,
   std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   std::error_code ec;
   fs::remove_all(tmp, ec);
-  auto w = std::make_unique<RocksdbWriter>(std::move(dest), tmp, nullptr);
+  auto w = std::make_unique<RocksdbWriter>(std::move(dest), tmp, nullptr, options.rocksdb);
   DSFS_RETURN_IF_ERROR(w->Prepare());
   *writer = std::move(w);
   return Status::OK();

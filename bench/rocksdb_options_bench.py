@@ -2,18 +2,23 @@
 """RocksDB store settings measured side by side (issue 5: "settings chosen by measurement").
 
   /usr/bin/python3 bench/rocksdb_options_bench.py [--dsfs BUILD/dsfs]
-      [--readbench BUILD/bench/dsfs-readbench] [--work /var/tmp/dsfs-bench] [--dataset photo32]
+      [--tuned-pack BUILD/bench/dsfs-tuned-pack] [--readbench BUILD/bench/dsfs-readbench]
+      [--work /var/tmp/dsfs-bench] [--dataset photo32]
       [--rounds 3]
 
-For each setting (DSFS_ROCKSDB_TUNING, see backend/rocksdb_store.cc; the first row is dsfs's
-default): `dsfs pack --backend rocksdb` of the core benchmark's tree (time, store size), then
-shuffled open+read+close of every file with dsfs-readbench:
+For each table layout (KvWriterOptions::RocksdbLayout, see backend/kv_store.h; the first row is
+dsfs's default): `dsfs-tuned-pack` of the core benchmark's tree into a RocksDB store (time,
+store size; with the default layout it writes what `dsfs pack --backend rocksdb` writes), then
+shuffled open+read+close of every file, mounted by the shipped dsfs, with dsfs-readbench:
   - cold: after drop_caches and a fresh mount (4 threads, then 1 thread after another drop);
   - store warm: a fresh mount with the store's pages still in the page cache, so every read
     reaches the daemon and the backend's own read path (memory map, block cache, block
     decompression) is what differs (1 thread);
 and the daemon's RSS after the cold 4-thread pass. The settings take turns, ROUNDS times, and
 the table shows each figure's median over the rounds (a drift of the machine hits all alike).
+(Reading through a RocksDB block cache instead of the memory map, a reader setting, was
+measured until 2026-12 with a knob since removed from dsfs: bench/results/rocksdb-options-*.md
+before that date.)
 Writes bench/results/rocksdb-options-<date>.md
 and .jsonl. Mounts only under WORK/mnt.
 """
@@ -37,13 +42,13 @@ SETTINGS = [
     ("64 KiB blocks", "block_size=65536"),
     ("bloom filter, 10 bits/key", "bloom_bits=10"),
     ("RocksDB zstd block compression", "compression=zstd"),
-    ("256 MiB block cache instead of mmap reads", "block_cache=268435456"),
 ]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dsfs", default=os.path.join(REPO, "build", "dsfs"))
+    ap.add_argument("--tuned-pack", default=os.path.join(REPO, "build", "bench", "dsfs-tuned-pack"))
     ap.add_argument("--readbench", default=os.path.join(REPO, "build", "bench", "dsfs-readbench"))
     ap.add_argument("--work", default=os.environ.get("BENCH_WORK", "/var/tmp/dsfs-bench"))
     ap.add_argument("--dataset", default="photo32")
@@ -65,11 +70,10 @@ def main():
     with open(out + ".jsonl", "w") as jsonl:
         for rnd in range(1, a.rounds + 1):
             for label, tuning in SETTINGS:
-                os.environ["DSFS_ROCKSDB_TUNING"] = tuning
                 shutil.rmtree(store, ignore_errors=True)
                 drop_caches()
                 t0 = time.perf_counter()
-                r = sh([dsfs, "pack", "-q", "--backend", "rocksdb", src, store])
+                r = sh([os.path.abspath(a.tuned_pack), src, store] + ([tuning] if tuning else []))
                 if r.returncode != 0:
                     raise SystemExit(f"pack ({tuning}): {r.stderr.strip()[-300:]}")
                 row = {"round": rnd, "label": label, "tuning": tuning,
@@ -88,7 +92,6 @@ def main():
                 jsonl.write(json.dumps(row) + "\n")
                 jsonl.flush()
                 print(f"[{time.strftime('%H:%M:%S')}] {row}", flush=True)
-    os.environ.pop("DSFS_ROCKSDB_TUNING", None)
     shutil.rmtree(store, ignore_errors=True)
     rows = []
     for label, tuning in SETTINGS:

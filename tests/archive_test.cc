@@ -20,7 +20,7 @@
 #include <sstream>
 #include <thread>
 
-#include "backend/mem_store.h"
+#include "tests/fakes/mem_store.h"
 #include "store/format.h"
 #include "store/packer.h"
 #include "store/store.h"

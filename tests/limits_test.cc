@@ -197,7 +197,7 @@ TEST_F(LimitsTest, VeryDeepTreeIsRefusedByTheWalkAndTheTensorView) {
   // The same store as a file, through dsfs verify and ls -R.
   const std::string path = dir_ / "deep.db";
   std::unique_ptr<KvWriter> w;
-  ASSERT_TRUE(NewLmdbWriter(path, {}, &w).ok());
+  ASSERT_TRUE(NewKvWriter(path, "lmdb", {}, &w).ok());
   for (const auto& [k, v] : table_->data) ASSERT_TRUE(w->Put(k, v).ok());
   ASSERT_TRUE(w->Commit().ok());
   std::ostringstream out;

@@ -10,7 +10,7 @@
 #include <map>
 #include <thread>
 
-#include "backend/lmdb_store.h"
+#include "backend/kv_store.h"
 #include "tests/test_util.h"
 
 namespace dsfs {
@@ -34,7 +34,7 @@ Status WriteStore(const std::string& path, const std::map<std::string, std::stri
   std::unique_ptr<KvWriter> w;
   KvWriterOptions o;
   o.overwrite = overwrite;
-  DSFS_RETURN_IF_ERROR(NewLmdbWriter(path, o, &w));
+  DSFS_RETURN_IF_ERROR(NewKvWriter(path, "lmdb", o, &w));
   for (const auto& [k, v] : kv) DSFS_RETURN_IF_ERROR(w->Put(k, v));
   return w->Commit();
 }
@@ -45,7 +45,9 @@ TEST(LmdbTest, RoundTripGetAndSeek) {
       {"a", "1"}, {"b", std::string(100000, 'x')}, {"d", RandomBytes(3000, 1)}, {"e", ""}};
   ASSERT_TRUE(WriteStore(dir / "s.db", kv).ok());
   EXPECT_EQ(Entries(dir.path()), std::vector<std::string>{"s.db"});  // one file, no lock file
-  ASSERT_TRUE(LooksLikeLmdb(dir / "s.db"));
+  std::string backend;
+  ASSERT_TRUE(DetectBackend(dir / "s.db", &backend).ok());
+  ASSERT_EQ(backend, "lmdb");
   std::unique_ptr<KvReader> r;
   ASSERT_TRUE(OpenKvReader(dir / "s.db", KvReaderOptions{}, &r).ok());
   EXPECT_EQ(r->Name(), "lmdb");
@@ -144,7 +146,7 @@ TEST(LmdbTest, AbandonedWriterLeavesNothing) {
   TempDir dir;
   {
     std::unique_ptr<KvWriter> w;
-    ASSERT_TRUE(NewLmdbWriter(dir / "s.db", KvWriterOptions{}, &w).ok());
+    ASSERT_TRUE(NewKvWriter(dir / "s.db", "lmdb", KvWriterOptions{}, &w).ok());
     ASSERT_TRUE(w->Put("k", "v").ok());
   }
   EXPECT_TRUE(Entries(dir.path()).empty());

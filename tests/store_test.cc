@@ -11,8 +11,8 @@
 #include <thread>
 #include <utility>
 
-#include "backend/faulty_store.h"
-#include "backend/mem_store.h"
+#include "tests/fakes/faulty_store.h"
+#include "tests/fakes/mem_store.h"
 #include "cache/byte_cache.h"
 #include "fs/filesystem.h"
 #include "store/packer.h"

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "backend/mem_store.h"
+#include "tests/fakes/mem_store.h"
 #include "common/status.h"
 #include "store/packer.h"
 #include "store/store.h"

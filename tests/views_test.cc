@@ -13,7 +13,7 @@
 #include <mutex>
 #include <thread>
 
-#include "backend/mem_store.h"
+#include "tests/fakes/mem_store.h"
 #include "cache/prefetcher.h"
 #include "common/path.h"
 #include "fs/filesystem.h"

@@ -1,10 +1,13 @@
 // dsfs ls, cat, info, verify: reading a store without mounting it.
 #include <sys/stat.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <functional>
+
+#include <nlohmann/json.hpp>
 
 #include "common/path.h"
 #include "common/units.h"
@@ -44,23 +47,6 @@ std::string TimeString(int64_t t) {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M", &tm);
   return buf;
-}
-
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
 }
 
 // Visits the entries of `dir` in listing order with their names and paths (prefix + "/" +
@@ -183,62 +169,55 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
   uint64_t store_bytes = StoreBytes(store_path);
   double ratio =
       h.file_bytes ? static_cast<double>(store_bytes) / static_cast<double>(h.file_bytes) : 0;
-  char buf[2048];
   if (json) {
-    std::snprintf(
-        buf, sizeof(buf),
-        "{\"store\": %s, \"backend\": %s, \"format_version\": %u, \"created_unix_s\": %llu, "
-        "\"entries\": %llu, \"files\": %llu, \"directories\": %llu, \"symlinks\": %llu, "
-        "\"file_bytes\": %llu, \"payload_records\": %llu, \"payload_bytes\": %llu, "
-        "\"store_bytes\": %llu, \"ratio\": %.4f, \"zstd_level\": %d, \"dictionary_bytes\": %u, "
-        "\"chunk_bytes\": %u, \"images\": %llu, \"pixel_records\": %llu, "
-        "\"pixel_bytes\": %llu, ",
-        JsonString(store_path).c_str(), JsonString(store->backend_name()).c_str(), h.version,
-        static_cast<unsigned long long>(h.created_unix_s),
-        static_cast<unsigned long long>(h.inode_count),
-        static_cast<unsigned long long>(h.file_count), static_cast<unsigned long long>(h.dir_count),
-        static_cast<unsigned long long>(h.symlink_count),
-        static_cast<unsigned long long>(h.file_bytes),
-        static_cast<unsigned long long>(h.payload_count),
-        static_cast<unsigned long long>(h.payload_bytes),
-        static_cast<unsigned long long>(store_bytes), ratio, h.zstd_level, h.dict_bytes,
-        h.chunk_bytes, static_cast<unsigned long long>(h.image_count),
-        static_cast<unsigned long long>(h.pixel_count),
-        static_cast<unsigned long long>(h.pixel_bytes));
-  } else {
-    std::snprintf(
-        buf, sizeof(buf),
-        "store:        %s (%s)\n"
-        "format:       dsfs v%u, created %s UTC\n"
-        "entries:      %llu (%llu files, %llu directories, %llu symlinks)\n"
-        "file bytes:   %s\n"
-        "store bytes:  %s (ratio %.3f; payloads %s in %llu records)\n"
-        "compression:  zstd level %d, dictionary %s, chunks of %s\n"
-        "images:       %llu decodable by the views; decoded pixels stored: %s\n",
-        store_path.c_str(), std::string(store->backend_name()).c_str(), h.version,
-        TimeString(static_cast<int64_t>(h.created_unix_s)).c_str(),
-        static_cast<unsigned long long>(h.inode_count),
-        static_cast<unsigned long long>(h.file_count), static_cast<unsigned long long>(h.dir_count),
-        static_cast<unsigned long long>(h.symlink_count), FormatBytes(h.file_bytes).c_str(),
-        FormatBytes(store_bytes).c_str(), ratio, FormatBytes(h.payload_bytes).c_str(),
-        static_cast<unsigned long long>(h.payload_count), h.zstd_level,
-        h.dict_bytes ? FormatBytes(h.dict_bytes).c_str() : "none",
-        FormatBytes(h.chunk_bytes).c_str(), static_cast<unsigned long long>(h.image_count),
-        h.pixel_count ? FormatBytes(h.pixel_bytes).c_str() : "no");
-  }
-  out << buf;
-  if (json) {
-    out << "\"tensor\": {\"path\": " << JsonString(path)
-        << ", \"available\": " << (t.available ? "true" : "false");
+    // Key order as written (ordered_json); bytes that are not UTF-8 (a store path may hold
+    // any) become U+FFFD rather than an invalid document.
+    nlohmann::ordered_json j = {
+        {"store", store_path}, {"backend", store->backend_name()}, {"format_version", h.version},
+        {"created_unix_s", h.created_unix_s}, {"entries", h.inode_count},
+        {"files", h.file_count}, {"directories", h.dir_count}, {"symlinks", h.symlink_count},
+        {"file_bytes", h.file_bytes}, {"payload_records", h.payload_count},
+        {"payload_bytes", h.payload_bytes}, {"store_bytes", store_bytes},
+        {"ratio", std::round(ratio * 1e4) / 1e4}, {"zstd_level", h.zstd_level},
+        {"dictionary_bytes", h.dict_bytes}, {"chunk_bytes", h.chunk_bytes},
+        {"images", h.image_count}, {"pixel_records", h.pixel_count},
+        {"pixel_bytes", h.pixel_bytes}};
+    nlohmann::ordered_json& tensor = j["tensor"];
+    tensor = {{"path", path}, {"available", t.available}};
     if (t.available) {
-      out << ", \"images\": " << t.images.size() << ", \"classes\": " << t.classes.size()
-          << ", \"height\": " << t.height << ", \"width\": " << t.width
-          << ", \"mode\": " << JsonString(ModeText(t.access.bits()));
+      tensor["images"] = t.images.size();
+      tensor["classes"] = t.classes.size();
+      tensor["height"] = t.height;
+      tensor["width"] = t.width;
+      tensor["mode"] = ModeText(t.access.bits());
     } else {
-      out << ", \"why\": " << JsonString(t.why);
+      tensor["why"] = t.why;
     }
-    out << "}}\n";
-  } else if (t.available) {
+    out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    return Status::OK();
+  }
+  char buf[2048];
+  std::snprintf(
+      buf, sizeof(buf),
+      "store:        %s (%s)\n"
+      "format:       dsfs v%u, created %s UTC\n"
+      "entries:      %llu (%llu files, %llu directories, %llu symlinks)\n"
+      "file bytes:   %s\n"
+      "store bytes:  %s (ratio %.3f; payloads %s in %llu records)\n"
+      "compression:  zstd level %d, dictionary %s, chunks of %s\n"
+      "images:       %llu decodable by the views; decoded pixels stored: %s\n",
+      store_path.c_str(), std::string(store->backend_name()).c_str(), h.version,
+      TimeString(static_cast<int64_t>(h.created_unix_s)).c_str(),
+      static_cast<unsigned long long>(h.inode_count),
+      static_cast<unsigned long long>(h.file_count), static_cast<unsigned long long>(h.dir_count),
+      static_cast<unsigned long long>(h.symlink_count), FormatBytes(h.file_bytes).c_str(),
+      FormatBytes(store_bytes).c_str(), ratio, FormatBytes(h.payload_bytes).c_str(),
+      static_cast<unsigned long long>(h.payload_count), h.zstd_level,
+      h.dict_bytes ? FormatBytes(h.dict_bytes).c_str() : "none",
+      FormatBytes(h.chunk_bytes).c_str(), static_cast<unsigned long long>(h.image_count),
+      h.pixel_count ? FormatBytes(h.pixel_bytes).c_str() : "no");
+  out << buf;
+  if (t.available) {
     // Its files are no more readable than its members (fs/views.h, ReadAccess).
     out << "tensor view:  " << path << ": " << t.images.size() << " images of " << t.width << "x"
         << t.height << " in " << t.classes.size() << " classes, files mode "

@@ -4,7 +4,10 @@
 #include <cctype>
 #include <cerrno>
 #include <fstream>
+#include <functional>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "fs/kernel_mount.h"
 #include "fs/mount.h"
@@ -13,65 +16,28 @@
 namespace dsfs {
 namespace {
 
-// Flattens the stats JSON (objects of numbers and strings, no arrays) into "a.b: value" lines;
-// a string is shown without its quotes.
-// The file is ours, so anything else means it is not a dsfs stats file.
-bool Flatten(std::string_view json, std::vector<std::pair<std::string, std::string>>* out) {
-  std::vector<std::string> path;
-  std::string key;
-  size_t i = 0;
-  auto skip = [&] {
-    while (i < json.size() && std::isspace(static_cast<unsigned char>(json[i]))) ++i;
-  };
-  skip();
-  if (i >= json.size() || json[i] != '{') return false;
-  ++i;
-  path.emplace_back();
-  while (true) {
-    skip();
-    if (i >= json.size()) return false;
-    if (json[i] == '}') {
-      ++i;
-      path.pop_back();
-      if (path.empty()) return true;
-      skip();
-      if (i < json.size() && json[i] == ',') ++i;
-      continue;
-    }
-    if (json[i] != '"') return false;
-    size_t end = json.find('"', i + 1);
-    if (end == std::string_view::npos) return false;
-    key = std::string(json.substr(i + 1, end - i - 1));
-    i = end + 1;
-    skip();
-    if (i >= json.size() || json[i] != ':') return false;
-    ++i;
-    skip();
-    if (i < json.size() && json[i] == '{') {
-      ++i;
-      path.push_back(key);
-      continue;
-    }
-    std::string value;
-    if (i < json.size() && json[i] == '"') {
-      for (++i; i < json.size() && json[i] != '"'; ++i) {
-        if (json[i] == '\\' && i + 1 < json.size()) ++i;
-        value += json[i];
-      }
-      if (i >= json.size()) return false;
-      ++i;
-    }
-    size_t vend = json.find_first_of(",}", i);
-    if (vend == std::string_view::npos) return false;
-    value += std::string(json.substr(i, vend - i));
-    while (!value.empty() && std::isspace(static_cast<unsigned char>(value.back())))
-      value.pop_back();
-    std::string full;
-    for (size_t k = 1; k < path.size(); ++k) full += path[k] + ".";
-    out->emplace_back(full + key, value);
-    i = vend;
-    if (json[i] == ',') ++i;
-  }
+// Flattens the stats JSON into "a.b: value" lines (members of arrays by index); a string is
+// shown without its quotes. The file is ours, so anything but a JSON object means it is not a
+// dsfs stats file.
+bool Flatten(std::string_view text, std::vector<std::pair<std::string, std::string>>* out) {
+  nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object()) return false;
+  std::function<void(const std::string&, const nlohmann::ordered_json&)> walk =
+      [&](const std::string& prefix, const nlohmann::ordered_json& v) {
+        if (v.is_object() || v.is_array()) {
+          size_t index = 0;
+          for (auto it = v.begin(); it != v.end(); ++it, ++index) {
+            std::string key = v.is_object() ? it.key() : std::to_string(index);
+            walk(prefix.empty() ? key : prefix + "." + key, *it);
+          }
+        } else {
+          out->emplace_back(prefix, v.is_string() ? v.get<std::string>()
+                                                  : v.dump(-1, ' ', false,
+                                                           nlohmann::ordered_json::error_handler_t::replace));
+        }
+      };
+  walk("", doc);
+  return true;
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "backend/mem_store.h"
+#include "tests/fakes/mem_store.h"
 
 namespace dsfs::fuzz {
 

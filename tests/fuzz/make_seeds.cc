@@ -10,7 +10,7 @@
 #include <iostream>
 #include <string>
 
-#include "backend/mem_store.h"
+#include "tests/fakes/mem_store.h"
 #include "store/format.h"
 #include "store/packer.h"
 #include "tests/fuzz/fuzz_targets.h"

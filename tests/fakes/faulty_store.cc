@@ -1,4 +1,4 @@
-#include "backend/faulty_store.h"
+#include "tests/fakes/faulty_store.h"
 
 #include <random>
 #include <string>

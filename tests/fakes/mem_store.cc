@@ -1,4 +1,4 @@
-#include "backend/mem_store.h"
+#include "tests/fakes/mem_store.h"
 
 #include <mutex>
 #include <utility>

@@ -56,7 +56,7 @@ Status LoadStoreTree(const Store& base, TreeBuilder* merged) {
         n.SetContents(c);
       }
       if (IsDir(c)) {
-        std::string path = dir_path[ino].empty() ? n.name : dir_path[ino] + "/" + n.name;
+        std::string path = TreeBuilder::ChildPath(dir_path[ino], n.name);
         node_of[e] = merged->AddDir(node_of[ino], std::move(n), path);
         dir_path[e] = std::move(path);
       } else {
@@ -77,8 +77,7 @@ Status PlaceNewEntries(const Store& base, const DirTree& tree, const std::string
   rel[1] = prefix;
   for (uint32_t ino = 2; ino <= tree.inodes.size(); ++ino) {
     const InodeRecord& r = tree.inodes[ino - 1];
-    std::string_view name = tree.NameOf(r);
-    rel[ino] = rel[r.parent].empty() ? std::string(name) : rel[r.parent] + "/" + std::string(name);
+    rel[ino] = TreeBuilder::ChildPath(rel[r.parent], tree.NameOf(r));
   }
   for (uint32_t ino = 1; ino <= tree.inodes.size(); ++ino) {
     if (rel[ino].empty()) continue;

@@ -127,12 +127,7 @@ bool OrderedCompressor::Submit(Batch b) {
   return true;
 }
 
-void OrderedCompressor::CloseInput() {
-  std::lock_guard lock(mu_);
-  closed_ = true;
-  cv_work_.notify_all();
-  cv_done_.notify_all();
-}
+void OrderedCompressor::CloseInput() { SetAndWakeAll(&closed_); }
 
 bool OrderedCompressor::Next(Batch* out, std::chrono::milliseconds wait, bool* eof) {
   std::unique_lock lock(mu_);
@@ -148,9 +143,11 @@ bool OrderedCompressor::Next(Batch* out, std::chrono::milliseconds wait, bool* e
   return true;
 }
 
-void OrderedCompressor::Abort() {
+void OrderedCompressor::Abort() { SetAndWakeAll(&aborted_); }
+
+void OrderedCompressor::SetAndWakeAll(bool* flag) {
   std::lock_guard lock(mu_);
-  aborted_ = true;
+  *flag = true;
   cv_work_.notify_all();
   cv_space_.notify_all();
   cv_done_.notify_all();

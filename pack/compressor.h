@@ -97,6 +97,8 @@ class OrderedCompressor {
 
  private:
   void Work(int level, bool predecode, uint32_t chunk_bytes);
+  // Sets *flag (closed_ or aborted_) under mu_ and wakes every waiter.
+  void SetAndWakeAll(bool* flag);
 
   const size_t max_in_flight_;
   std::mutex mu_;  // guards everything below

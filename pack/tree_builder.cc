@@ -19,6 +19,17 @@ void TreeBuilder::Node::SetContents(const InodeRecord& r) {
   pixels = r.pixels;
 }
 
+InodeRecord TreeBuilder::Node::Contents() const {
+  InodeRecord r{};
+  r.size = size;
+  r.data = data;
+  r.image = image;
+  r.width = width;
+  r.height = height;
+  r.pixels = pixels;
+  return r;
+}
+
 TreeBuilder::TreeBuilder() {
   Node root;
   root.mode = S_IFDIR | 0755;
@@ -173,14 +184,7 @@ Status TreeBuilder::ResolveLinks() {
       src = next->second;
     }
     for (uint32_t c : chain) file_of[c] = src;
-    Node& link = nodes_[id];
-    const Node& file = nodes_[src];
-    link.size = file.size;
-    link.data = file.data;
-    link.image = file.image;
-    link.width = file.width;
-    link.height = file.height;
-    link.pixels = file.pixels;
+    nodes_[id].SetContents(nodes_[src].Contents());
   }
   return Status::OK();
 }
@@ -212,7 +216,8 @@ Status TreeBuilder::Build(std::vector<InodeRecord>* inodes, std::string* names, 
                                      std::to_string(level) + " directories down (at most " +
                                      std::to_string(kMaxTreeDepth) + ")");
     }
-    InodeRecord r{};
+    const bool file = !S_ISDIR(n.mode) && !S_ISLNK(n.mode);
+    InodeRecord r = file ? n.Contents() : InodeRecord{};
     r.mode = n.mode;
     r.mtime_s = n.mtime_s;
     r.mtime_ns = n.mtime_ns;
@@ -236,12 +241,6 @@ Status TreeBuilder::Build(std::vector<InodeRecord>* inodes, std::string* names, 
     } else {
       ++st->files;
       st->bytes_in += n.size;
-      r.size = n.size;
-      r.data = n.data;
-      r.image = n.image;
-      r.width = n.width;
-      r.height = n.height;
-      r.pixels = n.pixels;
     }
     inodes->push_back(r);
   }

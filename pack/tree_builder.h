@@ -38,8 +38,10 @@ class TreeBuilder {
       mtime_s = new_mtime_s;
       mtime_ns = new_mtime_ns;
     }
-    // The contents of regular file `r` (size, first payload, image fields).
+    // The contents of a regular file (size, first payload, image fields), from or as the
+    // fields of an inode record (the others zero).
     void SetContents(const InodeRecord& r);
+    InodeRecord Contents() const;
   };
 
   // A tree holding only its root (node 0): a directory, mode 0755, made now.
@@ -51,6 +53,10 @@ class TreeBuilder {
   static Status Normalize(std::string_view in, std::string_view what, std::string* out);
   // A path for a message: long ones are cut in the middle.
   static std::string Shorten(std::string_view path);
+  // The path of entry `name` of the directory at `parent` ("" = the root).
+  static std::string ChildPath(std::string_view parent, std::string_view name) {
+    return parent.empty() ? std::string(name) : std::string(parent) + "/" + std::string(name);
+  }
 
   // The directory node at `path`, created (with its parents) if it does not exist yet.
   uint32_t Dir(const std::string& path, int64_t mtime_s);

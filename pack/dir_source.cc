@@ -1,3 +1,4 @@
+// PackDirectory, and the walk and reading of a source directory that it shares with dsfs add.
 #include "pack/dir_source.h"
 
 #include <dirent.h>
@@ -95,9 +96,10 @@ int OpenLongPath(const std::string& path, int flags) {
   return fd;
 }
 
+// Where entry `ino` of the walk is in the source: its directory's path and its name.
 std::string SourcePath(const DirTree& t, uint32_t ino) {
   const InodeRecord& r = t.inodes[ino - 1];
-  return t.dir_paths.at(r.parent) + "/" + std::string(t.names.data() + r.name_off, r.name_len);
+  return t.dir_paths.at(r.parent) + "/" + std::string(t.NameOf(r));
 }
 
 // Reads [offset, offset + len) of a source file, insisting it still has `size` bytes.

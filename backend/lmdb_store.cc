@@ -177,6 +177,23 @@ class LmdbReader final : public KvReader {
   std::vector<std::unique_ptr<Thread>> threads_;  // every thread's state, closed at the end
 };
 
+}  // namespace
+
+ValueSizing LmdbValueSizing() {
+  // After 64 KiB, a value ends where the next record would spill onto a new page: LMDB stores
+  // large values on whole 4 KiB pages (16-byte page header), so the value then wastes less than
+  // one record's worth of its last page. 256 KiB at most: a read of one record of a group
+  // still faults in only the pages it touches, but the group's index stays small.
+  ValueSizing v;
+  v.target_bytes = 64 << 10;
+  v.page_bytes = 4096;
+  v.page_header_bytes = 16;
+  v.max_bytes = 4 * v.target_bytes;
+  return v;
+}
+
+namespace {
+
 class LmdbWriter final : public KvWriter {
  public:
   // `dest`: where Commit puts the store (and what it may replace there). `lock_fd` (an
@@ -210,7 +227,7 @@ class LmdbWriter final : public KvWriter {
     return Status::OK();
   }
 
-  bool PrefersLargeValues() const override { return true; }
+  ValueSizing value_sizing() const override { return LmdbValueSizing(); }
 
   Status Put(std::string_view key, std::string_view value) override {
     if (!txn_) return Status::IOError(tmp_ + ": writer already failed");

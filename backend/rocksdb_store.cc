@@ -63,7 +63,7 @@ Status FromRocks(const rocksdb::Status& s, const std::string& path, std::string_
 //    dictionary) record by record already, and the metadata tables are read in place; an
 //    uncompressed block is served straight from the memory map, a compressed one would be
 //    copied into a heap block on every read.
-//  - 4 KiB blocks: payload records (one per value, see KvWriter::PrefersLargeValues) share
+//  - 4 KiB blocks: payload records (one per value, see KvWriter::value_sizing) share
 //    blocks, so a cold read of a small file touches one or two pages; large records and the
 //    metadata tables are blocks of their own.
 //  - No bloom filter: dsfs reads payloads by Seek (a filter helps only point lookups), and its

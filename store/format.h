@@ -14,9 +14,10 @@
 // version 1 stores are read as stores without image information.
 //
 // File contents are payload records, one per chunk of chunk_bytes, numbered by payload id.
-// On LMDB, consecutive records are stored together in groups of about kGroupTargetBytes, keyed
-// by the id of their last record: LMDB puts every value over ~2 KB on whole 4 KiB pages, so one
-// value per small file would waste up to half the space on files of a few KB. (RocksDB packs
+// On LMDB, consecutive records are stored together in groups of about 64 KiB (the size the
+// backend asks for: KvWriter::value_sizing), keyed by the id of their last record: LMDB puts
+// every value over ~2 KB on whole 4 KiB pages, so one value per small file would waste up to
+// half the space on files of a few KB. (RocksDB packs
 // small values into its own blocks: there each record is a group of one, read alone.) Each record
 // is still compressed and checksummed alone, so reading one file decompresses only that file, and a
 // cold read faults in only the pages it touches. A group is
@@ -68,8 +69,6 @@ inline constexpr char kPixelSpace = 'Q';
 std::string PayloadKey(uint64_t id, char space = kPayloadSpace);
 // Parses a group key of `space`; false if `key` is not one.
 bool ParsePayloadKey(std::string_view key, uint64_t* id, char space = kPayloadSpace);
-
-inline constexpr uint32_t kGroupTargetBytes = 64 << 10;
 
 // Builds a payload group from consecutive records.
 class GroupBuilder {

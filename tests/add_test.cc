@@ -8,6 +8,7 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -15,7 +16,7 @@
 #include <thread>
 
 #include "backend/kv_store.h"
-#include "store/packer.h"
+#include "pack/packer.h"
 #include "store/store.h"
 #include "tests/test_util.h"
 
@@ -118,6 +119,19 @@ class AddTest : public ::testing::TestWithParam<std::string> {
   std::string store_ = dir_ / "s.db";
   PackOptions options_;
 };
+
+// AddOptions::cancel: an add whose token is set fails with "interrupted" and leaves the
+// store as it was.
+TEST_P(AddTest, CancelTokenLeavesTheStoreAsItWas) {
+  auto old_listing = Listing();
+  std::atomic<bool> cancel{true};
+  AddOptions options;
+  options.cancel = &cancel;
+  Status s = Add(dir_ / "new", options);
+  EXPECT_EQ(s.code(), Status::Code::kIOError) << s.ToString();
+  EXPECT_EQ(s.message(), "interrupted");
+  EXPECT_EQ(Listing(), old_listing);
+}
 
 TEST_P(AddTest, AddsNewEntriesAndKeepsEveryExistingRecord) {
   auto old_listing = Listing();

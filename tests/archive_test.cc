@@ -22,7 +22,7 @@
 
 #include "tests/fakes/mem_store.h"
 #include "store/format.h"
-#include "store/packer.h"
+#include "pack/packer.h"
 #include "store/store.h"
 #include "tests/test_util.h"
 #include "tools/commands.h"

@@ -14,7 +14,7 @@
 #include "backend/kv_store.h"
 #include "common/log.h"
 #include "store/format.h"
-#include "store/packer.h"
+#include "pack/packer.h"
 #include "tests/test_util.h"
 #include "tools/commands.h"
 

@@ -18,7 +18,7 @@
 
 #include "backend/kv_store.h"
 #include "fs/filesystem.h"
-#include "store/packer.h"
+#include "pack/packer.h"
 #include "tests/test_util.h"
 #include "tools/commands.h"
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -15,7 +16,7 @@
 #include "tests/fakes/mem_store.h"
 #include "cache/byte_cache.h"
 #include "fs/filesystem.h"
-#include "store/packer.h"
+#include "pack/packer.h"
 #include "tests/test_util.h"
 
 namespace dsfs {
@@ -391,6 +392,40 @@ TEST(StorePackTest, SpecialFilesAreSkipped) {
   std::unique_ptr<Store> store;
   ASSERT_TRUE(PackToMemory(dir / "src", PackOptions{}, &table, &store).ok());
   EXPECT_EQ(store->header().inode_count, 2u);
+}
+
+// PackOptions::cancel: a pack whose token is set fails with "interrupted" and commits
+// nothing, whether the token was set before it started (checked while scanning) or while it
+// runs (checked between batches while compressing); the writer then leaves no store and no
+// temporary behind.
+TEST(StorePackTest, CancelTokenStopsThePackAndLeavesNothing) {
+  TempDir dir;
+  for (int i = 0; i < 20; ++i) WriteFile(dir / ("src/f" + std::to_string(i)), RandomBytes(70000, i));
+  for (bool before : {true, false}) {
+    for (const char* backend : {"lmdb", "rocksdb"}) {
+      SCOPED_TRACE(std::string(backend) + (before ? ", set before" : ", set while packing"));
+      std::atomic<bool> cancel{before};
+      PackOptions options;
+      options.threads = 1;
+      options.cancel = &cancel;
+      const std::string dst = dir / "out/s.db";
+      ASSERT_EQ(::mkdir((dir / "out").c_str(), 0755), 0);
+      {
+        std::unique_ptr<KvWriter> writer;
+        ASSERT_TRUE(NewKvWriter(dst, backend, KvWriterOptions{}, &writer).ok());
+        // Set once the scan is done (the progress callback runs on the calling thread).
+        auto progress = [&](const PackProgress& p) {
+          if (std::string_view(p.phase) == "training") cancel = true;
+        };
+        PackStats stats;
+        Status s = PackDirectory(dir / "src", options, writer.get(), progress, &stats);
+        EXPECT_EQ(s.code(), Status::Code::kIOError) << s.ToString();
+        EXPECT_EQ(s.message(), "interrupted");
+      }
+      EXPECT_TRUE(std::filesystem::is_empty(dir / "out"));
+      std::filesystem::remove_all(dir / "out");
+    }
+  }
 }
 
 // Records the ranges a store announces before reading them.

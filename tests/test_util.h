@@ -11,7 +11,7 @@
 
 #include "tests/fakes/mem_store.h"
 #include "common/status.h"
-#include "store/packer.h"
+#include "pack/packer.h"
 #include "store/store.h"
 
 namespace dsfs::testing {

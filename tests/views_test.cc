@@ -18,7 +18,7 @@
 #include "common/path.h"
 #include "fs/filesystem.h"
 #include "image/image.h"
-#include "store/packer.h"
+#include "pack/packer.h"
 #include "tests/test_util.h"
 
 namespace dsfs {

@@ -42,6 +42,7 @@ Status RunAdd(const AddCommand& cmd, std::ostream& out, std::ostream& err) {
   if (bar) err << "\r\033[K" << std::flush;
   DSFS_RETURN_IF_ERROR(s);
   writer.reset();
+  WarnIfControlDirStored(cmd.store);
   char line[300];
   std::snprintf(
       line, sizeof(line),

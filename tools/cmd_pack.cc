@@ -4,11 +4,25 @@
 #include <cstdio>
 
 #include "backend/kv_store.h"
+#include "common/log.h"
 #include "common/units.h"
+#include "fs/control_dir.h"
 #include "store/store.h"
 #include "tools/commands.h"
 
 namespace dsfs {
+
+void WarnIfControlDirStored(const std::string& store_path) {
+  std::unique_ptr<Store> store;
+  if (!Store::Open(store_path, StoreOptions{}, &store).ok()) return;
+  uint32_t ino;
+  InodeRecord rec;
+  if (!store->LookupPath(kControlDirName, &ino, &rec).ok()) return;
+  Log()->warn(
+      "the tree's top-level {} is hidden in mounts by dsfs's own {} (views and stats); it is "
+      "reachable inside the views, e.g. MOUNT/{}/bmp/{}, and with dsfs ls/cat",
+      kControlDirName, kControlDirName, kControlDirName, kControlDirName);
+}
 
 Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err) {
   // SRC is a directory, an archive file, or "-" for an archive on stdin.
@@ -52,6 +66,7 @@ Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err) {
   if (bar) err << "\r\033[K" << std::flush;
   DSFS_RETURN_IF_ERROR(s);
   writer.reset();
+  WarnIfControlDirStored(cmd.dst);
   uint64_t store_bytes = StoreBytes(cmd.dst);
   char line[400];
   double ratio =

@@ -2,26 +2,32 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <optional>
 
 #include "common/log.h"
 #include "common/units.h"
-#include "store/packer.h"
+#include "pack/packer.h"
 
 namespace dsfs {
 namespace {
 
-// While alive, SIGINT, SIGTERM and SIGHUP (the terminal or SSH session went away) interrupt
-// packing (store/packer.h) instead of killing the process; the previous handlers come back
-// after. No SA_RESTART: a read blocked on a pipe
-// fails with EINTR, which also ends the run.
+// Set by the signal handlers of InterruptOnSignals: the cancellation token of the pack or add
+// being run (PackOptions::cancel). A store to a lock-free atomic is all a handler may do.
+std::atomic<bool> g_cancel_requested{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from signal handlers");
+
+// While alive, SIGINT, SIGTERM and SIGHUP (the terminal or SSH session went away) cancel the
+// pack or add that was given token() (see PackOptions::cancel) instead of killing the process;
+// the previous handlers come back after. No SA_RESTART: a read blocked on a pipe fails with
+// EINTR, which also ends the run.
 class InterruptOnSignals {
  public:
   InterruptOnSignals() {
-    InterruptPacking(false);
+    g_cancel_requested.store(false);
     struct sigaction sa {};
-    sa.sa_handler = [](int) { InterruptPacking(); };
+    sa.sa_handler = [](int) { g_cancel_requested.store(true, std::memory_order_relaxed); };
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int_);
     sigaction(SIGTERM, &sa, &old_term_);
@@ -33,10 +39,12 @@ class InterruptOnSignals {
     sigaction(SIGINT, &old_int_, nullptr);
     sigaction(SIGTERM, &old_term_, nullptr);
     sigaction(SIGHUP, &old_hup_, nullptr);
-    InterruptPacking(false);
+    g_cancel_requested.store(false);
   }
   InterruptOnSignals(const InterruptOnSignals&) = delete;
   InterruptOnSignals& operator=(const InterruptOnSignals&) = delete;
+
+  const std::atomic<bool>* token() const { return &g_cancel_requested; }
 
  private:
   struct sigaction old_int_ {};
@@ -263,7 +271,11 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   Status s;
   // Ctrl-C, SIGTERM or SIGHUP during pack or add: stop, and leave no store or temporary behind.
   std::optional<InterruptOnSignals> interrupt;
-  if (*pack_cmd || *add_cmd) interrupt.emplace();
+  if (*pack_cmd || *add_cmd) {
+    interrupt.emplace();
+    pack.options.cancel = interrupt->token();
+    add.options.cancel = interrupt->token();
+  }
   if (*pack_cmd) {
     pack.options.dict_bytes = static_cast<uint32_t>(std::min<uint64_t>(dict_size, UINT32_MAX));
     if (chunk_size > (64u << 20)) {

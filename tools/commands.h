@@ -8,7 +8,7 @@
 
 #include "common/status.h"
 #include "fs/mount.h"
-#include "store/packer.h"
+#include "pack/packer.h"
 
 namespace dsfs {
 
@@ -33,6 +33,10 @@ struct AddCommand {
 };
 // dsfs add STORE SRC [--prefix PATH] [--replace]: see AddDirectory.
 Status RunAdd(const AddCommand& cmd, std::ostream& out, std::ostream& err);
+
+// After a pack or add: logs a warning if the store at `store_path` holds a top-level entry
+// named as the mount's control directory (fs/control_dir.h), which hides it in mounts.
+void WarnIfControlDirStored(const std::string& store_path);
 
 struct ConvertCommand {
   std::string src, dst;

@@ -1,5 +1,7 @@
 #include "tests/fakes/mem_store.h"
 
+#include "backend/lmdb_store.h"
+
 #include <mutex>
 #include <utility>
 
@@ -13,8 +15,9 @@ class MemWriter final : public KvWriter {
     pending_[std::string(key)] = std::string(value);
     return Status::OK();
   }
-  // Like LMDB: tests then exercise records grouped into one value.
-  bool PrefersLargeValues() const override { return true; }
+  // Like LMDB: tests then exercise records grouped into one value, and a store written here
+  // holds the same values as one written to LMDB.
+  ValueSizing value_sizing() const override { return LmdbValueSizing(); }
   Status Commit() override {
     std::unique_lock lock(table_->mu);
     for (auto& [k, v] : pending_) table_->data[k] = std::move(v);

@@ -12,7 +12,7 @@
 
 #include "tests/fakes/mem_store.h"
 #include "store/format.h"
-#include "store/packer.h"
+#include "pack/packer.h"
 #include "tests/fuzz/fuzz_targets.h"
 
 namespace fs = std::filesystem;

@@ -1,6 +1,17 @@
-// Packing a directory tree into a store.
+// Packing a directory tree or an archive into a store, and adding a tree to a store: the
+// writer side of dsfs (pack/). The implementation is split by subject:
+//   tree_builder  the in-memory tree of entries, numbered into inode records at the end
+//   dir_source    the walk of a source directory and the reading of its files
+//   archive_source  tar/cpio/zip/7z input through libarchive (gzip through zlib)
+//   compressor    batches of chunks, image analysis, the ordered compression pipeline
+//   pack_run      grouping records into backend values, the metadata, header and commit
+//   add           dsfs add: a tree merged into an existing store
+//
+// Thread safety: each call runs on the calling thread (and threads of its own, joined before
+// it returns); calls on different writers may run concurrently.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -22,6 +33,12 @@ struct PackOptions {
   // The store being written, where it may lie inside the source directory: it and its
   // temporaries (PATH.tmp-PID) are not packed. Empty: none.
   std::string store_path;
+  // Cancellation: once *cancel is true (it may be set from a signal handler: the flag is
+  // lock-free), the run fails with IOError "interrupted" at its next check (between
+  // directories while scanning, between batches while compressing) and, as on any error,
+  // commits nothing, so the writer leaves no store and no temporary behind. Null: never
+  // cancelled. The flag must outlive the call.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct PackProgress {
@@ -32,11 +49,6 @@ struct PackProgress {
   uint64_t bytes_stored = 0;
   const char* phase = "";  // "scanning", "training", "compressing", "finishing"
 };
-
-// Stops a pack or add in progress (from a signal handler: only sets a flag). The run fails
-// with "interrupted" at its next check (between directories while scanning, between batches
-// while compressing) and, as on any error, leaves no store and no temporary behind.
-void InterruptPacking(bool interrupt = true);
 
 // Images the views cannot decode are logged one by one, up to this many per pack or add.
 inline constexpr uint64_t kImageWarnings = 20;
@@ -80,6 +92,7 @@ struct AddOptions {
   bool replace = false;    // a name that exists is replaced instead of being an error
   int threads = 0;         // compression threads; 0 = one per core
   std::string store_path;  // as PackOptions::store_path
+  const std::atomic<bool>* cancel = nullptr;  // as PackOptions::cancel
 };
 
 // dsfs add: adds the tree at `src` to the store `base` under `options.prefix` (created if

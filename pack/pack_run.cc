@@ -1,0 +1,222 @@
+#include "pack/pack_run.h"
+
+#include <algorithm>
+#include <ctime>
+#include <thread>
+
+#include "common/log.h"
+
+namespace dsfs {
+namespace {
+
+// More compression threads than any machine has cores only costs memory (and a thread each).
+constexpr int kMaxPackThreads = 1024;
+
+}  // namespace
+
+Status CheckOptions(const PackOptions& options) {
+  if (options.chunk_bytes < 4096 || options.segment_bytes < 4096 ||
+      options.chunk_bytes > kMaxChunkBytes) {
+    return Status::InvalidArgument(
+        "chunk sizes must be 4096 bytes to 64 MiB, segment sizes at least 4096 bytes");
+  }
+  if (options.zstd_level < 1 || options.zstd_level > ZSTD_maxCLevel()) {
+    return Status::InvalidArgument("compression level must be between 1 and " +
+                                   std::to_string(ZSTD_maxCLevel()));
+  }
+  if (options.dict_bytes != 0 &&
+      (options.dict_bytes < 1024 || options.dict_bytes > kMaxDictBytes)) {
+    return Status::InvalidArgument("dictionary size must be 0 (none) or 1K to 16M");
+  }
+  if (options.threads < 0 || options.threads > kMaxPackThreads) {
+    return Status::InvalidArgument("threads must be 0 (one per CPU) to " +
+                                   std::to_string(kMaxPackThreads));
+  }
+  return Status::OK();
+}
+
+static_assert(std::atomic<bool>::is_always_lock_free, "set from signal handlers");
+
+Status CheckCancelled(const std::atomic<bool>* cancel) {
+  return cancel && cancel->load(std::memory_order_relaxed) ? Status::IOError("interrupted")
+                                                           : Status::OK();
+}
+
+std::string StripSlashes(std::string src) {
+  while (src.size() > 1 && src.back() == '/') src.pop_back();
+  return src;
+}
+
+PackRun::PackRun(const PackOptions& options, KvWriter* writer,
+                 const std::function<void(const PackProgress&)>& progress)
+    : options_(options), writer_(writer), sizing_(writer->value_sizing()), progress_(progress) {
+  threads_ = options.threads > 0
+                 ? options.threads
+                 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+void PackRun::ContinueFrom(const StoreHeader& h) {
+  next_id_ = h.payload_count;
+  payload_bytes_ = h.payload_bytes;
+  next_pixel_id_ = h.pixel_count;
+  pixel_bytes_ = h.pixel_bytes;
+  images_ = h.image_count;
+  write_dict_ = false;
+}
+
+void PackRun::Report(bool force) {
+  if (!progress_) return;
+  auto now = Clock::now();
+  if (!force && now - last_report_ < std::chrono::milliseconds(200)) return;
+  last_report_ = now;
+  progress_(prog_);
+}
+
+void PackRun::LogPhase(const char* name) {
+  auto now = Clock::now();
+  Log()->info("pack: {} took {:.2f} s", name,
+              std::chrono::duration<double>(now - phase_start_).count());
+  phase_start_ = now;
+}
+
+Status PackRun::AddToGroup(GroupBuilder* group, char space, uint64_t* next_id,
+                           std::string_view record) {
+  // The 4 bytes: the record's entry in the group's index.
+  if (group->count() > 0 && sizing_.EndsBefore(group->bytes(), record.size() + 4)) {
+    DSFS_RETURN_IF_ERROR(writer_->Put(PayloadKey(*next_id - 1, space), group->Finish()));
+  }
+  group->Add(record);
+  ++*next_id;
+  return Status::OK();
+}
+
+Status PackRun::Compress(std::shared_ptr<const Dictionary> dict,
+                         const std::function<Status(OrderedCompressor*)>& produce,
+                         const ImageFn& on_image) {
+  prog_.phase = "compressing";
+  OrderedCompressor comp(threads_, options_.zstd_level, std::move(dict),
+                         static_cast<size_t>(threads_) * 4, options_.predecode,
+                         options_.chunk_bytes);
+  Status produced;
+  std::thread producer([&] {
+    produced = produce(&comp);
+    comp.CloseInput();
+  });
+  Status s;
+  GroupBuilder group;
+  for (;;) {
+    if (!(s = CheckCancelled(options_.cancel)).ok()) break;
+    Batch b;
+    bool eof = false;
+    if (!comp.Next(&b, std::chrono::milliseconds(100), &eof)) {
+      if (eof) break;
+      Report(false);
+      continue;
+    }
+    s = b.status;
+    if (s.ok() && !b.ends.empty() && b.first_id != next_id_) {
+      s = Status::IOError("pack: payloads out of order");
+    }
+    size_t begin = 0;
+    for (size_t i = 0; s.ok() && i < b.ends.size(); ++i) {
+      std::string_view record = std::string_view(b.records).substr(begin, b.ends[i] - begin);
+      begin = b.ends[i];
+      s = AddToGroup(&group, kPayloadSpace, &next_id_, record);
+    }
+    for (size_t i = 0; s.ok() && i < b.image_results.size(); ++i) {
+      s = WriteImage(b.image_results[i], on_image);
+    }
+    if (!s.ok()) break;
+    payload_bytes_ += b.records.size();
+    prog_.files_done += b.files_completed;
+    prog_.bytes_done += b.raw_bytes;
+    prog_.bytes_stored = payload_bytes_;
+    Report(false);
+  }
+  if (s.ok() && group.count() > 0) s = writer_->Put(PayloadKey(next_id_ - 1), group.Finish());
+  if (s.ok() && pixel_group_.count() > 0) {
+    s = writer_->Put(PayloadKey(next_pixel_id_ - 1, kPixelSpace), pixel_group_.Finish());
+  }
+  comp.Abort();  // on error: unblock the producer
+  producer.join();
+  if (!produced.ok()) return produced;
+  return s;
+}
+
+Status PackRun::WriteImage(const ImageResult& r, const ImageFn& on_image) {
+  uint64_t pixels = 0;
+  if (r.kind == ImageKind::kUnsupported) {
+    // One line per image for the first few; a tree of millions of non-images (or of one
+    // unsupported kind) must not bury the log: the rest are counted in the pack summary.
+    if (++images_as_is_ <= kImageWarnings) {
+      Log()->warn("{}: {}: the views serve it as it is", r.path, r.why);
+    } else if (images_as_is_ == kImageWarnings + 1) {
+      Log()->warn(
+          "more images the views cannot decode: not logged one by one (counted in "
+          "the summary)");
+    }
+  } else {
+    ++images_;
+  }
+  if (!r.pixel_ends.empty()) pixels = next_pixel_id_ + 1;
+  size_t begin = 0;
+  for (size_t end : r.pixel_ends) {
+    std::string_view record = std::string_view(r.pixel_records).substr(begin, end - begin);
+    begin = end;
+    DSFS_RETURN_IF_ERROR(AddToGroup(&pixel_group_, kPixelSpace, &next_pixel_id_, record));
+  }
+  pixel_bytes_ += r.pixel_records.size();
+  on_image(r, pixels);
+  return Status::OK();
+}
+
+Status PackRun::Finish(const std::vector<InodeRecord>& inodes, const std::string& names,
+                       const std::string& dict_bytes, PackStats* st) {
+  prog_.phase = "finishing";
+  Report(true);
+  InodeLayout layout = InodeLayout::For(inodes);
+  std::string inode_bytes(inodes.size() * layout.record_bytes(), '\0');
+  for (size_t i = 0; i < inodes.size(); ++i) {
+    layout.Encode(inodes[i], inode_bytes.data() + i * layout.record_bytes());
+  }
+  DSFS_RETURN_IF_ERROR(writer_->Put(kLayoutKey, layout.Serialize()));
+  DSFS_RETURN_IF_ERROR(writer_->Put(kInodeKey, inode_bytes));
+  DSFS_RETURN_IF_ERROR(
+      writer_->Put(kInodeSumKey, SegmentSums(inode_bytes, options_.segment_bytes)));
+  DSFS_RETURN_IF_ERROR(writer_->Put(kNameKey, names));
+  DSFS_RETURN_IF_ERROR(writer_->Put(kNameSumKey, SegmentSums(names, options_.segment_bytes)));
+  // The dictionary is stored uncompressed so readers use it in place.
+  if (!dict_bytes.empty() && write_dict_)
+    DSFS_RETURN_IF_ERROR(writer_->Put(kDictKey, RawPayloadRecord(dict_bytes)));
+  StoreHeader h{};
+  h.created_unix_s = static_cast<uint64_t>(std::time(nullptr));
+  h.zstd_level = options_.zstd_level;
+  h.chunk_bytes = options_.chunk_bytes;
+  h.segment_bytes = options_.segment_bytes;
+  h.dict_bytes = static_cast<uint32_t>(dict_bytes.size());
+  h.inode_count = inodes.size();
+  h.file_count = st->files;
+  h.dir_count = st->dirs;
+  h.symlink_count = st->symlinks;
+  h.file_bytes = st->bytes_in;
+  h.payload_count = next_id_;
+  h.payload_bytes = payload_bytes_;
+  h.names_bytes = names.size();
+  h.image_count = images_;
+  h.pixel_count = next_pixel_id_;
+  h.pixel_bytes = pixel_bytes_;
+  SealHeader(&h);
+  DSFS_RETURN_IF_ERROR(
+      writer_->Put(kHeaderKey, std::string_view(reinterpret_cast<const char*>(&h), sizeof(h))));
+  DSFS_RETURN_IF_ERROR(writer_->Commit());
+  LogPhase("metadata and commit");
+  st->payload_bytes = payload_bytes_;
+  st->images = images_;
+  st->images_as_is = images_as_is_;
+  st->pixel_bytes = pixel_bytes_;
+  st->dict_bytes = h.dict_bytes;
+  st->seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+  return Status::OK();
+}
+
+}  // namespace dsfs

@@ -1,0 +1,88 @@
+// Internal to pack/: one pack or add from start to commit. The source's producer (on a thread
+// of its own) feeds an OrderedCompressor; the calling thread writes the compressed records in
+// payload-id order, grouped into backend values as the backend asks (KvWriter::value_sizing),
+// reports progress, and at the end writes the metadata tables, dictionary and header and
+// commits.
+//
+// Thread safety: a PackRun is used by the thread that made it; only the producer passed to
+// Compress runs elsewhere (and must not touch the PackRun but for Report, see below).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/kv_store.h"
+#include "common/status.h"
+#include "pack/compressor.h"
+#include "pack/packer.h"
+#include "store/format.h"
+
+namespace dsfs {
+
+// InvalidArgument naming the first option out of range.
+Status CheckOptions(const PackOptions& options);
+// IOError "interrupted" once *cancel is set (see PackOptions::cancel); OK for a null token.
+Status CheckCancelled(const std::atomic<bool>* cancel);
+// `src` without trailing slashes (but "/" stays).
+std::string StripSlashes(std::string src);
+
+class PackRun {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `options` and `writer` must outlive the run; `progress` may be empty.
+  PackRun(const PackOptions& options, KvWriter* writer,
+          const std::function<void(const PackProgress&)>& progress);
+
+  // The progress reported; sources fill in totals and phases.
+  PackProgress& progress() { return prog_; }
+  // Continues the numbering and totals of an existing store (dsfs add): new payload and pixel
+  // records get the ids after its last ones; its dictionary record is kept as it is.
+  void ContinueFrom(const StoreHeader& h);
+  uint64_t next_payload_id() const { return next_id_; }
+  // Calls the progress callback, at most every 200 ms unless `force`.
+  void Report(bool force);
+  // Logs how long the phase `name` took (since the previous LogPhase or the start).
+  void LogPhase(const char* name);
+
+  // Runs `produce` (which Submits batches and returns its status) on a thread of its own,
+  // against a compressor using `dict` (which `produce` may set later: SetDictionary), writing
+  // everything it produces. Returns the first error; "interrupted" if cancelled.
+  // `on_image` gets what became of every image job, with the pixel record id + 1 of its first
+  // stored pixel record (0: none), on this thread.
+  using ImageFn = std::function<void(const ImageResult&, uint64_t pixels)>;
+  Status Compress(std::shared_ptr<const Dictionary> dict,
+                  const std::function<Status(OrderedCompressor*)>& produce,
+                  const ImageFn& on_image);
+
+  // Writes the metadata tables (`inodes`, `names`), the dictionary (unless ContinueFrom) and
+  // the header, and commits. `st` holds the tree's counts; the stored sizes and the time are
+  // added to it.
+  Status Finish(const std::vector<InodeRecord>& inodes, const std::string& names,
+                const std::string& dict_bytes, PackStats* st);
+
+ private:
+  // Stores an image's pixel records and reports it.
+  Status WriteImage(const ImageResult& r, const ImageFn& on_image);
+  // Adds `record` to `group` of record space `space`, first writing out the group (keyed by
+  // `next_id` - 1) where the backend wants a value to end before it; then counts it in next_id.
+  Status AddToGroup(GroupBuilder* group, char space, uint64_t* next_id, std::string_view record);
+
+  const PackOptions& options_;
+  KvWriter* writer_;
+  const ValueSizing sizing_;
+  std::function<void(const PackProgress&)> progress_;
+  int threads_;
+  PackProgress prog_;
+  Clock::time_point start_ = Clock::now(), phase_start_ = start_, last_report_ = start_;
+  uint64_t next_id_ = 0, payload_bytes_ = 0;
+  GroupBuilder pixel_group_;
+  uint64_t next_pixel_id_ = 0, pixel_bytes_ = 0, images_ = 0, images_as_is_ = 0;
+  bool write_dict_ = true;
+};
+
+}  // namespace dsfs

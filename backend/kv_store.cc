@@ -246,6 +246,10 @@ Status MoveStoreIntoPlace(const std::string& tmp, const StoreDestination& dest) 
   return Status::OK();
 }
 
+ValueSizing BackendValueSizing(std::string_view backend) {
+  return backend == "lmdb" ? LmdbValueSizing() : ValueSizing{};
+}
+
 Status NewKvWriter(const std::string& path, std::string_view backend,
                    const KvWriterOptions& options, std::unique_ptr<KvWriter>* writer) {
   // The store is built beside `path` and renamed into place: name a missing directory as the

@@ -169,6 +169,9 @@ Status CheckReplaceable(const std::string& path, const KvWriterOptions& options,
 Status MoveStoreIntoPlace(const std::string& tmp, const StoreDestination& dest);
 
 inline constexpr std::string_view kDefaultBackend = "lmdb";
+// The ValueSizing of `backend`'s writers (KvWriter::value_sizing), for writers that mimic one
+// (the tests' in-memory store mimics LMDB). One record per value for an unknown backend.
+ValueSizing BackendValueSizing(std::string_view backend);
 // Creates a writer for a new store of `backend` ("lmdb" or "rocksdb") at `path`.
 // InvalidArgument names the backends if `backend` is not one of them.
 Status NewKvWriter(const std::string& path, std::string_view backend,

@@ -12,7 +12,7 @@
 
 #include "backend/kv_store.h"
 #include "common/path.h"
-#include "store/packer.h"
+#include "pack/packer.h"
 #include "store/store.h"
 
 namespace {

@@ -307,6 +307,7 @@ TEST(KvValueSizingTest, LmdbFillsPagesRocksdbTakesOneRecordPerValue) {
   EXPECT_EQ(lmdb.max_bytes, 256u << 10);
   EXPECT_EQ(lmdb.page_bytes, 4096u);
   EXPECT_EQ(lmdb.page_header_bytes, 16u);
+  EXPECT_EQ(BackendValueSizing("lmdb").target_bytes, lmdb.target_bytes);  // what mem_store mimics
   ASSERT_TRUE(w->Commit().ok());
   ASSERT_TRUE(NewKvUpdater(dir / "l.db", &w).ok());
   EXPECT_EQ(w->value_sizing().target_bytes, lmdb.target_bytes);

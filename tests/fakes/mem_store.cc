@@ -1,7 +1,5 @@
 #include "tests/fakes/mem_store.h"
 
-#include "backend/lmdb_store.h"
-
 #include <mutex>
 #include <utility>
 
@@ -17,7 +15,7 @@ class MemWriter final : public KvWriter {
   }
   // Like LMDB: tests then exercise records grouped into one value, and a store written here
   // holds the same values as one written to LMDB.
-  ValueSizing value_sizing() const override { return LmdbValueSizing(); }
+  ValueSizing value_sizing() const override { return BackendValueSizing("lmdb"); }
   Status Commit() override {
     std::unique_lock lock(table_->mu);
     for (auto& [k, v] : pending_) table_->data[k] = std::move(v);

@@ -91,16 +91,21 @@ Status Walk(const Store& store, uint32_t dir, const std::string& prefix, bool re
   return WalkFrom(store, dir, &path, recursive, 1, visit);
 }
 
+// Opens the store at `store_path` and finds `path` in it.
+Status OpenAt(const std::string& store_path, const std::string& path,
+              std::unique_ptr<Store>* store, uint32_t* ino, InodeRecord* rec) {
+  DSFS_RETURN_IF_ERROR(OpenStore(store_path, store));
+  return (*store)->LookupPath(path, ino, rec).WithContext(path);
+}
+
 }  // namespace
 
 Status RunLs(const std::string& store_path, const std::string& path, bool long_format,
              bool recursive, std::ostream& out) {
   std::unique_ptr<Store> store;
-  DSFS_RETURN_IF_ERROR(OpenStore(store_path, &store));
   uint32_t ino;
   InodeRecord rec;
-  Status s = store->LookupPath(path, &ino, &rec);
-  if (!s.ok()) return s.WithContext(path);
+  DSFS_RETURN_IF_ERROR(OpenAt(store_path, path, &store, &ino, &rec));
   auto print = [&](const InodeRecord& r, const std::string& name) -> Status {
     if (long_format) {
       char buf[64];
@@ -128,17 +133,15 @@ Status RunLs(const std::string& store_path, const std::string& path, bool long_f
 
 Status RunCat(const std::string& store_path, const std::string& path, std::ostream& out) {
   std::unique_ptr<Store> store;
-  DSFS_RETURN_IF_ERROR(OpenStore(store_path, &store));
   uint32_t ino;
   InodeRecord rec;
-  Status s = store->LookupPath(path, &ino, &rec);
-  if (!s.ok()) return s.WithContext(path);
+  DSFS_RETURN_IF_ERROR(OpenAt(store_path, path, &store, &ino, &rec));
   if (!IsReg(rec)) return Status::InvalidArgument(path + ": not a regular file");
   ReadBuffer buf;
   const uint64_t step = store->header().chunk_bytes;
   for (uint64_t off = 0; off < rec.size; off += step) {
     std::string_view data;
-    s = store->Read(rec, off, step, &buf, &data);
+    Status s = store->Read(rec, off, step, &buf, &data);
     if (!s.ok()) return s.WithContext(path);
     out.write(data.data(), static_cast<std::streamsize>(data.size()));
     if (!out) break;
@@ -155,13 +158,12 @@ Status RunCat(const std::string& store_path, const std::string& path, std::ostre
 
 Status RunInfo(const std::string& store_path, const std::string& path, bool json,
                std::ostream& out) {
-  std::unique_ptr<Store> store;
-  DSFS_RETURN_IF_ERROR(OpenStore(store_path, &store));
   // The tensor view of `path` (there, or why not), before anything is written: a bad path is
   // an error line and no output.
+  std::unique_ptr<Store> store;
   uint32_t dir;
   InodeRecord rec;
-  DSFS_RETURN_IF_ERROR(store->LookupPath(path, &dir, &rec).WithContext(path));
+  DSFS_RETURN_IF_ERROR(OpenAt(store_path, path, &store, &dir, &rec));
   if (!IsDir(rec)) return Status::InvalidArgument(path + ": not a directory");
   TensorIndex t;
   DSFS_RETURN_IF_ERROR(BuildTensorIndex(*store, dir, &t));

@@ -19,7 +19,6 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
-#include <turbojpeg.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,7 +41,6 @@
 namespace dsfs::testing {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 std::string CannotKernelMountReason() {
@@ -67,28 +65,6 @@ std::string CannotKernelMountReason() {
       GTEST_SKIP() << "SKIPPED: -o kernel mount test not run because " << why_not; \
     }                                                                              \
   } while (0)
-
-CommandResult Dsfs(std::vector<std::string> args, int timeout_s = 60) {
-  if (!args.empty() && args[0] == "pack" &&
-      std::find(args.begin(), args.end(), "--backend") == args.end()) {
-    args.insert(args.begin() + 1, {"--backend", TestBackend()});
-  }
-  args.insert(args.begin(), DsfsBinary());
-  return RunCommand(args, timeout_s);
-}
-
-std::string Describe(const CommandResult& r) {
-  return "exit " + std::to_string(r.exit_code) + "\nstdout: " + r.out + "\nstderr: " + r.err;
-}
-
-bool WaitUntil(const std::function<bool()>& done, milliseconds timeout) {
-  auto deadline = Clock::now() + timeout;
-  for (;;) {
-    if (done()) return true;
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-}
 
 std::string FsType(const std::string& mp) {
   CommandResult r = RunCommand({"findmnt", "-n", "-o", "FSTYPE", "--mountpoint", mp}, 30);
@@ -474,11 +450,7 @@ TEST_F(KernelMountTest, DamagedRecordFailsThatFileWithEioAndNothingElse) {
   Put(src_ + "/good.bin", RandomBytes(70000, 10));
   CommandResult r = Dsfs({"pack", "-q", "--backend", "lmdb", src_, store_});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  std::string bytes = ReadFile(store_);
-  size_t at = bytes.find(bad.substr(50000, 64));
-  ASSERT_NE(at, std::string::npos) << "the file's bytes are not in the store verbatim";
-  bytes[at + 10] ^= 0x20;
-  Put(store_, bytes);
+  ASSERT_TRUE(DamageStoredFile(store_, bad));
 
   KernelMount km(mp_);
   r = km.Mount(store_);
@@ -660,20 +632,6 @@ TEST_F(KernelMountTest, OtherErofsMountsAreRefused) {
 }
 
 // Each view is its own tree: its bytes equal the classic mount's MOUNT/.dsfs/NAME.
-std::string Jpeg(int w, int h, int seed) {
-  std::string rgb(static_cast<size_t>(w) * h * 3, '\0');
-  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<char>((i * 7 + seed * 31) % 251);
-  tjhandle t = tjInitCompress();
-  unsigned char* out = nullptr;
-  unsigned long size = 0;
-  tjCompress2(t, reinterpret_cast<const unsigned char*>(rgb.data()), w, 0, h, TJPF_RGB, &out, &size,
-              TJSAMP_420, 90, 0);
-  std::string jpeg(reinterpret_cast<char*>(out), size);
-  tjFree(out);
-  tjDestroy(t);
-  return jpeg;
-}
-
 TEST_F(KernelMountTest, ViewsAreTheirOwnTreesWithTheClassicViewsBytes) {
   for (int c = 0; c < 3; ++c) {
     for (int i = 0; i < 20; ++i) {

@@ -246,13 +246,16 @@ void MakeDir(const std::string& path, mode_t mode) {
 std::vector<std::string> DirNames(const std::string& dir) {
   std::vector<std::string> names;
   DIR* d = ::opendir(dir.c_str());
-  if (!d) return names;
+  if (!d) throw std::runtime_error("opendir " + Printable(dir) + ": " + ErrnoName(errno));
+  errno = 0;
   while (struct dirent* de = ::readdir(d)) {
     if (std::strcmp(de->d_name, ".") != 0 && std::strcmp(de->d_name, "..") != 0) {
       names.emplace_back(de->d_name);
     }
   }
+  int err = errno;
   ::closedir(d);
+  if (err != 0) throw std::runtime_error("readdir " + Printable(dir) + ": " + ErrnoName(err));
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -346,6 +349,17 @@ Status PackToBackend(const std::string& src, const PackOptions& options, const s
   DSFS_RETURN_IF_ERROR(PackDirectory(src, options, writer.get(), nullptr, nullptr));
   writer.reset();
   return Store::Open(path, StoreOptions{}, store);
+}
+
+Status WriteRecords(
+    const std::function<Status(const KvWriterOptions&, std::unique_ptr<KvWriter>*)>& open,
+    const std::map<std::string, std::string>& kv, bool overwrite) {
+  std::unique_ptr<KvWriter> w;
+  KvWriterOptions o;
+  o.overwrite = overwrite;
+  DSFS_RETURN_IF_ERROR(open(o, &w));
+  for (const auto& [k, v] : kv) DSFS_RETURN_IF_ERROR(w->Put(k, v));
+  return w->Commit();
 }
 
 std::string TestBackend() {

@@ -97,7 +97,8 @@ std::vector<std::string> LinesWith(const std::string& text, const std::string& n
 void PutFile(const std::string& path, std::string_view data, mode_t mode = 0644);
 // mkdir with `mode` (not less the umask); an existing directory is fine.
 void MakeDir(const std::string& path, mode_t mode = 0755);
-// Names of the entries of `dir` (without "." and ".."), read with readdir(3), sorted.
+// Names of the entries of `dir` (without "." and ".."), read with readdir(3), sorted; throws
+// std::runtime_error if `dir` cannot be listed.
 std::vector<std::string> DirNames(const std::string& dir);
 
 // w x h 8-bit RGB pixels, row by row, each set by pixel(x, y, its three bytes).
@@ -131,6 +132,11 @@ Status PackToMemory(const std::string& src, const PackOptions& options,
 // Packs `src` into a new store of `backend` ("lmdb", "rocksdb") at `path` and opens it.
 Status PackToBackend(const std::string& src, const PackOptions& options, const std::string& backend,
                      const std::string& path, std::unique_ptr<Store>* store);
+
+// Writes `kv` with a writer that `open` makes (its options: `overwrite` as given), and commits.
+Status WriteRecords(
+    const std::function<Status(const KvWriterOptions&, std::unique_ptr<KvWriter>*)>& open,
+    const std::map<std::string, std::string>& kv, bool overwrite = false);
 
 // The backend the CLI and mount tests pack to: $DSFS_TEST_BACKEND, default "lmdb" (ctest runs
 // those suites once per backend).

@@ -15,7 +15,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
@@ -120,17 +119,11 @@ bool MountedUnder(const std::string& prefix) {
   return ::testing::AssertionSuccess();
 }
 
-bool ProcessGone(pid_t pid) {
-  int st;
-  pid_t r = ::waitpid(pid, &st, WNOHANG);
-  return r == pid || (r < 0 && errno == ECHILD);
-}
-
 // A -o kernel mount at `mp`, torn down (and checked to be gone) on destruction.
 class KernelMount {
  public:
   explicit KernelMount(std::string mp) : mp_(std::move(mp)) {
-    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    BecomeSubreaper();
     prefix_ = PrivatePrefixOf(mp_);
   }
   ~KernelMount() {
@@ -152,11 +145,7 @@ class KernelMount {
   }
   void WaitDaemon() {
     if (pid_ <= 0) return;
-    if (!WaitUntil([&] { return ProcessGone(pid_); }, milliseconds(5000))) {
-      ADD_FAILURE() << "daemon " << pid_ << " still runs 5 s after unmounting; killing it";
-      ::kill(pid_, SIGKILL);
-      WaitUntil([&] { return ProcessGone(pid_); }, milliseconds(5000));
-    }
+    ExpectDaemonExits(pid_);
     pid_ = -1;
   }
   pid_t pid() const { return pid_; }
@@ -549,7 +538,7 @@ TEST_F(KernelMountTest, MountHelperPassesKernelThroughAndUmount8EndsIt) {
   const pid_t pid = static_cast<pid_t>(std::atol(dirs[0].c_str() + km.prefix().size()));
   r = RunCommand({"umount", mp_}, 30);
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
-  EXPECT_TRUE(WaitUntil([&] { return ProcessGone(pid); }, milliseconds(5000)));
+  EXPECT_TRUE(WaitChild(pid, milliseconds(5000)));
   EXPECT_TRUE(LayersGone(mp_, km.prefix()));
 }
 
@@ -574,9 +563,9 @@ TEST_F(KernelMountTest, BusyMountNeedsLazyWhichServesOpenFilesUntilClosed) {
   std::string got(data.size(), '\0');
   EXPECT_EQ(::pread(fd, got.data(), got.size(), 0), static_cast<ssize_t>(data.size()));
   EXPECT_TRUE(got == data) << "the open file is still served";
-  EXPECT_FALSE(ProcessGone(km.pid()));
+  EXPECT_FALSE(WaitChild(km.pid(), milliseconds(0)));
   ::close(fd);
-  EXPECT_TRUE(WaitUntil([&] { return ProcessGone(km.pid()); }, milliseconds(5000)));
+  EXPECT_TRUE(WaitChild(km.pid(), milliseconds(5000)));
   EXPECT_TRUE(LayersGone(mp_, km.prefix()));
 }
 

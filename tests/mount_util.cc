@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <png.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -71,12 +70,7 @@ std::vector<MountEntry> MountsAt(const std::string& path) {
   return found;
 }
 
-bool IsMounted(const std::string& path) { return !MountsAt(path).empty(); }
-
-void BecomeSubreaper() {
-  static const bool ok = ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
-  if (!ok) ADD_FAILURE() << "prctl(PR_SET_CHILD_SUBREAPER): " << ErrnoName(errno);
-}
+bool IsMounted(const std::string& path) { return IsMountpoint(path); }
 
 namespace {
 std::vector<std::string> ProcCmdline(pid_t pid) {
@@ -127,18 +121,6 @@ std::vector<pid_t> DaemonChildren(const std::string& mountpoint) {
     pids.push_back(pid);
   }
   return pids;
-}
-
-bool WaitChild(pid_t pid, milliseconds timeout, int* wstatus) {
-  int st = 0;
-  bool done = WaitUntil(
-      [&] {
-        pid_t r = ::waitpid(pid, &st, WNOHANG);
-        return r == pid || (r < 0 && errno == ECHILD);
-      },
-      timeout);
-  if (wstatus) *wstatus = st;
-  return done;
 }
 
 uint64_t ProcStatusKb(pid_t pid, const std::string& key) {
@@ -233,14 +215,7 @@ void MountGuard::Release() {
       RunCommand({"umount", "-l", mp_}, 30);
     }
   }
-  for (pid_t pid : pids_) {
-    // The daemon exits by itself once its mount is gone.
-    if (!WaitChild(pid, milliseconds(5000))) {
-      ADD_FAILURE() << "daemon " << pid << " still runs 5 s after unmounting; killing it";
-      ::kill(pid, SIGKILL);
-      WaitChild(pid, milliseconds(5000));
-    }
-  }
+  for (pid_t pid : pids_) ExpectDaemonExits(pid);
   pids_.clear();
 }
 

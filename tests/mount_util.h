@@ -48,17 +48,11 @@ struct MountEntry {
 std::vector<MountEntry> MountsAt(const std::string& path);
 bool IsMounted(const std::string& path);
 
-// Orphans of the processes this test starts become its children: the daemon forked by
-// `dsfs mount` is then found, waited for and reaped here instead of by init.
-void BecomeSubreaper();
 // Parent pid of `pid` and its state letter; false if it is gone.
 bool ProcStat(pid_t pid, pid_t* ppid, char* state);
 // Live children of this process that are a `dsfs mount ... MOUNTPOINT` daemon (or one that
 // the mount helper started).
 std::vector<pid_t> DaemonChildren(const std::string& mountpoint);
-// Waits up to `timeout` for child `pid` to exit and reaps it; false if it still runs. (Every
-// daemon is a child here, see BecomeSubreaper; ECHILD only means someone reaped it already.)
-bool WaitChild(pid_t pid, milliseconds timeout, int* wstatus = nullptr);
 // Peak and current resident memory of `pid` (kB), from /proc ("VmHWM", "VmRSS").
 uint64_t ProcStatusKb(pid_t pid, const std::string& key);
 

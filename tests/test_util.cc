@@ -6,6 +6,7 @@
 #include <png.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <turbojpeg.h>
@@ -307,6 +308,30 @@ std::string Jpeg(int w, int h, int seed) {
   bytes[at + 10] ^= 0x20;
   PutFile(store, bytes);
   return ::testing::AssertionSuccess();
+}
+
+void BecomeSubreaper() {
+  static const bool ok = ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
+  if (!ok) ADD_FAILURE() << "prctl(PR_SET_CHILD_SUBREAPER): " << ErrnoName(errno);
+}
+
+bool WaitChild(pid_t pid, std::chrono::milliseconds timeout, int* wstatus) {
+  int st = 0;
+  bool done = WaitUntil(
+      [&] {
+        pid_t r = ::waitpid(pid, &st, WNOHANG);
+        return r == pid || (r < 0 && errno == ECHILD);
+      },
+      timeout);
+  if (wstatus) *wstatus = st;
+  return done;
+}
+
+void ExpectDaemonExits(pid_t pid) {
+  if (WaitChild(pid, std::chrono::milliseconds(5000))) return;
+  ADD_FAILURE() << "daemon " << pid << " still runs 5 s after unmounting; killing it";
+  ::kill(pid, SIGKILL);
+  WaitChild(pid, std::chrono::milliseconds(5000));
 }
 
 std::string CannotMountReason() {

@@ -115,6 +115,16 @@ std::string Jpeg(int w, int h, int seed);
 // checksum. Fails if the bytes are not in the store verbatim.
 ::testing::AssertionResult DamageStoredFile(const std::string& store, const std::string& data);
 
+// Orphans of the processes this test starts become its children: the daemon forked by
+// `dsfs mount` is then found, waited for and reaped here instead of by init.
+void BecomeSubreaper();
+// Waits up to `timeout` for child `pid` to exit and reaps it; false if it still runs. (Every
+// daemon is a child here, see BecomeSubreaper; ECHILD only means someone reaped it already.)
+bool WaitChild(pid_t pid, std::chrono::milliseconds timeout, int* wstatus = nullptr);
+// For a daemon whose mount is gone, which exits by itself: waits 5 s for it; if it still runs,
+// fails the test, kills it and reaps it.
+void ExpectDaemonExits(pid_t pid);
+
 // Why real mounts cannot run here (not root, no usable /dev/fuse), or "" if they can.
 std::string CannotMountReason();
 

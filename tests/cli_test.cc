@@ -22,6 +22,7 @@ namespace dsfs {
 namespace {
 
 using testing::CommandResult;
+using testing::LineCount;
 using testing::RandomBytes;
 using testing::ReadFile;
 using testing::RunCommand;
@@ -39,8 +40,6 @@ CliRun Dsfs(const std::vector<std::string>& args) {
   int code = DsfsMain(args, out, err);
   return {code, out.str(), err.str()};
 }
-
-int Lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 
 class CliTest : public ::testing::Test {
  protected:
@@ -79,7 +78,7 @@ TEST_F(CliTest, AddConvertAndBackendErrorsAreOneLine) {
            {{"convert", store_, store_, "--backend", "lmdb"}, "already exists"}}) {
     CliRun r = Dsfs(c.args);
     EXPECT_EQ(r.code, 1) << c.args[0] << " " << c.args.back();
-    EXPECT_EQ(Lines(r.err), 1) << r.err;
+    EXPECT_EQ(LineCount(r.err), 1) << r.err;
     EXPECT_EQ(r.err.rfind("dsfs: error: ", 0), 0u) << r.err;
     EXPECT_NE(r.err.find(c.needle), std::string::npos) << r.err;
   }
@@ -100,7 +99,7 @@ TEST_F(CliTest, PackPrintsOneSummaryLine) {
   CliRun r = Dsfs({"pack", "-q", "--force", "--level", "3", "--dict-size", "8K", "--chunk-size",
                    "64K", "-j", "1", dir_ / "src", store_});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(Lines(r.out), 1);
+  EXPECT_EQ(LineCount(r.out), 1);
   EXPECT_NE(r.out.find("packed 103 files, 3 directories, 1 symlinks"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ratio"), std::string::npos);
   EXPECT_NE(r.out.find("files/s"), std::string::npos);
@@ -124,26 +123,26 @@ TEST_F(CliTest, UndecodableImagesAreLoggedUpToALimit) {
   while ((pos = text.find("the views serve it as it is", pos)) != std::string::npos) ++named, ++pos;
   EXPECT_EQ(named, kImageWarnings) << text;
   EXPECT_NE(text.find("not logged one by one"), std::string::npos) << text;
-  EXPECT_EQ(Lines(text), static_cast<int>(kImageWarnings) + 1) << text;
+  EXPECT_EQ(LineCount(text), static_cast<int>(kImageWarnings) + 1) << text;
 }
 
 TEST_F(CliTest, PackRefusesToOverwriteAndBadOptions) {
   CliRun r = Dsfs({"pack", "-q", dir_ / "src", store_});
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(Lines(r.err), 1);
+  EXPECT_EQ(LineCount(r.err), 1);
   EXPECT_NE(r.err.find("already exists"), std::string::npos);
   r = Dsfs({"pack", "-q", "--force", "--level", "0", dir_ / "src", store_});
   EXPECT_NE(r.code, 0);
   r = Dsfs({"pack", "-q", "--force", "--dict-size", "lots", dir_ / "src", store_});
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(Lines(r.err), 1);
+  EXPECT_EQ(LineCount(r.err), 1);
   r = Dsfs({"pack", "-q", dir_ / "missing", dir_ / "t.db"});
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("missing"), std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(dir_ / "t.db"));
   r = Dsfs({"pack", "-q", dir_ / "src", dir_ / "no/such/dir/t.db"});
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(Lines(r.err), 1);
+  EXPECT_EQ(LineCount(r.err), 1);
   r = Dsfs({"bogus"});
   EXPECT_EQ(r.code, 2);
   r = Dsfs({});
@@ -160,7 +159,7 @@ TEST_F(CliTest, LsCatInfoVerify) {
   r = Dsfs({"ls", "-l", store_, "/"});
   EXPECT_NE(r.out.find("ln -> cat/a.txt"), std::string::npos) << r.out;
   r = Dsfs({"ls", "-R", store_});
-  EXPECT_EQ(Lines(r.out), 106);
+  EXPECT_EQ(LineCount(r.out), 106);
   EXPECT_NE(r.out.find("/dog/d99\n"), std::string::npos);
   r = Dsfs({"cat", store_, "cat/a.txt"});
   EXPECT_EQ(r.out, "alpha\n");
@@ -170,7 +169,7 @@ TEST_F(CliTest, LsCatInfoVerify) {
   EXPECT_EQ(r.out, RandomBytes(70000, 3));
   r = Dsfs({"cat", store_, "cat/zzz"});
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(Lines(r.err), 1);
+  EXPECT_EQ(LineCount(r.err), 1);
   r = Dsfs({"cat", store_, "cat"});
   EXPECT_EQ(r.code, 1);
   r = Dsfs({"info", store_});
@@ -188,7 +187,7 @@ TEST_F(CliTest, LsCatInfoVerify) {
     r = json ? Dsfs({"info", "--json", store_, "/nope"}) : Dsfs({"info", store_, "/nope"});
     EXPECT_EQ(r.code, 1);
     EXPECT_EQ(r.out, "");
-    EXPECT_EQ(Lines(r.err), 1) << r.err;
+    EXPECT_EQ(LineCount(r.err), 1) << r.err;
   }
   r = Dsfs({"verify", store_});
   EXPECT_EQ(r.code, 0) << r.out << r.err;
@@ -216,7 +215,7 @@ TEST_F(CliTest, BadStoresGetOneClearLine) {
     for (const char* cmd : {"info", "ls", "verify"}) {
       CliRun r = Dsfs({cmd, c.path});
       EXPECT_EQ(r.code, 1) << cmd << " " << c.path;
-      EXPECT_EQ(Lines(r.err), 1) << r.err;
+      EXPECT_EQ(LineCount(r.err), 1) << r.err;
       EXPECT_NE(r.err.find(c.expect), std::string::npos) << cmd << ": " << r.err;
     }
   }
@@ -236,7 +235,7 @@ TEST_F(CliTest, VerifyNamesDamagedFiles) {
     CliRun v = Dsfs({"verify", dir_ / "bad.db"});
     if (v.code != 0 && v.out.find("BAD /dog/c.txt") != std::string::npos) {
       named = true;
-      EXPECT_EQ(Lines(v.err), 1);
+      EXPECT_EQ(LineCount(v.err), 1);
       EXPECT_NE(v.err.find("damaged"), std::string::npos);
       // The other files still read correctly.
       CliRun c = Dsfs({"cat", dir_ / "bad.db", "cat/a.txt"});
@@ -335,7 +334,7 @@ TEST(StatsCommandTest, EmptyMountpointIsOneLine) {
            {"umount", ""}, {"umount", "--lazy", ""}, {"stats", ""}}) {
     CliRun r = Dsfs(args);
     EXPECT_EQ(r.code, 1) << args[0];
-    EXPECT_EQ(Lines(r.err), 1) << r.err;
+    EXPECT_EQ(LineCount(r.err), 1) << r.err;
   }
 }
 
@@ -387,7 +386,7 @@ TEST(MountOptionsTest, BadLogLevelsAreOneLineUsageErrors) {
   TempDir dir;
   CliRun r = Dsfs({"mount", "-o", "log_level=loud", dir / "s.db", dir.path()});
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_EQ(LineCount(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("dsfs: error: mount option log_level=loud: not one of trace"),
             std::string::npos)
       << r.err;
@@ -487,7 +486,7 @@ TEST(CliUsageTest, ForceReplacesOnlyAStoreOrAnEmptyDirectory) {
                                    "--force"}}) {
       CliRun r = Dsfs(args);
       EXPECT_EQ(r.code, 1) << backend << " " << args[args.size() - 1] << ": " << r.err;
-      EXPECT_EQ(Lines(r.err), 1) << r.err;
+      EXPECT_EQ(LineCount(r.err), 1) << r.err;
       EXPECT_TRUE(r.err.find("--force replaces only a dsfs store") != std::string::npos ||
                   r.err.find("is the source itself") != std::string::npos)
           << r.err;
@@ -635,7 +634,7 @@ TEST(CliUsageTest, MissingTableFileOfARocksdbStoreIsNamed) {
   std::filesystem::remove(dir / ("r.db/" + sst));
   CliRun r = Dsfs({"ls", dir / "r.db", "/"});
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_EQ(LineCount(r.err), 1) << r.err;
   EXPECT_NE(r.err.find(sst), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(dir / "r.db"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find(".ldb"), std::string::npos) << r.err;
@@ -659,7 +658,7 @@ TEST(CliUsageTest, UnknownCommandsAndMissingStoreDirectoriesAreNamed) {
   LogToStderr();
   EXPECT_EQ(r.code, 0) << r.err;
   std::string text = ReadFile(log);
-  EXPECT_EQ(Lines(text), 1) << text;
+  EXPECT_EQ(LineCount(text), 1) << text;
   EXPECT_NE(text.find("top-level .dsfs is hidden in mounts"), std::string::npos) << text;
 }
 
@@ -741,7 +740,7 @@ TEST(MountHelperTest, ErrorsAreOneLineWithMountExitCodes) {
   std::ostringstream out, err;
   EXPECT_EQ(MountHelperMain("mount.fuse.dsfs", {dir / "s.db", dir.path(), "-o", "rw"}, out, err),
             1);
-  EXPECT_EQ(Lines(err.str()), 1) << err.str();
+  EXPECT_EQ(LineCount(err.str()), 1) << err.str();
   EXPECT_NE(err.str().find("dsfs: error: dsfs mounts are read-only"), std::string::npos)
       << err.str();
   // A store that is not there: the mount itself fails (mount(8)'s code 32).
@@ -749,7 +748,7 @@ TEST(MountHelperTest, ErrorsAreOneLineWithMountExitCodes) {
   EXPECT_EQ(
       MountHelperMain("mount.fuse.dsfs", {dir / "missing.db", dir.path(), "-o", "ro"}, out2, err2),
       32);
-  EXPECT_EQ(Lines(err2.str()), 1) << err2.str();
+  EXPECT_EQ(LineCount(err2.str()), 1) << err2.str();
   EXPECT_NE(err2.str().find("missing.db"), std::string::npos) << err2.str();
   // -f (fake): the arguments are checked, nothing is mounted.
   std::ostringstream out3, err3;

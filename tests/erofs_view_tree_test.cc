@@ -2,7 +2,6 @@
 // fsck.erofs and compared with what Filesystem serves for that view, byte for byte. No mount.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <turbojpeg.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -16,22 +15,9 @@
 namespace dsfs {
 namespace {
 
+using dsfs::testing::Jpeg;
 using dsfs::testing::TempDir;
 using dsfs::testing::WriteFile;
-
-std::string Jpeg(int w, int h, int seed) {
-  std::string rgb(static_cast<size_t>(w) * h * 3, '\0');
-  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<char>((i * 7 + seed * 31) % 251);
-  tjhandle t = tjInitCompress();
-  unsigned char* out = nullptr;
-  unsigned long size = 0;
-  tjCompress2(t, reinterpret_cast<const unsigned char*>(rgb.data()), w, 0, h, TJPF_RGB, &out, &size,
-              TJSAMP_420, 90, 0);
-  std::string jpeg(reinterpret_cast<char*>(out), size);
-  tjFree(out);
-  tjDestroy(t);
-  return jpeg;
-}
 
 // What Filesystem serves below directory `ino`, in TreeListing's form.
 void FsListing(const Filesystem& fs, uint64_t ino, const std::string& prefix,

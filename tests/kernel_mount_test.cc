@@ -15,11 +15,9 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
-#include <turbojpeg.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,7 +40,6 @@
 namespace dsfs::testing {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 std::string CannotKernelMountReason() {
@@ -67,28 +64,6 @@ std::string CannotKernelMountReason() {
       GTEST_SKIP() << "SKIPPED: -o kernel mount test not run because " << why_not; \
     }                                                                              \
   } while (0)
-
-CommandResult Dsfs(std::vector<std::string> args, int timeout_s = 60) {
-  if (!args.empty() && args[0] == "pack" &&
-      std::find(args.begin(), args.end(), "--backend") == args.end()) {
-    args.insert(args.begin() + 1, {"--backend", TestBackend()});
-  }
-  args.insert(args.begin(), DsfsBinary());
-  return RunCommand(args, timeout_s);
-}
-
-std::string Describe(const CommandResult& r) {
-  return "exit " + std::to_string(r.exit_code) + "\nstdout: " + r.out + "\nstderr: " + r.err;
-}
-
-bool WaitUntil(const std::function<bool()>& done, milliseconds timeout) {
-  auto deadline = Clock::now() + timeout;
-  for (;;) {
-    if (done()) return true;
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-}
 
 std::string FsType(const std::string& mp) {
   CommandResult r = RunCommand({"findmnt", "-n", "-o", "FSTYPE", "--mountpoint", mp}, 30);
@@ -144,17 +119,11 @@ bool MountedUnder(const std::string& prefix) {
   return ::testing::AssertionSuccess();
 }
 
-bool ProcessGone(pid_t pid) {
-  int st;
-  pid_t r = ::waitpid(pid, &st, WNOHANG);
-  return r == pid || (r < 0 && errno == ECHILD);
-}
-
 // A -o kernel mount at `mp`, torn down (and checked to be gone) on destruction.
 class KernelMount {
  public:
   explicit KernelMount(std::string mp) : mp_(std::move(mp)) {
-    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    BecomeSubreaper();
     prefix_ = PrivatePrefixOf(mp_);
   }
   ~KernelMount() {
@@ -176,11 +145,7 @@ class KernelMount {
   }
   void WaitDaemon() {
     if (pid_ <= 0) return;
-    if (!WaitUntil([&] { return ProcessGone(pid_); }, milliseconds(5000))) {
-      ADD_FAILURE() << "daemon " << pid_ << " still runs 5 s after unmounting; killing it";
-      ::kill(pid_, SIGKILL);
-      WaitUntil([&] { return ProcessGone(pid_); }, milliseconds(5000));
-    }
+    ExpectDaemonExits(pid_);
     pid_ = -1;
   }
   pid_t pid() const { return pid_; }
@@ -474,11 +439,7 @@ TEST_F(KernelMountTest, DamagedRecordFailsThatFileWithEioAndNothingElse) {
   Put(src_ + "/good.bin", RandomBytes(70000, 10));
   CommandResult r = Dsfs({"pack", "-q", "--backend", "lmdb", src_, store_});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  std::string bytes = ReadFile(store_);
-  size_t at = bytes.find(bad.substr(50000, 64));
-  ASSERT_NE(at, std::string::npos) << "the file's bytes are not in the store verbatim";
-  bytes[at + 10] ^= 0x20;
-  Put(store_, bytes);
+  ASSERT_TRUE(DamageStoredFile(store_, bad));
 
   KernelMount km(mp_);
   r = km.Mount(store_);
@@ -577,7 +538,7 @@ TEST_F(KernelMountTest, MountHelperPassesKernelThroughAndUmount8EndsIt) {
   const pid_t pid = static_cast<pid_t>(std::atol(dirs[0].c_str() + km.prefix().size()));
   r = RunCommand({"umount", mp_}, 30);
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
-  EXPECT_TRUE(WaitUntil([&] { return ProcessGone(pid); }, milliseconds(5000)));
+  EXPECT_TRUE(WaitChild(pid, milliseconds(5000)));
   EXPECT_TRUE(LayersGone(mp_, km.prefix()));
 }
 
@@ -602,9 +563,9 @@ TEST_F(KernelMountTest, BusyMountNeedsLazyWhichServesOpenFilesUntilClosed) {
   std::string got(data.size(), '\0');
   EXPECT_EQ(::pread(fd, got.data(), got.size(), 0), static_cast<ssize_t>(data.size()));
   EXPECT_TRUE(got == data) << "the open file is still served";
-  EXPECT_FALSE(ProcessGone(km.pid()));
+  EXPECT_FALSE(WaitChild(km.pid(), milliseconds(0)));
   ::close(fd);
-  EXPECT_TRUE(WaitUntil([&] { return ProcessGone(km.pid()); }, milliseconds(5000)));
+  EXPECT_TRUE(WaitChild(km.pid(), milliseconds(5000)));
   EXPECT_TRUE(LayersGone(mp_, km.prefix()));
 }
 
@@ -660,20 +621,6 @@ TEST_F(KernelMountTest, OtherErofsMountsAreRefused) {
 }
 
 // Each view is its own tree: its bytes equal the classic mount's MOUNT/.dsfs/NAME.
-std::string Jpeg(int w, int h, int seed) {
-  std::string rgb(static_cast<size_t>(w) * h * 3, '\0');
-  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<char>((i * 7 + seed * 31) % 251);
-  tjhandle t = tjInitCompress();
-  unsigned char* out = nullptr;
-  unsigned long size = 0;
-  tjCompress2(t, reinterpret_cast<const unsigned char*>(rgb.data()), w, 0, h, TJPF_RGB, &out, &size,
-              TJSAMP_420, 90, 0);
-  std::string jpeg(reinterpret_cast<char*>(out), size);
-  tjFree(out);
-  tjDestroy(t);
-  return jpeg;
-}
-
 TEST_F(KernelMountTest, ViewsAreTheirOwnTreesWithTheClassicViewsBytes) {
   for (int c = 0; c < 3; ++c) {
     for (int i = 0; i < 20; ++i) {

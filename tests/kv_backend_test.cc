@@ -16,28 +16,19 @@
 namespace dsfs {
 namespace {
 
+using testing::DirNames;
 using testing::RandomBytes;
 using testing::TempDir;
-
-std::vector<std::string> Entries(const std::string& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    names.push_back(e.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 class KvBackendTest : public ::testing::TestWithParam<std::string> {
  protected:
   Status Write(const std::string& path, const std::map<std::string, std::string>& kv,
                bool overwrite = false) {
-    std::unique_ptr<KvWriter> w;
-    KvWriterOptions o;
-    o.overwrite = overwrite;
-    DSFS_RETURN_IF_ERROR(NewKvWriter(path, GetParam(), o, &w));
-    for (const auto& [k, v] : kv) DSFS_RETURN_IF_ERROR(w->Put(k, v));
-    return w->Commit();
+    return testing::WriteRecords(
+        [&](const KvWriterOptions& o, std::unique_ptr<KvWriter>* w) {
+          return NewKvWriter(path, GetParam(), o, w);
+        },
+        kv, overwrite);
   }
   std::map<std::string, std::string> ReadAll(KvReader* r) {
     std::map<std::string, std::string> all;
@@ -72,7 +63,7 @@ TEST_P(KvBackendTest, RoundTripGetSeekAndDetection) {
   }
   ASSERT_TRUE(w->Commit().ok());
   w.reset();
-  EXPECT_EQ(Entries(dir_.path()), std::vector<std::string>{"s.db"});  // nothing left over
+  EXPECT_EQ(DirNames(dir_.path()), std::vector<std::string>{"s.db"});  // nothing left over
   std::string backend;
   ASSERT_TRUE(DetectBackend(dir_ / "s.db", &backend).ok());
   EXPECT_EQ(backend, GetParam());
@@ -171,7 +162,7 @@ TEST_P(KvBackendTest, OverwriteNeedsForceAndAbandonedWriterLeavesNothing) {
     ASSERT_TRUE(NewKvWriter(dir_ / "t.db", GetParam(), KvWriterOptions{}, &w).ok());
     ASSERT_TRUE(w->Put("k", "v").ok());
   }
-  EXPECT_EQ(Entries(dir_.path()), std::vector<std::string>{"s.db"});
+  EXPECT_EQ(DirNames(dir_.path()), std::vector<std::string>{"s.db"});
 }
 
 TEST_P(KvBackendTest, UpdateIsAtomicAndOpenReadersKeepTheirVersion) {
@@ -210,7 +201,7 @@ TEST_P(KvBackendTest, UpdateIsAtomicAndOpenReadersKeepTheirVersion) {
   std::unique_ptr<KvReader> again;
   ASSERT_TRUE(OpenKvReader(dir_ / "s.db", KvReaderOptions{}, &again).ok());
   EXPECT_EQ(ReadAll(again.get()), want);
-  EXPECT_EQ(Entries(dir_.path()), std::vector<std::string>{"s.db"});
+  EXPECT_EQ(DirNames(dir_.path()), std::vector<std::string>{"s.db"});
 }
 
 TEST_P(KvBackendTest, ReadOnlyMediaNeedsNoWriteAccess) {
@@ -253,7 +244,7 @@ TEST_P(KvBackendTest, NoSpaceIsACleanErrorAndLeavesNothing) {
   Status s = Write(small + "/s.db", kv);
   EXPECT_EQ(s.code(), Status::Code::kNoSpace) << s.message();
   EXPECT_NE(s.message().find("no space"), std::string::npos) << s.message();
-  EXPECT_TRUE(Entries(small).empty());
+  EXPECT_TRUE(DirNames(small).empty());
   ::umount(small.c_str());
 }
 

@@ -16,27 +16,18 @@
 namespace dsfs {
 namespace {
 
+using testing::DirNames;
 using testing::RandomBytes;
 using testing::TempDir;
 using testing::WriteFile;
 
-std::vector<std::string> Entries(const std::string& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    names.push_back(e.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 Status WriteStore(const std::string& path, const std::map<std::string, std::string>& kv,
                   bool overwrite = false) {
-  std::unique_ptr<KvWriter> w;
-  KvWriterOptions o;
-  o.overwrite = overwrite;
-  DSFS_RETURN_IF_ERROR(NewKvWriter(path, "lmdb", o, &w));
-  for (const auto& [k, v] : kv) DSFS_RETURN_IF_ERROR(w->Put(k, v));
-  return w->Commit();
+  return testing::WriteRecords(
+      [&](const KvWriterOptions& o, std::unique_ptr<KvWriter>* w) {
+        return NewKvWriter(path, "lmdb", o, w);
+      },
+      kv, overwrite);
 }
 
 TEST(LmdbTest, RoundTripGetAndSeek) {
@@ -44,7 +35,7 @@ TEST(LmdbTest, RoundTripGetAndSeek) {
   std::map<std::string, std::string> kv = {
       {"a", "1"}, {"b", std::string(100000, 'x')}, {"d", RandomBytes(3000, 1)}, {"e", ""}};
   ASSERT_TRUE(WriteStore(dir / "s.db", kv).ok());
-  EXPECT_EQ(Entries(dir.path()), std::vector<std::string>{"s.db"});  // one file, no lock file
+  EXPECT_EQ(DirNames(dir.path()), std::vector<std::string>{"s.db"});  // one file, no lock file
   std::string backend;
   ASSERT_TRUE(DetectBackend(dir / "s.db", &backend).ok());
   ASSERT_EQ(backend, "lmdb");
@@ -65,7 +56,7 @@ TEST(LmdbTest, RoundTripGetAndSeek) {
   ASSERT_TRUE(r->Seek("a", &key, &pv).ok());
   EXPECT_EQ(key, "a");
   EXPECT_TRUE(r->Seek("f", &key, &pv).IsNotFound());
-  EXPECT_EQ(Entries(dir.path()), std::vector<std::string>{"s.db"});  // serving adds no lock file
+  EXPECT_EQ(DirNames(dir.path()), std::vector<std::string>{"s.db"});  // serving adds no lock file
 }
 
 TEST(LmdbTest, ReleasingMappedPagesKeepsValuesValid) {
@@ -149,7 +140,7 @@ TEST(LmdbTest, AbandonedWriterLeavesNothing) {
     ASSERT_TRUE(NewKvWriter(dir / "s.db", "lmdb", KvWriterOptions{}, &w).ok());
     ASSERT_TRUE(w->Put("k", "v").ok());
   }
-  EXPECT_TRUE(Entries(dir.path()).empty());
+  EXPECT_TRUE(DirNames(dir.path()).empty());
 }
 
 TEST(LmdbTest, MissingNotAStoreAndTruncated) {
@@ -189,7 +180,7 @@ TEST(LmdbTest, NoSpaceIsACleanErrorAndLeavesNothing) {
   Status s = WriteStore(small + "/s.db", kv);
   EXPECT_EQ(s.code(), Status::Code::kNoSpace) << s.message();
   EXPECT_NE(s.message().find("no space"), std::string::npos);
-  EXPECT_TRUE(Entries(small).empty());
+  EXPECT_TRUE(DirNames(small).empty());
   ::umount(small.c_str());
 }
 

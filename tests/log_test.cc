@@ -14,13 +14,13 @@
 namespace dsfs {
 namespace {
 
+using testing::LineCount;
 using testing::ReadFile;
 using testing::TempDir;
 using Clock = LogLimiter::Clock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-int Lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 
 // A limiter over a logger that writes to a string, with a clock the test moves.
 class LogLimiterTest : public ::testing::Test {
@@ -78,7 +78,7 @@ TEST_F(LogLimiterTest, OneLinePerIntervalWithTheCountOfTheLastOne) {
     now_ += milliseconds(10);
   }
   std::string out = Take();
-  EXPECT_EQ(Lines(out), 7) << out;  // 4 messages + 3 summaries
+  EXPECT_EQ(LineCount(out), 7) << out;  // 4 messages + 3 summaries
   EXPECT_NE(out.find("same (repeated 999 times in the last 10 s)"), std::string::npos) << out;
   limiter->Flush(/*all=*/true);
   EXPECT_EQ(Take(), "warning same (repeated 499 times in the last 5 s)\n");
@@ -102,7 +102,7 @@ TEST_F(LogLimiterTest, TooManyDistinctMessagesShareOneCount) {
   for (int i = 0; i < 1000; ++i) limiter->Log(spdlog::level::err, "file " + std::to_string(i));
   // Four tracked, the fifth logged as the first over the limit, the rest counted together.
   std::string out = Take();
-  EXPECT_EQ(Lines(out), 5) << out;
+  EXPECT_EQ(LineCount(out), 5) << out;
   EXPECT_LE(limiter->tracked(), 5u);
   limiter->Flush(true);
   EXPECT_EQ(Take(), "error 995 more messages not logged in the last 0 s (too many distinct)\n");

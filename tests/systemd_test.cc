@@ -16,17 +16,13 @@ namespace dsfs {
 namespace {
 
 using testing::CommandResult;
+using testing::Describe;
 using testing::ReadFile;
 using testing::RunCommand;
 using testing::TempDir;
 
 const std::string kBuildDir = DSFS_BUILD_DIR;
 const std::string kUnit = kBuildDir + "/systemd/dsfs@.service";
-
-std::string Describe(const CommandResult& r) {
-  return "exit " + std::to_string(r.exit_code) + "\n--- stdout ---\n" + r.out +
-         "\n--- stderr ---\n" + r.err;
-}
 
 // The unit's settings (KEY=VALUE lines, comments and sections dropped), in order.
 std::vector<std::pair<std::string, std::string>> Settings(const std::string& text) {

@@ -1,13 +1,19 @@
 #include "tests/test_util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <png.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <turbojpeg.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -17,6 +23,7 @@
 #include <random>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 namespace dsfs::testing {
 
@@ -121,6 +128,212 @@ CommandResult RunCommand(const std::vector<std::string>& argv, int timeout_s) {
   return r;
 }
 
+std::string ErrnoName(int err) {
+  return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";
+}
+
+std::string Printable(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+namespace {
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+}  // namespace
+
+bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (done()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void AddTestTransport(std::vector<std::string>* mount_args) {
+  std::string t = TestTransport();
+  if (t.empty()) return;
+  for (const std::string& a : *mount_args) {
+    if (a.find("transport=") != std::string::npos) return;
+  }
+  mount_args->insert(mount_args->end(), {"-o", "transport=" + t});
+}
+
+CommandResult Dsfs(std::vector<std::string> args, int timeout_s) {
+  if (!args.empty() && args[0] == "pack" &&
+      std::find(args.begin(), args.end(), "--backend") == args.end()) {
+    args.insert(args.begin() + 1, {"--backend", TestBackend()});
+  }
+  if (!args.empty() && args[0] == "mount") AddTestTransport(&args);
+  args.insert(args.begin(), DsfsBinary());
+  return RunCommand(args, timeout_s);
+}
+
+std::string Describe(const CommandResult& r) {
+  return "exit code " + std::to_string(r.exit_code) + "\n--- stdout ---\n" + Printable(r.out) +
+         "\n--- stderr ---\n" + Printable(r.err);
+}
+
+::testing::AssertionResult IsOneLineError(const CommandResult& r,
+                                          const std::vector<std::string>& needles, int exit_code) {
+  if (r.exit_code != exit_code) {
+    return ::testing::AssertionFailure()
+           << "expected exit code " << exit_code << ", got " << Describe(r);
+  }
+  if (r.err.empty() || r.err.back() != '\n' || LineCount(r.err) != 1) {
+    return ::testing::AssertionFailure() << "expected exactly one stderr line, got " << Describe(r);
+  }
+  if (r.err.rfind("dsfs: error: ", 0) != 0) {
+    return ::testing::AssertionFailure()
+           << "stderr does not start with 'dsfs: error: ': " << Describe(r);
+  }
+  std::string err = Lower(r.err);
+  for (const auto& n : needles) {
+    if (err.find(Lower(n)) != std::string::npos) return ::testing::AssertionSuccess();
+  }
+  std::string all;
+  for (const auto& n : needles) all += (all.empty() ? "'" : ", '") + n + "'";
+  return ::testing::AssertionFailure() << "stderr mentions none of " << all << ": " << Describe(r);
+}
+
+int LineCount(std::string_view text) {
+  return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+}
+
+std::vector<std::string> LinesWith(const std::string& text, const std::string& needle) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find(needle) != std::string::npos) out.push_back(line);
+  }
+  return out;
+}
+
+void PutFile(const std::string& path, std::string_view data, mode_t mode) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw std::runtime_error("create " + Printable(path) + ": " + ErrnoName(errno));
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n <= 0) throw std::runtime_error("write " + Printable(path) + ": " + ErrnoName(errno));
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (::chmod(path.c_str(), mode) != 0) throw std::runtime_error("chmod " + Printable(path));
+}
+
+void MakeDir(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+    throw std::runtime_error("mkdir " + Printable(path) + ": " + ErrnoName(errno));
+  }
+  ::chmod(path.c_str(), mode);
+}
+
+std::vector<std::string> DirNames(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) throw std::runtime_error("opendir " + Printable(dir) + ": " + ErrnoName(errno));
+  errno = 0;
+  while (struct dirent* de = ::readdir(d)) {
+    if (std::strcmp(de->d_name, ".") != 0 && std::strcmp(de->d_name, "..") != 0) {
+      names.emplace_back(de->d_name);
+    }
+  }
+  int err = errno;
+  ::closedir(d);
+  if (err != 0) throw std::runtime_error("readdir " + Printable(dir) + ": " + ErrnoName(err));
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string RgbPixels(uint32_t w, uint32_t h,
+                      const std::function<void(uint32_t x, uint32_t y, char* rgb)>& pixel) {
+  std::string rgb(size_t{w} * h * 3, '\0');
+  for (uint32_t y = 0; y < h; ++y) {
+    for (uint32_t x = 0; x < w; ++x) pixel(x, y, rgb.data() + (size_t{y} * w + x) * 3);
+  }
+  return rgb;
+}
+
+std::string EncodePng(uint32_t w, uint32_t h, uint32_t format, std::string pixels) {
+  png_image img = {};  // every field not set here is 0
+  img.version = PNG_IMAGE_VERSION;
+  img.width = w;
+  img.height = h;
+  img.format = format;
+  pixels.resize(PNG_IMAGE_SIZE(img));
+  png_alloc_size_t size = 0;
+  if (!png_image_write_to_memory(&img, nullptr, &size, 0, pixels.data(), 0, nullptr)) return "";
+  std::string png(size, '\0');
+  if (!png_image_write_to_memory(&img, png.data(), &size, 0, pixels.data(), 0, nullptr)) return "";
+  png.resize(size);
+  return png;
+}
+
+std::string Jpeg(int w, int h, int seed) {
+  std::string rgb(static_cast<size_t>(w) * h * 3, '\0');
+  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<char>((i * 7 + seed * 31) % 251);
+  tjhandle t = tjInitCompress();
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  tjCompress2(t, reinterpret_cast<const unsigned char*>(rgb.data()), w, 0, h, TJPF_RGB, &out, &size,
+              TJSAMP_420, 90, 0);
+  std::string jpeg(reinterpret_cast<char*>(out), size);
+  tjFree(out);
+  tjDestroy(t);
+  return jpeg;
+}
+
+::testing::AssertionResult DamageStoredFile(const std::string& store, const std::string& data) {
+  std::string bytes = ReadFile(store);
+  size_t at = bytes.find(data.substr(50000, 64));
+  if (at == std::string::npos) {
+    return ::testing::AssertionFailure() << "the file's bytes are not in the store verbatim";
+  }
+  bytes[at + 10] ^= 0x20;
+  PutFile(store, bytes);
+  return ::testing::AssertionSuccess();
+}
+
+void BecomeSubreaper() {
+  static const bool ok = ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
+  if (!ok) ADD_FAILURE() << "prctl(PR_SET_CHILD_SUBREAPER): " << ErrnoName(errno);
+}
+
+bool WaitChild(pid_t pid, std::chrono::milliseconds timeout, int* wstatus) {
+  int st = 0;
+  bool done = WaitUntil(
+      [&] {
+        pid_t r = ::waitpid(pid, &st, WNOHANG);
+        return r == pid || (r < 0 && errno == ECHILD);
+      },
+      timeout);
+  if (wstatus) *wstatus = st;
+  return done;
+}
+
+void ExpectDaemonExits(pid_t pid) {
+  if (WaitChild(pid, std::chrono::milliseconds(5000))) return;
+  ADD_FAILURE() << "daemon " << pid << " still runs 5 s after unmounting; killing it";
+  ::kill(pid, SIGKILL);
+  WaitChild(pid, std::chrono::milliseconds(5000));
+}
+
 std::string CannotMountReason() {
   if (::geteuid() != 0) return "not running as root (mounting needs root)";
   int fd = ::open("/dev/fuse", O_RDWR | O_CLOEXEC);
@@ -161,6 +374,17 @@ Status PackToBackend(const std::string& src, const PackOptions& options, const s
   DSFS_RETURN_IF_ERROR(PackDirectory(src, options, writer.get(), nullptr, nullptr));
   writer.reset();
   return Store::Open(path, StoreOptions{}, store);
+}
+
+Status WriteRecords(
+    const std::function<Status(const KvWriterOptions&, std::unique_ptr<KvWriter>*)>& open,
+    const std::map<std::string, std::string>& kv, bool overwrite) {
+  std::unique_ptr<KvWriter> w;
+  KvWriterOptions o;
+  o.overwrite = overwrite;
+  DSFS_RETURN_IF_ERROR(open(o, &w));
+  for (const auto& [k, v] : kv) DSFS_RETURN_IF_ERROR(w->Put(k, v));
+  return w->Commit();
 }
 
 std::string TestBackend() {

@@ -1,9 +1,12 @@
 // Helpers shared by the dsfs tests.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -60,6 +63,68 @@ struct CommandResult {
 // `timeout_s` seconds.
 CommandResult RunCommand(const std::vector<std::string>& argv, int timeout_s = 120);
 
+// "Permission denied (errno 13)".
+std::string ErrnoName(int err);
+// `s` with every byte outside printable ASCII escaped: file names in the tests hold newlines
+// and invalid UTF-8 on purpose, and failure messages must stay readable.
+std::string Printable(std::string_view s);
+
+// Polls `done` every 20 ms until it holds or `timeout` passes; returns its last value.
+bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout);
+
+// Runs the dsfs binary as a subprocess. `pack` writes to the backend under test
+// ($DSFS_TEST_BACKEND, see TestBackend) unless the arguments name one; `mount` uses the
+// transport under test ($DSFS_TEST_TRANSPORT, see TestTransport) unless they name one.
+CommandResult Dsfs(std::vector<std::string> args, int timeout_s = 120);
+// Adds `-o transport=$DSFS_TEST_TRANSPORT` to the arguments of `dsfs mount` (ctest's uring.*
+// run), unless they name a transport themselves.
+void AddTestTransport(std::vector<std::string>* mount_args);
+// A command's exit code, stdout and stderr, for failure messages.
+std::string Describe(const CommandResult& r);
+// The CLI's error contract: a non-zero exit (exactly `exit_code`) and exactly one line on
+// stderr, "dsfs: error: ...", that contains at least one of `needles` (case-insensitive).
+::testing::AssertionResult IsOneLineError(const CommandResult& r,
+                                          const std::vector<std::string>& needles,
+                                          int exit_code = 1);
+
+// The number of lines of `text` (its newlines).
+int LineCount(std::string_view text);
+// The lines of `text` that contain `needle`.
+std::vector<std::string> LinesWith(const std::string& text, const std::string& needle);
+
+// Creates (or replaces) a file with `data` and `mode` without the umask in the way (its
+// directory must exist; WriteFile creates them).
+void PutFile(const std::string& path, std::string_view data, mode_t mode = 0644);
+// mkdir with `mode` (not less the umask); an existing directory is fine.
+void MakeDir(const std::string& path, mode_t mode = 0755);
+// Names of the entries of `dir` (without "." and ".."), read with readdir(3), sorted; throws
+// std::runtime_error if `dir` cannot be listed.
+std::vector<std::string> DirNames(const std::string& dir);
+
+// w x h 8-bit RGB pixels, row by row, each set by pixel(x, y, its three bytes).
+std::string RgbPixels(uint32_t w, uint32_t h,
+                      const std::function<void(uint32_t x, uint32_t y, char* rgb)>& pixel);
+// A PNG of `pixels` (w x h of libpng's simplified-API `format`, e.g. PNG_FORMAT_RGB; padded or
+// cut to that size); "" if libpng fails.
+std::string EncodePng(uint32_t w, uint32_t h, uint32_t format, std::string pixels);
+// A JPEG of w x h pixels of a pattern that depends on `seed` (quality 90, 4:2:0).
+std::string Jpeg(int w, int h, int seed);
+
+// Flips a bit in the middle of `data`, the contents of a file that the LMDB store file `store`
+// holds as they are (incompressible, 100,000 bytes or so): reading that file then fails its
+// checksum. Fails if the bytes are not in the store verbatim.
+::testing::AssertionResult DamageStoredFile(const std::string& store, const std::string& data);
+
+// Orphans of the processes this test starts become its children: the daemon forked by
+// `dsfs mount` is then found, waited for and reaped here instead of by init.
+void BecomeSubreaper();
+// Waits up to `timeout` for child `pid` to exit and reaps it; false if it still runs. (Every
+// daemon is a child here, see BecomeSubreaper; ECHILD only means someone reaped it already.)
+bool WaitChild(pid_t pid, std::chrono::milliseconds timeout, int* wstatus = nullptr);
+// For a daemon whose mount is gone, which exits by itself: waits 5 s for it; if it still runs,
+// fails the test, kills it and reaps it.
+void ExpectDaemonExits(pid_t pid);
+
 // Why real mounts cannot run here (not root, no usable /dev/fuse), or "" if they can.
 std::string CannotMountReason();
 
@@ -77,6 +142,11 @@ Status PackToMemory(const std::string& src, const PackOptions& options,
 // Packs `src` into a new store of `backend` ("lmdb", "rocksdb") at `path` and opens it.
 Status PackToBackend(const std::string& src, const PackOptions& options, const std::string& backend,
                      const std::string& path, std::unique_ptr<Store>* store);
+
+// Writes `kv` with a writer that `open` makes (its options: `overwrite` as given), and commits.
+Status WriteRecords(
+    const std::function<Status(const KvWriterOptions&, std::unique_ptr<KvWriter>*)>& open,
+    const std::map<std::string, std::string>& kv, bool overwrite = false);
 
 // The backend the CLI and mount tests pack to: $DSFS_TEST_BACKEND, default "lmdb" (ctest runs
 // those suites once per backend).

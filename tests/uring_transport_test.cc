@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "fs/mount.h"
 #include "tests/test_util.h"
 
 namespace dsfs {
@@ -44,7 +45,8 @@ namespace {
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
-constexpr char kEnableUring[] = "/sys/module/fuse/parameters/enable_uring";
+using testing::kEnableUringPath;
+using EnableUring = testing::ScopedEnableUring;
 constexpr unsigned long kMagicIoctl = _IOR('d', 1, uint64_t);
 constexpr uint64_t kMagicValue = 0x6473667375726e67ULL;  // "dsfsurng"
 
@@ -252,37 +254,13 @@ class TestFs {
 // ---------------------------------------------------------------------------------------------
 // Environment
 
-// Sets /sys/module/fuse/parameters/enable_uring for the scope and restores what was there.
-class EnableUring {
- public:
-  explicit EnableUring(bool on) {
-    std::ifstream in(kEnableUring);
-    exists_ = static_cast<bool>(in);
-    if (!exists_) return;
-    std::getline(in, saved_);
-    Write(on ? "Y" : "N");
-  }
-  ~EnableUring() {
-    if (exists_) Write(saved_);
-  }
-  bool exists() const { return exists_; }
-
- private:
-  void Write(const std::string& v) {
-    std::ofstream out(kEnableUring);
-    out << v << "\n";
-  }
-  bool exists_ = false;
-  std::string saved_;
-};
-
-#define SKIP_UNLESS_URING(guard)                                                            \
-  do {                                                                                      \
-    SKIP_UNLESS_CAN_MOUNT();                                                                \
-    if (!(guard).exists()) {                                                                \
-      GTEST_SKIP() << "SKIPPED: this kernel has no FUSE over io_uring (no " << kEnableUring \
-                   << ")";                                                                  \
-    }                                                                                       \
+#define SKIP_UNLESS_URING(guard)                                                                \
+  do {                                                                                          \
+    SKIP_UNLESS_CAN_MOUNT();                                                                    \
+    if (!(guard).exists()) {                                                                    \
+      GTEST_SKIP() << "SKIPPED: this kernel has no FUSE over io_uring (no " << kEnableUringPath \
+                   << ")";                                                                      \
+    }                                                                                           \
   } while (0)
 
 // Captures what the dsfs logger writes at info and above, for the scope.
@@ -302,13 +280,7 @@ class LogCapture {
   // The lines that contain `what`.
   std::vector<std::string> Lines(const std::string& what) {
     Log()->flush();
-    std::vector<std::string> lines;
-    std::istringstream in(out_.str());
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.find(what) != std::string::npos) lines.push_back(line);
-    }
-    return lines;
+    return testing::LinesWith(out_.str(), what);
   }
 
  private:
@@ -400,18 +372,9 @@ class TestMount {
   // cannot be done (no fusectl).
   bool Abort() {
     // Not stat(): the mount may be the thing that hangs. mountinfo names its device.
-    std::ifstream mi("/proc/self/mountinfo");
-    std::string line;
-    std::string dev;
-    while (std::getline(mi, line)) {
-      if (line.find(" " + dir_.path() + " ") != std::string::npos) {
-        std::istringstream in(line);
-        std::string id, parent;
-        in >> id >> parent >> dev;
-      }
-    }
-    if (dev.empty()) return false;
-    std::string p = "/sys/fs/fuse/connections/" + dev.substr(dev.find(':') + 1) + "/abort";
+    MountInfo mi;
+    if (!FindMount(dir_.path(), &mi)) return false;
+    std::string p = "/sys/fs/fuse/connections/" + std::to_string(mi.dev_minor) + "/abort";
     std::ofstream out(p);
     if (!out) return false;
     out << "1\n";
@@ -458,20 +421,6 @@ std::string ReadAll(const std::string& path, int* err) {
   return out;
 }
 
-std::vector<std::string> List(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return names;
-  while (struct dirent* e = ::readdir(d)) {
-    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
-      names.push_back(e->d_name);
-    }
-  }
-  ::closedir(d);
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 std::string RelPath(fuse_ino_t ino) {
   return ParentOf(ino) == kSub ? "sub/" + NameOf(ino) : NameOf(ino);
 }
@@ -486,8 +435,8 @@ void CheckServes(TestMount& m, int threads) {
   }
   std::sort(want_root.begin(), want_root.end());
   std::sort(want_sub.begin(), want_sub.end());
-  EXPECT_EQ(List(m.dir()), want_root);
-  EXPECT_EQ(List(m.Path("sub")), want_sub);
+  EXPECT_EQ(testing::DirNames(m.dir()), want_root);
+  EXPECT_EQ(testing::DirNames(m.Path("sub")), want_sub);
 
   struct stat st;
   ASSERT_EQ(::stat(m.Path("sub").c_str(), &st), 0);
@@ -676,9 +625,9 @@ class FuseCtl {
       }
       ::closedir(d);
     }
-    std::ifstream mounts("/proc/mounts");
-    std::string all((std::istreambuf_iterator<char>(mounts)), std::istreambuf_iterator<char>());
-    if (all.find(" /sys/fs/fuse/connections fusectl ") == std::string::npos && empty) {
+    MountInfo mi;
+    bool fusectl = FindMount("/sys/fs/fuse/connections", &mi) && mi.fstype == "fusectl";
+    if (!fusectl && empty) {
       mounted_ = ::mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, nullptr) == 0;
     }
   }

@@ -29,16 +29,11 @@ using testing::TempDir;
 using testing::WriteFile;
 
 std::string Gradient(uint32_t w, uint32_t h, int seed) {
-  std::string rgb(size_t{w} * h * 3, '\0');
-  for (uint32_t y = 0; y < h; ++y) {
-    for (uint32_t x = 0; x < w; ++x) {
-      char* p = rgb.data() + (size_t{y} * w + x) * 3;
-      p[0] = static_cast<char>(x * 7 + seed);
-      p[1] = static_cast<char>(y * 5 + seed * 3);
-      p[2] = static_cast<char>((x ^ y) * 3);
-    }
-  }
-  return rgb;
+  return testing::RgbPixels(w, h, [&](uint32_t x, uint32_t y, char* p) {
+    p[0] = static_cast<char>(x * 7 + seed);
+    p[1] = static_cast<char>(y * 5 + seed * 3);
+    p[2] = static_cast<char>((x ^ y) * 3);
+  });
 }
 
 std::string Jpeg(uint32_t w, uint32_t h, int seed) {
@@ -57,19 +52,8 @@ std::string Jpeg(uint32_t w, uint32_t h, int seed) {
 
 // format: PNG_FORMAT_RGB (8-bit) or PNG_FORMAT_LINEAR_Y (16-bit gray).
 std::string Png(uint32_t w, uint32_t h, uint32_t format) {
-  png_image img;
-  std::memset(&img, 0, sizeof(img));
-  img.version = PNG_IMAGE_VERSION;
-  img.width = w;
-  img.height = h;
-  img.format = format;
-  std::string pixels = Gradient(w, h, 1);
-  pixels.resize(PNG_IMAGE_SIZE(img));
-  png_alloc_size_t size = 0;
-  EXPECT_TRUE(png_image_write_to_memory(&img, nullptr, &size, 0, pixels.data(), 0, nullptr));
-  std::string png(size, '\0');
-  EXPECT_TRUE(png_image_write_to_memory(&img, png.data(), &size, 0, pixels.data(), 0, nullptr));
-  png.resize(size);
+  std::string png = testing::EncodePng(w, h, format, Gradient(w, h, 1));
+  EXPECT_FALSE(png.empty());
   return png;
 }
 

@@ -21,7 +21,6 @@ using Clock = LogLimiter::Clock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-
 // A limiter over a logger that writes to a string, with a clock the test moves.
 class LogLimiterTest : public ::testing::Test {
  protected:

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "fs/fuse_session.h"
 
 namespace dsfs {
 
@@ -252,16 +253,10 @@ ImageServer::~ImageServer() { Stop(); }
 
 Status ImageServer::Start(const std::string& dir) {
   dir_ = dir;
-  std::string fsname = options_.fsname.empty() ? std::string("dsfs-image") : options_.fsname;
-  std::replace(fsname.begin(), fsname.end(), ',', '_');  // a comma would end the option
-  std::vector<std::string> argv = {"dsfs", "-o",
-                                   "ro,default_permissions,subtype=dsfs-image,fsname=" + fsname};
-  if (options_.debug) argv.push_back("-d");
-  std::vector<char*> cargv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  struct fuse_args args = FUSE_ARGS_INIT(static_cast<int>(cargv.size()), cargv.data());
+  FuseArgs args("dsfs-image", options_.fsname.empty() ? "dsfs-image" : options_.fsname,
+                /*allow_other=*/false, options_.debug);
   static const fuse_lowlevel_ops ops = ImageServerOps::Make();
-  se_ = fuse_session_new(&args, &ops, sizeof(ops), this);
+  se_ = fuse_session_new(args.get(), &ops, sizeof(ops), this);
   if (!se_) return Status::InvalidArgument("cannot create the image's FUSE session");
   if (fuse_session_mount(se_, dir.c_str()) != 0) {
     fuse_session_destroy(se_);
@@ -272,12 +267,7 @@ Status ImageServer::Start(const std::string& dir) {
     // The loop threads libfuse starts from here inherit this thread's nice value. Without
     // root or CAP_SYS_NICE they keep the caller's.
     (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), options_.nice);
-    struct fuse_loop_config* cfg = fuse_loop_cfg_create();
-    fuse_loop_cfg_set_clone_fd(cfg, 0);
-    fuse_loop_cfg_set_max_threads(cfg, static_cast<unsigned>(std::max(1, options_.threads)));
-    fuse_loop_cfg_set_idle_threads(cfg, static_cast<unsigned>(std::max(1, options_.threads)));
-    int rc = fuse_session_loop_mt(se_, cfg);
-    fuse_loop_cfg_destroy(cfg);
+    int rc = RunFuseLoop(se_, options_.threads);
     if (rc != 0) Log()->debug("image FUSE session loop returned {}", rc);
     ended_.store(true);
     if (on_ended_) on_ended_();

@@ -20,7 +20,7 @@
 
 #include "common/status.h"
 #include "fs/filesystem.h"
-#include "fs/fuse_ops.h"
+#include "fs/serve.h"
 #include "fs/mount.h"
 
 namespace dsfs {
@@ -36,7 +36,8 @@ Status CheckKernelMountAllowed();
 // serves the image until the EROFS mount is gone or SIGINT/SIGTERM arrives (which unmount it,
 // lazily if busy). Not root: an error that says so. Root without loop devices or EROFS: one log
 // line saying why, then a classic mount (ServeFuse with `fuse`).
-Status ServeKernel(Filesystem* fs, const MountConfig& config, const FuseOptions& fuse,
+Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
+                   const FuseOptions& fuse,
                    const std::function<void()>& on_mounted);
 
 // `dsfs umount` of a -o kernel mount: if `mountpoint` carries EROFS over a loop device whose

@@ -5,7 +5,7 @@
 
 #include "common/status.h"
 #include "fs/filesystem.h"
-#include "fs/fuse_ops.h"
+#include "fs/serve.h"
 #include "store/store.h"
 
 namespace dsfs {

@@ -4,17 +4,19 @@
 #include <cstring>
 #include <utility>
 
+#include "fs/control_dir.h"
+
 namespace dsfs {
 
 Status ViewTree::Build(const Filesystem* fs, View view, std::unique_ptr<ViewTree>* tree) {
   std::unique_ptr<ViewTree> t(new ViewTree(fs));
   // The bmp view shows every store entry under its own name in its own place, except a store
-  // entry named ".dsfs" in the root, which the view hides behind its control directory: only
+  // entry named .dsfs (kControlDirName) in the root, which the view hides behind its control directory: only
   // then does its numbering differ from the store's.
   if (view == View::kBmp) {
     uint32_t found;
     InodeRecord rec;
-    Status s = fs->store().Lookup(Store::kRootIno, ".dsfs", &found, &rec);
+    Status s = fs->store().Lookup(Store::kRootIno, kControlDirName, &found, &rec);
     if (!s.ok() && !s.IsNotFound()) return s;
     if (s.IsNotFound()) {
       // Filesystem's numbers (fs/filesystem.h): store inode n of view v is v << 32 | n, and

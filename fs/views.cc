@@ -330,23 +330,13 @@ Status TensorFilesText(const Store& store, uint32_t dir, const TensorIndex& inde
                        std::string* out) {
   out->clear();
   out->reserve(index.files_txt_bytes);
-  std::vector<std::string_view> parts;
+  std::string path;
   for (uint32_t ino : index.images) {
-    parts.clear();
-    for (uint32_t cur = ino; cur != dir;) {
-      InodeRecord r;
-      DSFS_RETURN_IF_ERROR(store.GetInode(cur, &r));
-      std::string_view name;
-      DSFS_RETURN_IF_ERROR(store.GetName(r, &name));
-      parts.push_back(name);
-      // Parents have smaller numbers (breadth-first): a damaged parent field cannot loop.
-      if (r.parent >= cur) return Status::Corruption("image is not below its directory");
-      cur = r.parent;
-    }
-    for (size_t i = parts.size(); i-- > 0;) {
-      out->append(parts[i]);
-      out->push_back(i == 0 ? '\n' : '/');
-    }
+    Status s = store.PathOf(ino, dir, &path);
+    if (s.IsNotFound()) return Status::Corruption("image is not below its directory");
+    DSFS_RETURN_IF_ERROR(s);
+    out->append(path);
+    out->push_back('\n');
   }
   if (out->size() != index.files_txt_bytes) return Status::Corruption("files.txt changed size");
   return Status::OK();

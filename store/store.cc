@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "common/log.h"
 #include "common/path.h"
@@ -91,6 +92,7 @@ Status Store::Open(std::unique_ptr<KvReader> kv, std::unique_ptr<Store>* store,
   std::unique_ptr<Store> st(new Store());
   st->kv_ = std::move(kv);
   st->cache_ = std::move(cache);
+  if (st->cache_) st->cache_id_ = st->cache_->NewId();
   DSFS_RETURN_IF_ERROR(st->Init());
   *store = std::move(st);
   return Status::OK();
@@ -157,6 +159,7 @@ Status Store::GetInode(uint32_t ino, InodeRecord* rec) const {
   if (ino == 0 || ino > header_.inode_count) return Status::NotFound("no such inode");
   uint64_t off = static_cast<uint64_t>(ino - 1) * layout_.record_bytes();
   DSFS_RETURN_IF_ERROR(inodes_.Check(off, layout_.record_bytes()));
+  inode_decodes_.fetch_add(1, std::memory_order_relaxed);
   return layout_.Decode(inodes_.data() + off, rec);
 }
 
@@ -266,6 +269,30 @@ Status Store::LookupPath(std::string_view path, uint32_t* ino, InodeRecord* rec)
   return Status::OK();
 }
 
+Status Store::PathOf(uint32_t ino, uint32_t top, std::string* path) const {
+  std::vector<std::string_view> parts;  // last component first
+  Status s;
+  for (uint32_t cur = ino; cur != top;) {
+    InodeRecord r;
+    std::string_view name;
+    s = GetInode(cur, &r);
+    if (s.ok()) s = GetName(r, &name);
+    if (!s.ok()) break;
+    if (r.parent >= cur) {
+      s = Status::NotFound("not below its directory");
+      break;
+    }
+    parts.push_back(name);
+    cur = r.parent;
+  }
+  path->clear();
+  for (size_t i = parts.size(); i-- > 0;) {
+    path->append(parts[i]);
+    if (i > 0) path->push_back('/');
+  }
+  return s;
+}
+
 // Records above this size are announced to the backend before they are read (WillNeed).
 constexpr size_t kWillNeedBytes = 16 << 10;
 
@@ -307,7 +334,7 @@ Status Store::ReadPixels(const InodeRecord& rec, std::string* rgb) const {
 Status Store::ReadRecord(char space, uint64_t id, uint64_t expected, ByteCache* cache,
                          ByteCache::Value* pin, std::string* scratch, std::string_view* out) const {
   if (cache) {
-    if (ByteCache::Value v = cache->Get(id)) {
+    if (ByteCache::Value v = cache->Get(cache_id_, id)) {
       *out = *v;
       *pin = std::move(v);
       return Status::OK();
@@ -342,7 +369,7 @@ Status Store::ReadRecord(char space, uint64_t id, uint64_t expected, ByteCache* 
       s = TimedDecode(p, fresh->data());
       if (s.ok()) {
         *out = *fresh;
-        cache->Insert(id, fresh);
+        cache->Insert(cache_id_, id, fresh);
         *pin = std::move(fresh);
       }
     } else {
@@ -433,7 +460,7 @@ Status Store::Read(const InodeRecord& rec, uint64_t offset, uint64_t size, ReadB
 
 Status Store::Prefetch(const InodeRecord& rec, uint64_t index) const {
   if (!cache_ || !IsReg(rec) || index >= ChunkCount(rec)) return Status::OK();
-  if (cache_->Contains(rec.data + index)) return Status::OK();
+  if (ChunkCached(rec, index)) return Status::OK();
   ByteCache::Value pin;
   std::string scratch;
   std::string_view data;

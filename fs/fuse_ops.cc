@@ -4,10 +4,12 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/log.h"
 #include "fs/decode_workers.h"
+#include "fs/fuse_session.h"
 
 namespace dsfs {
 namespace {
@@ -19,15 +21,7 @@ Context* Ctx(fuse_req_t req) { return static_cast<Context*>(fuse_req_userdata(re
 // Every callback body runs inside Guard: an exception becomes EIO, never a dead daemon.
 template <typename F>
 void Guard(fuse_req_t req, const char* op, F&& body) {
-  try {
-    body();
-  } catch (const std::exception& e) {
-    LogRepeated(spdlog::level::err, "{}: unexpected exception: {}", op, e.what());
-    fuse_reply_err(req, EIO);
-  } catch (...) {
-    LogRepeated(spdlog::level::err, "{}: unexpected exception", op);
-    fuse_reply_err(req, EIO);
-  }
+  GuardRequest(req, "", op, std::forward<F>(body));
 }
 
 // A damaged record answers EIO on every read of it: logged through the repeat limiter, so a

@@ -5,9 +5,13 @@
 
 #include <fuse_lowlevel.h>
 
+#include <cerrno>
+#include <exception>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "common/log.h"
 
 namespace dsfs {
 
@@ -27,6 +31,21 @@ class FuseArgs {
   std::vector<char*> cargv_;
   struct fuse_args args_;
 };
+
+// Runs the body of a callback of request `req`: an exception becomes EIO, never a dead daemon,
+// and a line through the repeat limiter ("PREFIXOP: unexpected exception: what").
+template <typename F>
+void GuardRequest(fuse_req_t req, const char* prefix, const char* op, F&& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    LogRepeated(spdlog::level::err, "{}{}: unexpected exception: {}", prefix, op, e.what());
+    fuse_reply_err(req, EIO);
+  } catch (...) {
+    LogRepeated(spdlog::level::err, "{}{}: unexpected exception", prefix, op);
+    fuse_reply_err(req, EIO);
+  }
+}
 
 // Serves `se` with libfuse's own loop on `threads` threads (at least 1, all kept idle-ready,
 // no cloned device fds) until the session ends; returns the loop's result.

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/log.h"
@@ -57,15 +58,7 @@ struct ImageServerOps {
 
   template <typename F>
   static void Guard(fuse_req_t req, const char* op, F&& body) {
-    try {
-      body();
-    } catch (const std::exception& e) {
-      LogRepeated(spdlog::level::err, "image {}: unexpected exception: {}", op, e.what());
-      fuse_reply_err(req, EIO);
-    } catch (...) {
-      LogRepeated(spdlog::level::err, "image {}: unexpected exception", op);
-      fuse_reply_err(req, EIO);
-    }
+    GuardRequest(req, "image ", op, std::forward<F>(body));
   }
 
   static void Init(void*, struct fuse_conn_info* conn) {
@@ -224,21 +217,23 @@ struct ImageServerOps {
   }
   static void NoListXattr(fuse_req_t req, fuse_ino_t, size_t) { fuse_reply_err(req, ENOSYS); }
 
+  // In the struct's order; every other operation is left to libfuse (ENOSYS). (GCC warns of the
+  // members a designated initializer leaves out, which is its point here.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
   static fuse_lowlevel_ops Make() {
-    fuse_lowlevel_ops ops;
-    std::memset(&ops, 0, sizeof(ops));
-    ops.init = Init;
-    ops.lookup = Lookup;
-    ops.getattr = GetAttr;
-    ops.readdir = ReadDir;
-    ops.open = Open;
-    ops.release = Release;
-    ops.read = Read;
-    ops.statfs = StatFs;
-    ops.getxattr = NoXattr;
-    ops.listxattr = NoListXattr;
-    return ops;
+    return fuse_lowlevel_ops{.init = Init,
+                             .lookup = Lookup,
+                             .getattr = GetAttr,
+                             .open = Open,
+                             .read = Read,
+                             .release = Release,
+                             .readdir = ReadDir,
+                             .statfs = StatFs,
+                             .getxattr = NoXattr,
+                             .listxattr = NoListXattr};
   }
+#pragma GCC diagnostic pop
 };
 
 ImageServer::ImageServer(const erofs::Image* image, ImageServerOptions options,

@@ -60,20 +60,9 @@ struct MountEntry {
 
 std::vector<MountEntry> Mounts() {
   std::vector<MountEntry> out;
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string id, parent, dev, root, mp, field;
-    if (!(ls >> id >> parent >> dev >> root >> mp)) continue;
-    while (ls >> field && field != "-") {
-    }
-    MountEntry e;
-    if (!(ls >> e.fstype >> e.source)) continue;
-    e.mountpoint = UnescapeMountinfo(mp);
-    e.source = UnescapeMountinfo(e.source);
-    out.push_back(std::move(e));
-  }
+  ForEachMount([&](const std::string& mp, const MountInfo& m) {
+    out.push_back({mp, m.fstype, m.source});
+  });
   return out;
 }
 
@@ -212,7 +201,8 @@ std::string KernelStatsJson(const Filesystem* fs, const erofs::Image& image,
   }
   nlohmann::ordered_json j = {{"kernel", std::move(kernel)}};
   // Then the filesystem's own counters (the store's cache, view reads): its members follow.
-  for (auto& [key, value] : fs->StatsObject().items()) j[key] = value;
+  const nlohmann::ordered_json rest = fs->StatsObject();
+  for (const auto& [key, value] : rest.items()) j[key] = value;
   return OneLineJson(j);
 }
 
@@ -382,12 +372,7 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
   Log()->info("{}: EROFS on {} over {}/{}", mnt, dev, dir, ImageServer::kImageName);
   if (on_mounted) on_mounted();
 
-  ServiceMonitor::Options mo;
-  mo.mountpoint = mnt;
-  mo.notify = fuse.notify_systemd;
-  mo.status_interval = std::chrono::milliseconds(
-      static_cast<int64_t>(std::max(0.05, fuse.status_interval_s) * 1000));
-  ServiceMonitor monitor(mo, [&] {
+  ServiceMonitor monitor(MonitorOptions(mnt, fuse), [&] {
     const ImageServer::Counters& c = server.counters();
     return "serving EROFS: " + std::to_string(c.reads.load()) + " image reads, " +
            std::to_string(c.bytes_read.load() >> 20) + " MiB read, " +

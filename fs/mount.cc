@@ -116,10 +116,9 @@ Status Serve(const MountConfig& config, const std::function<void()>& on_mounted)
   return ServeFuse(&fs, cache.get(), config.mountpoint, fo, on_mounted);
 }
 
-// Calls fn(mountpoint, info) for each line of /proc/self/mountinfo, in order (later lines are
-// mounted later).
-template <typename F>
-void ForEachMount(F&& fn) {
+}  // namespace
+
+void ForEachMount(const std::function<void(const std::string&, const MountInfo&)>& fn) {
   std::ifstream in("/proc/self/mountinfo");
   std::string line;
   while (std::getline(in, line)) {
@@ -129,7 +128,7 @@ void ForEachMount(F&& fn) {
     while (ls >> field && field != "-") {
     }
     MountInfo m;
-    ls >> m.fstype >> m.source;
+    if (!(ls >> m.fstype >> m.source)) continue;
     m.source = UnescapeMountinfo(m.source);
     size_t colon = dev.find(':');
     if (colon != std::string::npos)
@@ -137,8 +136,6 @@ void ForEachMount(F&& fn) {
     fn(UnescapeMountinfo(mp), m);
   }
 }
-
-}  // namespace
 
 bool FindMount(const std::string& path, MountInfo* info) {
   std::string abs = AbsolutePath(path);

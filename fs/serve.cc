@@ -21,6 +21,15 @@
 
 namespace dsfs {
 
+ServiceMonitor::Options MonitorOptions(const std::string& mountpoint, const FuseOptions& options) {
+  ServiceMonitor::Options mo;
+  mo.mountpoint = mountpoint;
+  mo.notify = options.notify_systemd;
+  mo.status_interval = std::chrono::milliseconds(
+      static_cast<int64_t>(std::max(0.05, options.status_interval_s) * 1000));
+  return mo;
+}
+
 Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint,
                  const FuseOptions& options, const std::function<void()>& on_mounted) {
   FuseContext ctx{fs, options};
@@ -100,12 +109,7 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
     Log()->debug("metadata read ahead: {} bytes", bytes);
   });
   if (on_mounted) on_mounted();
-  ServiceMonitor::Options mo;
-  mo.mountpoint = mountpoint;
-  mo.notify = options.notify_systemd;
-  mo.status_interval = std::chrono::milliseconds(
-      static_cast<int64_t>(std::max(0.05, options.status_interval_s) * 1000));
-  ServiceMonitor monitor(mo, [fs] { return fs->StatusLine(); });
+  ServiceMonitor monitor(MonitorOptions(mountpoint, options), [fs] { return fs->StatusLine(); });
   Status ms = monitor.Start();
   if (!ms.ok()) Log()->warn("service monitor: {}", ms.message());
   // The loop threads libfuse starts from here, and the transport's ring threads, inherit this

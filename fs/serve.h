@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
+#include "fs/service.h"
 
 namespace dsfs {
 
@@ -22,5 +23,9 @@ namespace dsfs {
 // none): readahead and preload fill it.
 Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint,
                  const FuseOptions& options, const std::function<void()>& on_mounted);
+
+// What the systemd monitor of a mount at `mountpoint` is told by `options` (notify_systemd,
+// status_interval_s): ServeFuse's and ServeKernel's.
+ServiceMonitor::Options MonitorOptions(const std::string& mountpoint, const FuseOptions& options);
 
 }  // namespace dsfs

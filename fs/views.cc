@@ -254,14 +254,15 @@ Status AddClass(const Store& store, uint32_t cls, const std::string& prefix, uin
 
 // The access that directory `dir` and every directory above it require.
 Status AccessFromRoot(const Store& store, uint32_t dir, ReadAccess* access) {
-  for (uint32_t cur = dir;;) {
-    InodeRecord r;
-    DSFS_RETURN_IF_ERROR(store.GetInode(cur, &r));
-    access->AddDir(r.mode);
-    // Parents have smaller numbers (breadth-first): a damaged parent field cannot loop.
-    if (cur == Store::kRootIno || r.parent >= cur) return Status::OK();
-    cur = r.parent;
-  }
+  // A damaged parent field ends the walk (what it reached so far counts).
+  bool reached;
+  return store.WalkUp(
+      dir, Store::kRootIno,
+      [&](uint32_t, const InodeRecord& r) {
+        access->AddDir(r.mode);
+        return Status::OK();
+      },
+      &reached);
 }
 
 }  // namespace

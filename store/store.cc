@@ -269,21 +269,39 @@ Status Store::LookupPath(std::string_view path, uint32_t* ino, InodeRecord* rec)
   return Status::OK();
 }
 
+Status Store::WalkUp(uint32_t ino, uint32_t top,
+                     const std::function<Status(uint32_t ino, const InodeRecord& rec)>& visit,
+                     bool* reached) const {
+  *reached = false;
+  for (uint32_t cur = ino;;) {
+    InodeRecord r;
+    DSFS_RETURN_IF_ERROR(GetInode(cur, &r));
+    DSFS_RETURN_IF_ERROR(visit(cur, r));
+    if (cur == top) break;
+    if (r.parent >= cur) return Status::OK();
+    cur = r.parent;
+  }
+  *reached = true;
+  return Status::OK();
+}
+
 Status Store::PathOf(uint32_t ino, uint32_t top, std::string* path) const {
   std::vector<std::string_view> parts;  // last component first
-  Status s;
-  for (uint32_t cur = ino; cur != top;) {
-    InodeRecord r;
-    std::string_view name;
-    s = GetInode(cur, &r);
-    if (s.ok()) s = GetName(r, &name);
-    if (!s.ok()) break;
-    if (r.parent >= cur) {
-      s = Status::NotFound("not below its directory");
-      break;
-    }
-    parts.push_back(name);
-    cur = r.parent;
+  bool reached = false;
+  Status s = WalkUp(
+      ino, top,
+      [&](uint32_t cur, const InodeRecord& r) {
+        if (cur == top) return Status::OK();
+        std::string_view name;
+        DSFS_RETURN_IF_ERROR(GetName(r, &name));
+        parts.push_back(name);
+        return Status::OK();
+      },
+      &reached);
+  if (s.ok() && !reached) {
+    // The component whose parent field broke the chain is not part of the path.
+    if (!parts.empty()) parts.pop_back();
+    s = Status::NotFound("not below its directory");
   }
   path->clear();
   for (size_t i = parts.size(); i-- > 0;) {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -67,11 +68,17 @@ class Store {
   Status Lookup(uint32_t dir, std::string_view name, uint32_t* ino, InodeRecord* rec) const;
   // Resolves a path relative to the root ("a/b", "/a/b", "" = root); symlinks are not followed.
   Status LookupPath(std::string_view path, uint32_t* ino, InodeRecord* rec) const;
-  // The path of inode `ino` relative to directory `top` ("a/b.jpg"; "" for `top` itself),
-  // walking up the parent fields: the one place that does. NotFound ("not below its
-  // directory") if the walk does not reach `top` (parents have smaller numbers, breadth first,
-  // so a damaged parent field cannot loop); on any error *path holds the part found (its last
-  // components).
+  // Walks up the parent fields from inode `ino` to directory `top`: calls `visit(i, rec)` for
+  // `ino` and each directory above it, `top` included, child first, and stops at the first
+  // error it returns. The one walk up the tree. *reached is false if a parent field breaks the
+  // chain before `top` (parents have smaller numbers, breadth first, so a damaged one cannot
+  // loop): the walk ends there without an error.
+  Status WalkUp(uint32_t ino, uint32_t top,
+                const std::function<Status(uint32_t ino, const InodeRecord& rec)>& visit,
+                bool* reached) const;
+  // The path of inode `ino` relative to directory `top` ("a/b.jpg"; "" for `top` itself).
+  // NotFound ("not below its directory") if the walk up does not reach `top`; on any error
+  // *path holds the part found (its last components).
   Status PathOf(uint32_t ino, uint32_t top, std::string* path) const;
   // Range of a directory's entries: inode numbers [*first, *first + *count).
   Status DirEntries(uint32_t dir, const InodeRecord& rec, uint32_t* first, uint32_t* count) const;

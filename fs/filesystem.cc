@@ -51,18 +51,11 @@ Status Filesystem::ForEachFile(uint64_t fuse_dir,
   const uint64_t dir = In(fuse_dir);
   const uint32_t kind = Kind(dir);
   if (kind > static_cast<uint32_t>(View::kTensor)) return Status::InvalidArgument("not listed");
-  InodeRecord d;
-  DSFS_RETURN_IF_ERROR(store_->GetInode(Number(dir), &d));
-  uint32_t first, count;
-  DSFS_RETURN_IF_ERROR(store_->DirEntries(Number(dir), d, &first, &count));
-  for (uint32_t i = 0; i < count; ++i) {
-    InodeRecord rec;
-    DSFS_RETURN_IF_ERROR(store_->GetInode(first + i, &rec));
-    if (!IsReg(rec)) continue;
+  return store_->ForEachEntry(Number(dir), [&](uint32_t ino, const InodeRecord& rec) {
+    if (!IsReg(rec)) return true;
     uint64_t size = ViewFileBytes(static_cast<View>(kind), rec, options_.max_render_bytes);
-    if (!file(Out(Make(kind, first + i)), size)) break;
-  }
-  return Status::OK();
+    return file(Out(Make(kind, ino)), size);
+  });
 }
 
 Status Filesystem::Attr(uint64_t ino, struct stat* st) const {

@@ -99,18 +99,15 @@ struct Entry {
 
 Status Entries(const Store& store, uint32_t dir, std::vector<Entry>* out) {
   out->clear();
-  InodeRecord d;
-  DSFS_RETURN_IF_ERROR(store.GetInode(dir, &d));
-  uint32_t first, count;
-  DSFS_RETURN_IF_ERROR(store.DirEntries(dir, d, &first, &count));
-  out->reserve(count);
-  for (uint32_t i = 0; i < count; ++i) {
-    Entry e{first + i, {}, {}};
-    DSFS_RETURN_IF_ERROR(store.GetInode(e.ino, &e.rec));
-    DSFS_RETURN_IF_ERROR(store.GetName(e.rec, &e.name));
+  Status name_status;
+  DSFS_RETURN_IF_ERROR(store.ForEachEntry(dir, [&](uint32_t ino, const InodeRecord& rec) {
+    Entry e{ino, rec, {}};
+    name_status = store.GetName(rec, &e.name);
+    if (!name_status.ok()) return false;
     out->push_back(e);
-  }
-  return Status::OK();
+    return true;
+  }));
+  return name_status;
 }
 
 // The key Python sorts a file name by: its code points after os.fsdecode (UTF-8, each byte

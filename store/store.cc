@@ -195,6 +195,20 @@ Status Store::DirEntries(uint32_t dir, const InodeRecord& rec, uint32_t* first,
   return Status::OK();
 }
 
+Status Store::ForEachEntry(
+    uint32_t dir, const std::function<bool(uint32_t ino, const InodeRecord& rec)>& entry) const {
+  InodeRecord d;
+  DSFS_RETURN_IF_ERROR(GetInode(dir, &d));
+  uint32_t first, count;
+  DSFS_RETURN_IF_ERROR(DirEntries(dir, d, &first, &count));
+  for (uint32_t i = 0; i < count; ++i) {
+    InodeRecord rec;
+    DSFS_RETURN_IF_ERROR(GetInode(first + i, &rec));
+    if (!entry(first + i, rec)) break;
+  }
+  return Status::OK();
+}
+
 void Store::WillNeedEntries(uint32_t first, uint32_t count) const {
   // A lookup's binary search or a listing touches the whole range: one read from a cold disk
   // instead of a page fault per step. Huge directories are left to per-segment requests.

@@ -82,6 +82,10 @@ class Store {
   Status PathOf(uint32_t ino, uint32_t top, std::string* path) const;
   // Range of a directory's entries: inode numbers [*first, *first + *count).
   Status DirEntries(uint32_t dir, const InodeRecord& rec, uint32_t* first, uint32_t* count) const;
+  // Calls `entry(ino, rec)` for each entry of directory `dir`, in order, until it returns false.
+  // The first record that cannot be read ends the listing with its error.
+  Status ForEachEntry(uint32_t dir,
+                      const std::function<bool(uint32_t ino, const InodeRecord& rec)>& entry) const;
 
   // Reads up to `size` bytes at `offset` of regular file `rec`. *out stays valid until *buf is
   // reused or destroyed (it points into the store's map, a cached chunk pinned by *buf, or

@@ -20,13 +20,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "cache/byte_cache.h"
 #include "common/status.h"

@@ -24,7 +24,9 @@ class FuseArgs {
   FuseArgs(const FuseArgs&) = delete;
   FuseArgs& operator=(const FuseArgs&) = delete;
   // For fuse_session_new; valid while this lives.
-  struct fuse_args* get() { return &args_; }
+  struct fuse_args* get() {
+    return &args_;
+  }
 
  private:
   std::vector<std::string> argv_;

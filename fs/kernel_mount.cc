@@ -224,8 +224,7 @@ Status CheckKernelMountAllowed() {
 }
 
 Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
-                   const FuseOptions& fuse,
-                   const std::function<void()>& on_mounted) {
+                   const FuseOptions& fuse, const std::function<void()>& on_mounted) {
   DSFS_RETURN_IF_ERROR(CheckKernelMountAllowed());
   const std::string& mnt = config.mountpoint;
   struct stat mnt_st;

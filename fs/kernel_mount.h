@@ -20,8 +20,8 @@
 
 #include "common/status.h"
 #include "fs/filesystem.h"
-#include "fs/serve.h"
 #include "fs/mount.h"
+#include "fs/serve.h"
 
 namespace dsfs {
 
@@ -37,8 +37,7 @@ Status CheckKernelMountAllowed();
 // lazily if busy). Not root: an error that says so. Root without loop devices or EROFS: one log
 // line saying why, then a classic mount (ServeFuse with `fuse`).
 Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
-                   const FuseOptions& fuse,
-                   const std::function<void()>& on_mounted);
+                   const FuseOptions& fuse, const std::function<void()>& on_mounted);
 
 // `dsfs umount` of a -o kernel mount: if `mountpoint` carries EROFS over a loop device whose
 // backing file lies in a dsfs image mount, sets *handled and tears the layers down in order:

@@ -67,6 +67,7 @@ bool FindMount(const std::string& path, MountInfo* info);
 bool IsMountpoint(const std::string& path);
 // Calls fn(mountpoint, info) for each line of /proc/self/mountinfo, in order (later lines are
 // mounted later): the one parser of the mount table.
-void ForEachMount(const std::function<void(const std::string& mountpoint, const MountInfo& info)>& fn);
+void ForEachMount(
+    const std::function<void(const std::string& mountpoint, const MountInfo& info)>& fn);
 
 }  // namespace dsfs

@@ -43,8 +43,8 @@ class PushSource {
  public:
   virtual ~PushSource() = default;
   // Calls `file(ino, size)` for each regular file of directory `dir` until it returns false.
-  virtual Status ForEachFile(uint64_t dir,
-                             const std::function<bool(uint64_t ino, uint64_t size)>& file) const = 0;
+  virtual Status ForEachFile(
+      uint64_t dir, const std::function<bool(uint64_t ino, uint64_t size)>& file) const = 0;
   // Bytes of file `ino`, as a READ would get them (without counting a request).
   virtual Status ReadFile(uint64_t ino, uint64_t offset, uint64_t size, ReadBuffer* buf,
                           std::string_view* out) const = 0;

@@ -43,21 +43,17 @@ nlohmann::ordered_json Filesystem::StatsObject() const {
                       {"classic_requests", ts.classic_requests},
                       {"queue_requests", std::move(queues)}};
   }
-  j["requests"] = {{"lookup", n(c.lookup)},     {"getattr", n(c.getattr)},
-                   {"readdir", n(c.readdir)},   {"open", n(c.open)},
-                   {"read", n(c.read)},         {"readlink", n(c.readlink)},
+  j["requests"] = {{"lookup", n(c.lookup)}, {"getattr", n(c.getattr)}, {"readdir", n(c.readdir)},
+                   {"open", n(c.open)},     {"read", n(c.read)},       {"readlink", n(c.readlink)},
                    {"statfs", n(c.statfs)}};
   j["bytes_served"] = n(c.bytes_read);
   j["read_errors"] = n(c.errors);
   nlohmann::ordered_json cache = nlohmann::ordered_json::object();
   if (cache_) {
     ByteCache::Stats cs = cache_->stats();
-    cache = {{"hits", cs.hits},
-             {"misses", cs.misses},
-             {"bytes", cs.bytes},
-             {"capacity_bytes", cs.capacity_bytes},
-             {"entries", cs.entries},
-             {"evictions", cs.evictions}};
+    cache = {{"hits", cs.hits},       {"misses", cs.misses},
+             {"bytes", cs.bytes},     {"capacity_bytes", cs.capacity_bytes},
+             {"entries", cs.entries}, {"evictions", cs.evictions}};
   }
   j["cache"] = std::move(cache);
   j["decompress"] = {{"chunks", store_->decoded_chunks()},
@@ -81,10 +77,9 @@ nlohmann::ordered_json Filesystem::StatsObject() const {
     std::lock_guard lock(mu_);
     tensor_indexes = tensors_.size();
   }
-  j["views"] = {
-      {"images_decoded", n(images_decoded_)},
-      {"decode_seconds", StatsSeconds(static_cast<double>(n(image_decode_ns_)) / 1e9)},
-      {"tensor_indexes", tensor_indexes}};
+  j["views"] = {{"images_decoded", n(images_decoded_)},
+                {"decode_seconds", StatsSeconds(static_cast<double>(n(image_decode_ns_)) / 1e9)},
+                {"tensor_indexes", tensor_indexes}};
   const StoreHeader& h = store_->header();
   j["store"] = {
       {"files", h.file_count}, {"directories", h.dir_count}, {"file_bytes", h.file_bytes}};

@@ -11,8 +11,8 @@ namespace dsfs {
 Status ViewTree::Build(const Filesystem* fs, View view, std::unique_ptr<ViewTree>* tree) {
   std::unique_ptr<ViewTree> t(new ViewTree(fs));
   // The bmp view shows every store entry under its own name in its own place, except a store
-  // entry named .dsfs (kControlDirName) in the root, which the view hides behind its control directory: only
-  // then does its numbering differ from the store's.
+  // entry named .dsfs (kControlDirName) in the root, which the view hides behind its control
+  // directory: only then does its numbering differ from the store's.
   if (view == View::kBmp) {
     uint32_t found;
     InodeRecord rec;

@@ -25,12 +25,13 @@ TEST(ByteCacheTest, NamespacesKeepEqualKeysApart) {
   EXPECT_EQ(*cache.Get(b, 7), std::string(10, 'b'));
   ByteCache::Value v;
   ASSERT_TRUE(cache
-                  .GetOrLoad(cache.NewId(), 7,
-                             [](ByteCache::Value* out) {
-                               *out = Bytes(10, 'c');
-                               return Status::OK();
-                             },
-                             &v)
+                  .GetOrLoad(
+                      cache.NewId(), 7,
+                      [](ByteCache::Value* out) {
+                        *out = Bytes(10, 'c');
+                        return Status::OK();
+                      },
+                      &v)
                   .ok());
   EXPECT_EQ(*v, std::string(10, 'c'));
   EXPECT_EQ(cache.stats().entries, 3u);

@@ -65,8 +65,7 @@ TEST_F(FilesystemTest, AReadDecodesItsInodeRecordOnce) {
   std::unique_ptr<Store> store;
   ASSERT_TRUE(Store::Open(NewMemReader(table_), &store, cache).ok());
   Filesystem fs(std::move(store), FsOptions{}, cache);
-  Prefetcher prefetcher(&fs.store(), cache.get(), fs.inode_space(), Prefetcher::Options{},
-                        nullptr);
+  Prefetcher prefetcher(&fs.store(), cache.get(), fs.inode_space(), Prefetcher::Options{}, nullptr);
   struct stat st;
   ASSERT_TRUE(fs.Lookup(1, "cls_b", &st).ok());
   ASSERT_TRUE(fs.Lookup(st.st_ino, "3.jpg", &st).ok());

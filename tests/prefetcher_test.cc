@@ -101,7 +101,8 @@ TEST_F(PrefetcherTest, PushBudgetHolds) {
   for (auto& [ino, f] : k.files) bytes += f.size();
   EXPECT_LE(bytes, 10u * 1000);
   EXPECT_GE(k.files.size(), 9u);
-  Prefetcher off(store_, cache_.get(), fs_->inode_space(), Prefetcher::Options{}, k.Fn(), fs_.get());  // budget 0: never pushes
+  Prefetcher off(store_, cache_.get(), fs_->inode_space(), Prefetcher::Options{}, k.Fn(),
+                 fs_.get());  // budget 0: never pushes
   off.DirectoryListed(Ino("b"));
   off.WaitIdle();
   EXPECT_EQ(off.stats().pushed_files, 0u);

@@ -14,9 +14,9 @@
 #include <thread>
 
 #include "backend/mem_store.h"
-#include "fs/prefetcher.h"
 #include "common/path.h"
 #include "fs/filesystem.h"
+#include "fs/prefetcher.h"
 #include "image/image.h"
 #include "store/packer.h"
 #include "tests/test_util.h"

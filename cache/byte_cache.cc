@@ -13,7 +13,8 @@ ByteCache::ByteCache(uint64_t capacity_bytes, int shards) : capacity_(capacity_b
   for (auto& s : shards_) s.capacity = capacity_bytes / n;
 }
 
-ByteCache::Value ByteCache::Get(uint64_t key) {
+ByteCache::Value ByteCache::Get(Id id, uint64_t k) {
+  const Key key{id, k};
   if (capacity_ == 0) {
     misses_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
@@ -31,14 +32,16 @@ ByteCache::Value ByteCache::Get(uint64_t key) {
   return e.value;
 }
 
-bool ByteCache::Contains(uint64_t key) {
+bool ByteCache::Contains(Id id, uint64_t k) {
+  const Key key{id, k};
   if (capacity_ == 0) return false;
   Shard& s = ShardFor(key);
   std::lock_guard lock(s.mu);
   return s.index.count(key) > 0;
 }
 
-void ByteCache::Insert(uint64_t key, Value value) {
+void ByteCache::Insert(Id id, uint64_t k, Value value) {
+  const Key key{id, k};
   if (!value) return;
   uint64_t charge = Charge(value);
   Shard& s = ShardFor(key);
@@ -82,7 +85,7 @@ uint64_t ByteCache::max_value_bytes() const {
   return shard > kEntryOverhead ? shard - kEntryOverhead : 0;
 }
 
-ByteCache::Value ByteCache::Peek(uint64_t key) {
+ByteCache::Value ByteCache::Peek(const Key& key) {
   if (capacity_ == 0) return nullptr;
   Shard& s = ShardFor(key);
   std::lock_guard lock(s.mu);
@@ -90,8 +93,10 @@ ByteCache::Value ByteCache::Peek(uint64_t key) {
   return it == s.index.end() ? nullptr : s.slots[it->second].value;
 }
 
-Status ByteCache::GetOrLoad(uint64_t key, const std::function<Status(Value*)>& load, Value* out) {
-  if ((*out = Get(key))) return Status::OK();
+Status ByteCache::GetOrLoad(Id id, uint64_t k, const std::function<Status(Value*)>& load,
+                            Value* out) {
+  if ((*out = Get(id, k))) return Status::OK();
+  const Key key{id, k};
   std::shared_ptr<Flight> flight;
   {
     std::unique_lock lock(flights_mu_);
@@ -116,7 +121,7 @@ Status ByteCache::GetOrLoad(uint64_t key, const std::function<Status(Value*)>& l
     // Waiters must be woken whatever happens (bad_alloc decoding a huge image).
     s = Status::IOError(std::string("loading a cache entry: ") + e.what());
   }
-  if (s.ok()) Insert(key, value);
+  if (s.ok()) Insert(id, k, value);
   {
     std::lock_guard lock(flights_mu_);
     flight->status = s;

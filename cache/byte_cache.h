@@ -6,6 +6,10 @@
 // one-pass scan of a store larger than the budget cycles through instead of thrashing the hot
 // set it has not touched.
 //
+// Key namespaces (LevelDB's Cache::NewId()): each client takes an id with NewId() and keys its
+// entries by (id, key), so clients sharing one cache (the store's payloads, the views' rendered
+// images) never collide and none carves bits out of another's keys.
+//
 // Thread safety: every method may be called from any number of threads.
 #pragma once
 
@@ -26,6 +30,8 @@ namespace dsfs {
 class ByteCache {
  public:
   using Value = std::shared_ptr<const std::string>;
+  // A client's namespace: what NewId() returned.
+  using Id = uint64_t;
 
   // Per-entry bookkeeping charged to the budget on top of the value's bytes.
   static constexpr uint64_t kEntryOverhead = 96;
@@ -35,20 +41,23 @@ class ByteCache {
   ByteCache(const ByteCache&) = delete;
   ByteCache& operator=(const ByteCache&) = delete;
 
-  // The value cached under `key`, or nullptr. Callers hold the returned pointer as long as they
-  // use the bytes; eviction only drops the cache's reference.
-  Value Get(uint64_t key);
-  // True if `key` is cached (no hit/miss counted, no reference bit set).
-  bool Contains(uint64_t key);
-  // Caches `value` under `key` (replacing nothing: a key already present is kept), evicting as
-  // needed. A value larger than max_value_bytes() is not cached.
-  void Insert(uint64_t key, Value value);
+  // A namespace no other client of this cache has: ids are never reused (the first is 1).
+  Id NewId() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
+
+  // The value cached under (`id`, `key`), or nullptr. Callers hold the returned pointer as long
+  // as they use the bytes; eviction only drops the cache's reference.
+  Value Get(Id id, uint64_t key);
+  // True if (`id`, `key`) is cached (no hit/miss counted, no reference bit set).
+  bool Contains(Id id, uint64_t key);
+  // Caches `value` under (`id`, `key`) (replacing nothing: a key already present is kept),
+  // evicting as needed. A value larger than max_value_bytes() is not cached.
+  void Insert(Id id, uint64_t key, Value value);
   // The largest value Insert keeps (a shard's budget less the overhead); 0 when disabled.
   uint64_t max_value_bytes() const;
-  // The value under `key`, made by `load` if it is not cached: one load per key at a time, whose
-  // result (value or error) every caller waiting for the same key shares; cached if it fits.
-  // REQUIRES: `load` does not call GetOrLoad for the same key.
-  [[nodiscard]] Status GetOrLoad(uint64_t key, const std::function<Status(Value*)>& load,
+  // The value under (`id`, `key`), made by `load` if it is not cached: one load per key at a
+  // time, whose result (value or error) every caller waiting for the same key shares; cached if
+  // it fits. REQUIRES: `load` does not call GetOrLoad for the same key.
+  [[nodiscard]] Status GetOrLoad(Id id, uint64_t key, const std::function<Status(Value*)>& load,
                                  Value* out);
 
   struct Stats {
@@ -60,8 +69,20 @@ class ByteCache {
   Stats stats() const;
 
  private:
-  struct Entry {
+  struct Key {
+    Id id;
     uint64_t key;
+    bool operator==(const Key& o) const { return id == o.id && key == o.key; }
+  };
+  // The first namespace (the store's, in a mount) hashes and shards as plain keys always did.
+  static uint64_t Hash(const Key& k) {
+    return (k.key ^ ((k.id - 1) * 0xC2B2AE3D27D4EB4Full)) * 0x9E3779B97F4A7C15ull;
+  }
+  struct KeyHash {
+    size_t operator()(const Key& k) const { return static_cast<size_t>(Hash(k) >> 8); }
+  };
+  struct Entry {
+    Key key;
     Value value;
     bool referenced;
   };
@@ -69,7 +90,7 @@ class ByteCache {
     mutable std::mutex mu;     // guards everything below
     std::vector<Entry> slots;  // CLOCK ring; empty slots have no value
     std::vector<size_t> free_slots;
-    std::unordered_map<uint64_t, size_t> index;  // key -> slot
+    std::unordered_map<Key, size_t, KeyHash> index;  // key -> slot
     size_t hand = 0;
     uint64_t bytes = 0;
     uint64_t capacity = 0;
@@ -80,18 +101,19 @@ class ByteCache {
     Status status;
     Value value;
   };
-  Value Peek(uint64_t key);  // Get without counting a hit or miss or setting the reference bit
-  Shard& ShardFor(uint64_t key) { return shards_[(key * 0x9E3779B97F4A7C15ull) >> 56 & mask_]; }
+  Value Peek(const Key& key);  // Get without counting a hit or miss or setting the reference bit
+  Shard& ShardFor(const Key& key) { return shards_[Hash(key) >> 56 & mask_]; }
   static uint64_t Charge(const Value& v) { return v->size() + kEntryOverhead; }
 
   std::vector<Shard> shards_;
   uint64_t mask_;
   uint64_t capacity_;
   std::atomic<uint64_t> hits_{0}, misses_{0}, inserts_{0}, evictions_{0};
+  std::atomic<Id> next_id_{1};
   // Lock order: flights_mu_ before a shard's mu.
   std::mutex flights_mu_;
   std::condition_variable flight_done_;
-  std::unordered_map<uint64_t, std::shared_ptr<Flight>> flights_;
+  std::unordered_map<Key, std::shared_ptr<Flight>, KeyHash> flights_;
 };
 
 }  // namespace dsfs

@@ -1,6 +1,6 @@
 // An EROFS image synthesized on demand from a tree description, so the kernel's EROFS driver
 // (over a loop device over one file that dsfs serves) can serve the tree with no per-file FUSE
-// round trip (DESIGN.md §8).
+// round trip (README, "The kernel path").
 //
 // Image::Build lays the image out once, in one pass over the tree, keeping plain arrays of 8
 // bytes per inode (and a little per directory); Image::Read then produces any byte range of the

@@ -3,21 +3,21 @@
 #include <fcntl.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
-#include <ctime>
 
-#include "common/log.h"
-#include "common/path.h"
-#include "common/units.h"
-#include "image/image.h"
+#include "fs/control_dir.h"
 
 namespace dsfs {
 
-Filesystem::Filesystem(std::unique_ptr<Store> store, const FsOptions& options)
-    : store_(std::move(store)),
-      options_(options),
-      root_(Make(static_cast<uint32_t>(options.view), Store::kRootIno)) {}
+Filesystem::Filesystem(std::unique_ptr<Store> store, const FsOptions& options,
+                       std::shared_ptr<ByteCache> cache)
+    : store_(std::move(store)), options_(options), space_(options.view), cache_(std::move(cache)) {
+  if (cache_) {
+    pixels_id_ = cache_->NewId();
+    bmp_id_ = cache_->NewId();
+    files_txt_id_ = cache_->NewId();
+  }
+}
 
 void Filesystem::FillStat(uint64_t ino, const InodeRecord& rec, struct stat* st) const {
   std::memset(st, 0, sizeof(*st));
@@ -46,61 +46,16 @@ void Filesystem::FillViewStat(View v, uint32_t ino, const InodeRecord& rec, stru
   }
 }
 
-namespace {
-constexpr std::string_view kDotDsfs = ".dsfs";
-constexpr std::string_view kStatsName = "stats";
-// RAM cache keys of what the views make (payload records are keyed by their id, far below).
-constexpr uint64_t kPixelsKey = uint64_t{0x8} << 60;
-constexpr uint64_t kBmpKey = uint64_t{0x9} << 60;
-constexpr uint64_t kFilesTxtKey = uint64_t{0xA} << 60;
-
-// Copies bytes [offset, offset + size) of the concatenation of `parts` into *out.
-void AppendRange(std::string_view part, uint64_t part_begin, uint64_t offset, uint64_t end,
-                 std::string* out) {
-  uint64_t b = std::max(offset, part_begin), e = std::min(end, part_begin + part.size());
-  if (b < e) out->append(part.substr(b - part_begin, e - b));
-}
-}  // namespace
-
 Status Filesystem::ForEachFile(uint64_t fuse_dir,
                                const std::function<bool(uint64_t ino, uint64_t size)>& file) const {
   const uint64_t dir = In(fuse_dir);
   const uint32_t kind = Kind(dir);
   if (kind > static_cast<uint32_t>(View::kTensor)) return Status::InvalidArgument("not listed");
-  InodeRecord d;
-  DSFS_RETURN_IF_ERROR(store_->GetInode(Number(dir), &d));
-  uint32_t first, count;
-  DSFS_RETURN_IF_ERROR(store_->DirEntries(Number(dir), d, &first, &count));
-  for (uint32_t i = 0; i < count; ++i) {
-    InodeRecord rec;
-    DSFS_RETURN_IF_ERROR(store_->GetInode(first + i, &rec));
-    if (!IsReg(rec)) continue;
+  return store_->ForEachEntry(Number(dir), [&](uint32_t ino, const InodeRecord& rec) {
+    if (!IsReg(rec)) return true;
     uint64_t size = ViewFileBytes(static_cast<View>(kind), rec, options_.max_render_bytes);
-    if (!file(Out(Make(kind, first + i)), size)) break;
-  }
-  return Status::OK();
-}
-
-Status Filesystem::ControlAttr(uint64_t ino, struct stat* st) const {
-  InodeRecord root;
-  DSFS_RETURN_IF_ERROR(store_->GetInode(Store::kRootIno, &root));
-  if (ino == kDotDsfsIno) {
-    root.mode = S_IFDIR | 0555;
-    FillStat(ino, root, st);
-    return Status::OK();
-  }
-  if (ino == kStatsIno) {
-    root.mode = S_IFREG | 0444;
-    root.size = kStatsBytes;
-    FillStat(ino, root, st);
-    // A new mtime on every getattr: with attributes never cached, the kernel drops its cached
-    // pages of the file before each read (FUSE auto_inval_data) and so reads fresh counters.
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    st->st_mtim = now;
-    return Status::OK();
-  }
-  return Status::NotFound("no such inode");
+    return file(Out(Make(kind, ino)), size);
+  });
 }
 
 Status Filesystem::Attr(uint64_t ino, struct stat* st) const {
@@ -125,25 +80,9 @@ Status Filesystem::Attr(uint64_t ino, struct stat* st) const {
 }
 
 Status Filesystem::LookupIn(uint64_t parent, std::string_view name, uint64_t* ino) const {
-  if (parent == root_ && name == kDotDsfs) {
-    *ino = kDotDsfsIno;
-    return Status::OK();
-  }
-  if (parent == kDotDsfsIno) {
-    *ino = 0;
-    if (name == kStatsName) *ino = kStatsIno;
-    if (name == ".") *ino = kDotDsfsIno;
-    if (name == "..") *ino = root_;
-    for (View v : kViews) {
-      // A view mounted as the root is not shown again inside itself.
-      if (name == ViewName(v) && Make(static_cast<uint32_t>(v), 1) != root_) {
-        *ino = Make(static_cast<uint32_t>(v), 1);
-      }
-    }
-    return *ino ? Status::OK() : Status::NotFound("no such file or directory");
-  }
+  Status s;
+  if (LookupControl(parent, name, ino, &s)) return s;
   uint32_t kind = Kind(parent);
-  if (kind == kControl) return Status::NotFound("no such file or directory");
   if (kind > static_cast<uint32_t>(View::kTensor))
     return Status::InvalidArgument("not a directory");
   const View v = static_cast<View>(kind);
@@ -192,21 +131,6 @@ Status Filesystem::Lookup(uint64_t parent, std::string_view name, struct stat* s
 Status Filesystem::GetAttr(uint64_t ino, struct stat* st) const {
   counters_.getattr.fetch_add(1, std::memory_order_relaxed);
   return Attr(In(ino), st);
-}
-
-Status Filesystem::ReadDirControl(uint64_t offset, const DirFiller& fill) const {
-  std::vector<std::pair<std::string_view, uint64_t>> entries = {
-      {".", kDotDsfsIno}, {"..", root_}, {kStatsName, kStatsIno}};
-  for (View v : kViews) {
-    uint64_t ino = Make(static_cast<uint32_t>(v), 1);
-    if (ino != root_) entries.emplace_back(ViewName(v), ino);
-  }
-  struct stat st;
-  for (uint64_t i = offset; i < entries.size(); ++i) {
-    DSFS_RETURN_IF_ERROR(Attr(entries[i].second, &st));
-    if (!fill(entries[i].first, st, i + 1)) break;
-  }
-  return Status::OK();
 }
 
 Status Filesystem::NpyViewImage(uint32_t dir, std::string_view name, uint32_t* image) const {
@@ -258,7 +182,7 @@ Status Filesystem::ReadDir(uint64_t fuse_ino, uint64_t offset, const DirFiller& 
     DSFS_RETURN_IF_ERROR(store_->GetInode(ino_i, &rec));
     DSFS_RETURN_IF_ERROR(store_->GetName(rec, &name));
     // Names a generated entry takes are not listed twice (lookups find the generated one).
-    if (ino == root_ && name == kDotDsfs) continue;  // dsfs's own .dsfs
+    if (ino == space_.root() && name == kControlDirName) continue;  // dsfs's own .dsfs
     if (has_tensor && std::find(std::begin(kTensorFileNames), std::end(kTensorFileNames), name) !=
                           std::end(kTensorFileNames)) {
       continue;  // the tensor view's file of that name
@@ -301,32 +225,28 @@ Status Filesystem::Open(uint64_t ino, int flags) const {
 Status Filesystem::Read(uint64_t fuse_ino, uint64_t offset, uint64_t size, ReadBuffer* buf,
                         std::string_view* out) const {
   counters_.read.fetch_add(1, std::memory_order_relaxed);
-  Status s = ReadFile(fuse_ino, offset, size, buf, out);
+  const uint64_t ino = In(fuse_ino);
+  InodeRecord rec;
+  Status s = ReadIno(ino, offset, size, buf, out, &rec);
   if (!s.ok()) {
     counters_.errors.fetch_add(1, std::memory_order_relaxed);
     return s;
   }
   counters_.bytes_read.fetch_add(out->size(), std::memory_order_relaxed);
-  const uint64_t ino = In(fuse_ino);
-  InodeRecord rec;
-  if (prefetcher_ && Kind(ino) == 0 && store_->GetInode(Number(ino), &rec).ok()) {
-    prefetcher_->ReadServed(Number(ino), rec, offset, out->size());
-  }
+  // The record this read decoded: the prefetcher does not decode it again.
+  if (prefetcher_ && Kind(ino) == 0) prefetcher_->ReadServed(fuse_ino, rec, offset, out->size());
   return Status::OK();
 }
 
 Status Filesystem::ReadFile(uint64_t fuse_ino, uint64_t offset, uint64_t size, ReadBuffer* buf,
                             std::string_view* out) const {
-  const uint64_t ino = In(fuse_ino);
-  if (ino == kStatsIno) {
-    buf->pin.reset();
-    buf->bytes = StatsJson();
-    buf->bytes.resize(kStatsBytes - 1, ' ');
-    buf->bytes += '\n';
-    *out = std::string_view(buf->bytes).substr(std::min<uint64_t>(offset, kStatsBytes));
-    *out = out->substr(0, size);
-    return Status::OK();
-  }
+  InodeRecord rec;
+  return ReadIno(In(fuse_ino), offset, size, buf, out, &rec);
+}
+
+Status Filesystem::ReadIno(uint64_t ino, uint64_t offset, uint64_t size, ReadBuffer* buf,
+                           std::string_view* out, InodeRecord* rec) const {
+  if (ino == kStatsIno) return ReadStats(offset, size, buf, out);
   const uint32_t kind = Kind(ino);
   if (kind == kControl) return Status::InvalidArgument("is a directory");
   if (kind > kControl) return Status::NotFound("no such inode");
@@ -335,224 +255,13 @@ Status Filesystem::ReadFile(uint64_t fuse_ino, uint64_t offset, uint64_t size, R
                           size, buf, out);
   }
   const View v = static_cast<View>(kind);
-  InodeRecord rec;
-  DSFS_RETURN_IF_ERROR(store_->GetInode(Number(ino), &rec));
-  if (Renders(v, rec)) return ReadImageView(v, Number(ino), rec, offset, size, buf, out);
-  if (v != View::kOriginal && IsReg(rec) && rec.image == 3) NoteServedAsIs(Number(ino));
-  if ((v == View::kBmp || v == View::kNpy) && IsDecodableImage(rec)) {
-    NoteTooLargeToRender(Number(ino), rec);
+  DSFS_RETURN_IF_ERROR(store_->GetInode(Number(ino), rec));
+  if (Renders(v, *rec)) return ReadImageView(v, Number(ino), *rec, offset, size, buf, out);
+  if (v != View::kOriginal && IsReg(*rec) && rec->image == 3) NoteServedAsIs(Number(ino));
+  if ((v == View::kBmp || v == View::kNpy) && IsDecodableImage(*rec)) {
+    NoteTooLargeToRender(Number(ino), *rec);
   }
-  return store_->Read(rec, offset, size, buf, out);
-}
-
-bool Filesystem::ReadDecodes(uint64_t fuse_ino, uint64_t offset, uint64_t size) const {
-  const uint64_t ino = In(fuse_ino);
-  const uint32_t kind = Kind(ino);
-  ByteCache* cache = store_->cache();
-  auto cached = [&](uint64_t key) { return cache && cache->Contains(key); };
-  InodeRecord rec;
-  if (kind == static_cast<uint32_t>(View::kBmp) || kind == static_cast<uint32_t>(View::kNpy)) {
-    const View v = static_cast<View>(kind);
-    if (!store_->GetInode(Number(ino), &rec).ok() || !Renders(v, rec)) return false;
-    return !cached((v == View::kBmp ? kBmpKey : kPixelsKey) | Number(ino));
-  }
-  if (kind != kTensorFileKind + static_cast<uint32_t>(TensorFile::kImages)) return false;
-  std::shared_ptr<const TensorIndex> t;
-  if (!Tensor(Number(ino), &t).ok() || !t->available) return false;
-  const uint64_t header = t->ImagesHeader().size(), image_bytes = t->ImageBytes();
-  const uint64_t end = std::min(t->FileBytes(TensorFile::kImages), offset + size);
-  for (uint64_t i = (std::max(offset, header) - header) / image_bytes;
-       i < t->images.size() && header + i * image_bytes < end; ++i) {
-    if (!cached(kPixelsKey | t->images[i])) return true;
-  }
-  return false;
-}
-
-Status Filesystem::Pixels(uint32_t ino, const InodeRecord& rec, bool keep,
-                          ByteCache::Value* out) const {
-  auto decode = [&](ByteCache::Value* px_out) -> Status {
-    auto px = std::make_shared<std::string>();
-    auto t0 = std::chrono::steady_clock::now();
-    if (rec.pixels != 0) {
-      DSFS_RETURN_IF_ERROR(store_->ReadPixels(rec, px.get()));
-    } else {
-      ReadBuffer b;
-      std::string_view data;
-      DSFS_RETURN_IF_ERROR(store_->Read(rec, 0, rec.size, &b, &data));
-      DecodedImage img;
-      Status s = DecodeImage(data, &img);
-      if (!s.ok()) {
-        return Status::Corruption("image decoded at pack time fails now: " + s.message());
-      }
-      if (img.width != rec.width || img.height != rec.height) {
-        return Status::Corruption("image size differs from the one recorded at pack time");
-      }
-      *px = std::move(img.rgb);
-    }
-    images_decoded_.fetch_add(1, std::memory_order_relaxed);
-    image_decode_ns_.fetch_add(
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                  std::chrono::steady_clock::now() - t0)
-                                  .count()),
-        std::memory_order_relaxed);
-    *px_out = std::move(px);
-    return Status::OK();
-  };
-  ByteCache* cache = store_->cache();
-  // Kept: decoded once however many readers want it at the same time (their requests wait for
-  // that one decode), then served from the cache.
-  if (keep && cache) return cache->GetOrLoad(kPixelsKey | ino, decode, out);
-  return decode(out);
-}
-
-Status Filesystem::ReadImageView(View v, uint32_t ino, const InodeRecord& rec, uint64_t offset,
-                                 uint64_t size, ReadBuffer* buf, std::string_view* out) const {
-  buf->pin.reset();
-  if (v == View::kBmp) {
-    // The BMP is what is kept (the pixels are needed only to render it).
-    auto render = [&](ByteCache::Value* bmp_out) -> Status {
-      ByteCache::Value px;
-      DSFS_RETURN_IF_ERROR(Pixels(ino, rec, false, &px));
-      auto rendered = std::make_shared<std::string>();
-      RenderBmp(rec.width, rec.height, *px, rendered.get());
-      *bmp_out = std::move(rendered);
-      return Status::OK();
-    };
-    ByteCache* cache = store_->cache();
-    ByteCache::Value bmp;
-    DSFS_RETURN_IF_ERROR(cache ? cache->GetOrLoad(kBmpKey | ino, render, &bmp) : render(&bmp));
-    *out = std::string_view(*bmp).substr(std::min<uint64_t>(offset, bmp->size()), size);
-    buf->pin = std::move(bmp);
-    return Status::OK();
-  }
-  // npy: a header, then the pixels as they are.
-  const std::string header = ImageNpyHeader(rec);
-  ByteCache::Value px;
-  DSFS_RETURN_IF_ERROR(Pixels(ino, rec, true, &px));
-  if (offset >= header.size()) {
-    *out =
-        std::string_view(*px).substr(std::min<uint64_t>(offset - header.size(), px->size()), size);
-    buf->pin = std::move(px);
-    return Status::OK();
-  }
-  uint64_t end = std::min<uint64_t>(offset + size, header.size() + px->size());
-  buf->bytes.clear();
-  AppendRange(header, 0, offset, end, &buf->bytes);
-  AppendRange(*px, header.size(), offset, end, &buf->bytes);
-  *out = buf->bytes;
-  return Status::OK();
-}
-
-Status Filesystem::ReadTensorFile(TensorFile f, uint32_t dir, uint64_t offset, uint64_t size,
-                                  ReadBuffer* buf, std::string_view* out) const {
-  std::shared_ptr<const TensorIndex> t;
-  DSFS_RETURN_IF_ERROR(Tensor(dir, &t));
-  if (!t->available) return Status::NotFound("no tensor view here: " + t->why);
-  buf->pin.reset();
-  buf->bytes.clear();
-  const uint64_t total = t->FileBytes(f);
-  const uint64_t end = std::min(total, offset + size);
-  *out = {};
-  if (offset >= end) return Status::OK();
-  switch (f) {
-    case TensorFile::kImages: {
-      const std::string header = t->ImagesHeader();
-      const uint64_t image_bytes = t->ImageBytes();
-      AppendRange(header, 0, offset, end, &buf->bytes);
-      for (uint64_t pos = std::max<uint64_t>(offset, header.size()); pos < end;) {
-        uint64_t i = (pos - header.size()) / image_bytes;
-        uint64_t begin = header.size() + i * image_bytes;
-        InodeRecord rec;
-        DSFS_RETURN_IF_ERROR(store_->GetInode(t->images[i], &rec));
-        ByteCache::Value px;
-        DSFS_RETURN_IF_ERROR(Pixels(t->images[i], rec, true, &px));
-        if (px->size() != image_bytes) return Status::Corruption("image changed size");
-        AppendRange(*px, begin, pos, end, &buf->bytes);
-        pos = begin + image_bytes;
-      }
-      break;
-    }
-    case TensorFile::kLabels: {
-      const std::string header = t->LabelsHeader();
-      AppendRange(header, 0, offset, end, &buf->bytes);
-      uint64_t first = offset > header.size() ? (offset - header.size()) / 8 : 0;
-      for (uint64_t i = first; header.size() + i * 8 < end; ++i) {
-        int64_t label = t->labels[i];
-        char le[8];
-        std::memcpy(le, &label, 8);  // the store is little-endian only (format.h)
-        AppendRange(std::string_view(le, 8), header.size() + i * 8, offset, end, &buf->bytes);
-      }
-      break;
-    }
-    case TensorFile::kClasses:
-      AppendRange(TensorClassesText(*t), 0, offset, end, &buf->bytes);
-      break;
-    case TensorFile::kFiles: {
-      auto make = [&](ByteCache::Value* text_out) -> Status {
-        auto fresh = std::make_shared<std::string>();
-        DSFS_RETURN_IF_ERROR(TensorFilesText(*store_, dir, *t, fresh.get()));
-        *text_out = std::move(fresh);
-        return Status::OK();
-      };
-      ByteCache* cache = store_->cache();
-      ByteCache::Value text;
-      DSFS_RETURN_IF_ERROR(cache ? cache->GetOrLoad(kFilesTxtKey | dir, make, &text) : make(&text));
-      *out = std::string_view(*text).substr(offset, end - offset);
-      buf->pin = std::move(text);
-      return Status::OK();
-    }
-  }
-  *out = buf->bytes;
-  return Status::OK();
-}
-
-Status Filesystem::Tensor(uint32_t dir, std::shared_ptr<const TensorIndex>* out) const {
-  {
-    std::lock_guard lock(mu_);
-    auto it = tensors_.find(dir);
-    if (it != tensors_.end()) {
-      *out = it->second;
-      return Status::OK();
-    }
-  }
-  // Built outside the lock (a big tree takes a while); two threads may both build it once.
-  auto index = std::make_shared<TensorIndex>();
-  DSFS_RETURN_IF_ERROR(BuildTensorIndex(*store_, dir, index.get(), options_.max_render_bytes));
-  std::lock_guard lock(mu_);
-  *out = tensors_.emplace(dir, std::move(index)).first->second;
-  return Status::OK();
-}
-
-std::string Filesystem::PathOf(uint32_t ino) const {
-  std::string path;
-  for (uint32_t cur = ino; cur != Store::kRootIno;) {
-    InodeRecord r;
-    std::string_view name;
-    if (!store_->GetInode(cur, &r).ok() || !store_->GetName(r, &name).ok() || r.parent >= cur) {
-      break;
-    }
-    path = "/" + std::string(name) + path;
-    cur = r.parent;
-  }
-  return path;
-}
-
-void Filesystem::NoteServedAsIs(uint32_t ino) const {
-  {
-    std::lock_guard lock(mu_);
-    if (!logged_as_is_.insert(ino).second) return;
-  }
-  Log()->info("{}: an image the views cannot reproduce exactly: served as it is",
-              PrintableName(PathOf(ino)));
-}
-
-void Filesystem::NoteTooLargeToRender(uint32_t ino, const InodeRecord& rec) const {
-  if (logged_too_large_.exchange(true, std::memory_order_relaxed)) return;
-  Log()->warn(
-      "{} ({}x{}) and every image whose decoded pixels exceed {} (what the RAM cache holds per "
-      "entry, a 16th of -o cache_size) are served as their original bytes in the bmp and npy "
-      "views and have no tensor view; raise cache_size to decode them",
-      PrintableName(PathOf(ino)), rec.width, rec.height, FormatBytes(options_.max_render_bytes));
+  return store_->Read(*rec, offset, size, buf, out);
 }
 
 Status Filesystem::ReadLink(uint64_t fuse_ino, std::string_view* target) const {
@@ -577,143 +286,6 @@ Status Filesystem::StatFs(struct statvfs* st) const {
   st->f_namemax = 255;
   st->f_flag = ST_RDONLY;
   return Status::OK();
-}
-
-}  // namespace dsfs
-
-namespace dsfs {
-
-std::string Filesystem::StatsJson() const {
-  auto n = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  const RequestCounters& c = counters_;
-  std::string j = "{";
-  // Starts member `key`: the caller appends its value.
-  auto key = [&](std::string_view k) {
-    if (j.back() != '{') j += ", ";
-    j += "\"";
-    j += k;
-    j += "\": ";
-  };
-  auto field = [&](std::string_view k, uint64_t v) {
-    key(k);
-    j += std::to_string(v);
-  };
-  auto seconds = [&](std::string_view k, double s) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.3f", s);
-    key(k);
-    j += buf;
-  };
-  auto open_obj = [&](std::string_view k) {
-    key(k);
-    j += "{";
-  };
-  // A JSON string: the transport's description is the only one, and has no control characters.
-  auto text = [&](std::string_view k, std::string_view v) {
-    key(k);
-    j += "\"";
-    for (char ch : v) {
-      if (ch == '"' || ch == '\\') j += '\\';
-      j += static_cast<unsigned char>(ch) < 0x20 ? ' ' : ch;
-    }
-    j += "\"";
-  };
-  seconds("uptime_s",
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
-  if (transport_stats_) {
-    TransportStats ts = transport_stats_();
-    open_obj("transport");
-    text("serving", ts.description);
-    field("ring_requests", ts.ring_requests);
-    field("classic_requests", ts.classic_requests);
-    open_obj("queue_requests");
-    for (size_t q = 0; q < ts.per_queue_requests.size(); ++q) {
-      field(std::to_string(q), ts.per_queue_requests[q]);
-    }
-    j += "}}";
-  }
-  open_obj("requests");
-  field("lookup", n(c.lookup));
-  field("getattr", n(c.getattr));
-  field("readdir", n(c.readdir));
-  field("open", n(c.open));
-  field("read", n(c.read));
-  field("readlink", n(c.readlink));
-  field("statfs", n(c.statfs));
-  j += "}";
-  field("bytes_served", n(c.bytes_read));
-  field("read_errors", n(c.errors));
-  open_obj("cache");
-  if (ByteCache* cache = store_->cache()) {
-    ByteCache::Stats cs = cache->stats();
-    field("hits", cs.hits);
-    field("misses", cs.misses);
-    field("bytes", cs.bytes);
-    field("capacity_bytes", cs.capacity_bytes);
-    field("entries", cs.entries);
-    field("evictions", cs.evictions);
-  }
-  j += "}";
-  open_obj("decompress");
-  field("chunks", store_->decoded_chunks());
-  seconds("seconds", static_cast<double>(store_->decode_ns()) / 1e9);
-  j += "}";
-  if (prefetcher_) {
-    Prefetcher::Stats ps = prefetcher_->stats();
-    open_obj("push");
-    field("files", ps.pushed_files);
-    field("bytes", ps.pushed_bytes);
-    field("budget_bytes", ps.push_budget_bytes);
-    field("retries", ps.push_retries);
-    field("failures", ps.push_failures);
-    j += "}";
-    open_obj("readahead");
-    field("files", ps.readahead_files);
-    field("chunks", ps.readahead_chunks);
-    j += "}";
-    open_obj("preload");
-    field("files", ps.preload_files);
-    field("bytes", ps.preload_bytes);
-    field("total_files", ps.preload_total_files);
-    field("done", ps.preload_done ? 1 : 0);
-    j += "}";
-    field("queued_jobs", ps.queued_jobs);
-  }
-  open_obj("views");
-  field("images_decoded", n(images_decoded_));
-  seconds("decode_seconds", static_cast<double>(n(image_decode_ns_)) / 1e9);
-  {
-    std::lock_guard lock(mu_);
-    field("tensor_indexes", tensors_.size());
-  }
-  j += "}";
-  const StoreHeader& h = store_->header();
-  open_obj("store");
-  field("files", h.file_count);
-  field("directories", h.dir_count);
-  field("file_bytes", h.file_bytes);
-  j += "}}";
-  return j;
-}
-
-std::string Filesystem::StatusLine() const {
-  auto n = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  const RequestCounters& c = counters_;
-  uint64_t requests = n(c.lookup) + n(c.getattr) + n(c.readdir) + n(c.open) + n(c.read) +
-                      n(c.readlink) + n(c.statfs);
-  std::string line = "serving: " + std::to_string(requests) + " requests, " +
-                     FormatBytes(n(c.bytes_read)) + " read, " + std::to_string(n(c.errors)) +
-                     " errors; ";
-  if (ByteCache* cache = store_->cache()) {
-    ByteCache::Stats cs = cache->stats();
-    uint64_t lookups = cs.hits + cs.misses;
-    line += "cache " + FormatBytes(cs.bytes) + " of " + FormatBytes(cs.capacity_bytes) + ", " +
-            std::to_string(lookups == 0 ? 0 : cs.hits * 100 / lookups) + "% hits";
-  } else {
-    line += "no cache";
-  }
-  if (transport_stats_) line += "; transport " + transport_stats_().description;
-  return line;
 }
 
 }  // namespace dsfs

@@ -2,11 +2,9 @@
 // arguments, call one method here and reply once; everything here is unit-tested without
 // /dev/fuse.
 //
-// Inode numbers (FUSE's) are kind << 32 | number: kind 0 is the original tree (number = the
-// store's inode, root = 1), kinds 1-3 the same store inodes seen in the bmp, npy and tensor
-// views (fs/views.h), kinds 4-7 the generated files of tensor view directory `number`, kind 8
-// the hidden control directory /.dsfs (1) and its stats file (2). A mount of a view as its root
-// (FsOptions::view) shows that view's root as inode 1.
+// Inode numbers are FUSE's, laid out in fs/inode_space.h. The methods live in one file per
+// subject: the tree (fs/filesystem.cc), the control directory /.dsfs (fs/control_dir.cc),
+// reads of the views' files (fs/view_reads.cc), the stats file and status line (fs/stats.cc).
 //
 // The tree is immutable: every method is safe to call from any number of threads. The only
 // mutable state is behind a mutex (tensor indexes) or in the shared RAM cache.
@@ -22,14 +20,17 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
-#include "cache/prefetcher.h"
+#include "cache/byte_cache.h"
 #include "common/status.h"
+#include "fs/inode_space.h"
+#include "fs/prefetcher.h"
 #include "fs/views.h"
 #include "store/store.h"
 
@@ -68,9 +69,13 @@ class Filesystem : public PushSource {
   };
   using TransportStatsFn = std::function<TransportStats()>;
 
-  Filesystem(std::unique_ptr<Store> store, const FsOptions& options);
+  // `cache` is where the views keep what they render (decoded pixels, BMPs, files.txt), each in
+  // a namespace of its own; the mount gives it the cache it gave `store` (null: nothing kept).
+  Filesystem(std::unique_ptr<Store> store, const FsOptions& options,
+             std::shared_ptr<ByteCache> cache = nullptr);
 
   const Store& store() const { return *store_; }
+  const InodeSpace& inode_space() const { return space_; }
   // Reads are reported to `prefetcher` (readahead) while it is set; null detaches it.
   // REQUIRES: no request is being served while it changes.
   void SetPrefetcher(Prefetcher* prefetcher) { prefetcher_ = prefetcher; }
@@ -108,30 +113,39 @@ class Filesystem : public PushSource {
   Status ReadFile(uint64_t ino, uint64_t offset, uint64_t size, ReadBuffer* buf,
                   std::string_view* out) const override;
   RequestCounters& counters() const { return counters_; }
-  // The stats file's contents (unpadded JSON).
+  // The stats file's contents (unpadded JSON, on one line), and the same as a JSON object.
   std::string StatsJson() const;
+  nlohmann::ordered_json StatsObject() const;
   // The same counters as one short line for systemd's STATUS= ("serving: 1234 requests,
   // 5.6 MB read, 0 errors; cache 12.0 MB of 1.0 GB, 85% hits").
   std::string StatusLine() const;
 
  private:
-  static constexpr uint32_t kTensorFileKind = 4;  // 4..7: TensorFile
-  static constexpr uint32_t kControl = 8;
-  static constexpr uint64_t kDotDsfsIno = uint64_t{kControl} << 32 | 1;
-  static constexpr uint64_t kStatsIno = uint64_t{kControl} << 32 | 2;
-  static uint32_t Kind(uint64_t ino) { return static_cast<uint32_t>(ino >> 32); }
-  static uint32_t Number(uint64_t ino) { return static_cast<uint32_t>(ino); }
-  static uint64_t Make(uint32_t kind, uint32_t number) { return uint64_t{kind} << 32 | number; }
-  // FUSE's inode numbers <-> ours: on a view mount, FUSE's root (1) is the view's root and
-  // the original tree's root (our 1, MOUNT/.dsfs/original) takes the view root's number.
-  uint64_t In(uint64_t fuse_ino) const { return Swap(fuse_ino); }
-  uint64_t Out(uint64_t ino) const { return Swap(ino); }
-  uint64_t Swap(uint64_t ino) const { return ino == 1 ? root_ : ino == root_ ? 1 : ino; }
+  static constexpr uint32_t kTensorFileKind = InodeSpace::kTensorFileKind;
+  static constexpr uint32_t kControl = InodeSpace::kControl;
+  static constexpr uint64_t kDotDsfsIno = InodeSpace::kControlDirIno;
+  static constexpr uint64_t kStatsIno = InodeSpace::kStatsIno;
+  static uint32_t Kind(uint64_t ino) { return InodeSpace::Kind(ino); }
+  static uint32_t Number(uint64_t ino) { return InodeSpace::Number(ino); }
+  static uint64_t Make(uint32_t kind, uint32_t number) { return InodeSpace::Make(kind, number); }
+  uint64_t In(uint64_t fuse_ino) const { return space_.In(fuse_ino); }
+  uint64_t Out(uint64_t ino) const { return space_.Out(ino); }
 
+  // The control directory (fs/control_dir.cc).
+  // Answers a lookup in the root or in /.dsfs that the control directory owns: true with the
+  // result in *s (and *ino), false when the tree answers it.
+  bool LookupControl(uint64_t parent, std::string_view name, uint64_t* ino, Status* s) const;
   Status ControlAttr(uint64_t ino, struct stat* st) const;
   Status Attr(uint64_t ino, struct stat* st) const;  // our inode numbers
   Status LookupIn(uint64_t parent, std::string_view name, uint64_t* ino) const;
   Status ReadDirControl(uint64_t offset, const DirFiller& fill) const;
+  // Bytes of the stats file: its JSON padded with spaces to kStatsBytes.
+  Status ReadStats(uint64_t offset, uint64_t size, ReadBuffer* buf, std::string_view* out) const;
+  // The tree (fs/filesystem.cc).
+  // Reads of our inode `ino`; *rec is the store record read when it is a store inode (kinds
+  // 0-3), for the prefetcher (one decode per READ).
+  Status ReadIno(uint64_t ino, uint64_t offset, uint64_t size, ReadBuffer* buf,
+                 std::string_view* out, InodeRecord* rec) const;
   // If `name` in store directory `dir` is "X.npy" for a decodable image X there, X (whose npy
   // view file takes that name) in *image; NotFound otherwise.
   Status NpyViewImage(uint32_t dir, std::string_view name, uint32_t* image) const;
@@ -139,7 +153,7 @@ class Filesystem : public PushSource {
   // What view `v` shows for a store entry: its name (npy: images get ".npy") and attributes.
   void FillViewStat(View v, uint32_t ino, const InodeRecord& rec, struct stat* st) const;
 
-  // Reads of view files.
+  // Reads of view files (fs/view_reads.cc).
   Status ReadImageView(View v, uint32_t ino, const InodeRecord& rec, uint64_t offset, uint64_t size,
                        ReadBuffer* buf, std::string_view* out) const;
   Status ReadTensorFile(TensorFile f, uint32_t dir, uint64_t offset, uint64_t size, ReadBuffer* buf,
@@ -161,7 +175,10 @@ class Filesystem : public PushSource {
 
   std::unique_ptr<Store> store_;
   FsOptions options_;
-  uint64_t root_ = 1;
+  InodeSpace space_;
+  // The views' RAM cache and their namespaces in it.
+  std::shared_ptr<ByteCache> cache_;
+  ByteCache::Id pixels_id_ = 0, bmp_id_ = 0, files_txt_id_ = 0;
   mutable std::mutex mu_;  // guards the two maps below
   mutable std::unordered_map<uint32_t, std::shared_ptr<const TensorIndex>> tensors_;
   mutable std::unordered_set<uint32_t> logged_as_is_;

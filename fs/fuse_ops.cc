@@ -1,98 +1,27 @@
 #include "fs/fuse_ops.h"
 
-#include <fuse_lowlevel.h>
-#include <signal.h>
-#include <sys/resource.h>
-#include <unistd.h>
-
-#include <algorithm>
 #include <cerrno>
-#include <chrono>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <exception>
-#include <mutex>
 #include <string>
-#include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/log.h"
-#include "fs/service.h"
+#include "fs/decode_workers.h"
+#include "fs/fuse_session.h"
 
 namespace dsfs {
 namespace {
 
-// Reads that decode images, served on threads of their own so that a reader of large images
-// never holds the request threads every other request needs; as many as the request threads
-// (at most one per core), so decoding runs as parallel as before and its memory stays bounded.
-// Jobs still queued when it is destroyed are run first: each owes its request a reply.
-class DecodeWorkers {
- public:
-  explicit DecodeWorkers(int threads) {
-    for (int i = 0; i < std::max(1, threads); ++i) workers_.emplace_back([this] { Run(); });
-  }
-  ~DecodeWorkers() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : workers_) t.join();
-  }
-  DecodeWorkers(const DecodeWorkers&) = delete;
-  DecodeWorkers& operator=(const DecodeWorkers&) = delete;
-  void Submit(std::function<void()> job) {
-    {
-      std::lock_guard lock(mu_);
-      jobs_.push_back(std::move(job));
-    }
-    cv_.notify_one();
-  }
-
- private:
-  void Run() {
-    for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
-        if (jobs_.empty()) return;  // stop_ and nothing owed
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      job();
-    }
-  }
-  std::mutex mu_;  // guards jobs_ and stop_
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  bool stop_ = false;
-  std::vector<std::thread> workers_;
-};
-
-struct Context {
-  Filesystem* fs;
-  FuseOptions options;
-  bool no_open = false;  // set in init: OPEN may be answered ENOSYS
-  Prefetcher* prefetcher = nullptr;
-  DecodeWorkers* decoders = nullptr;
-};
+using Context = FuseContext;
 
 Context* Ctx(fuse_req_t req) { return static_cast<Context*>(fuse_req_userdata(req)); }
 
 // Every callback body runs inside Guard: an exception becomes EIO, never a dead daemon.
 template <typename F>
 void Guard(fuse_req_t req, const char* op, F&& body) {
-  try {
-    body();
-  } catch (const std::exception& e) {
-    LogRepeated(spdlog::level::err, "{}: unexpected exception: {}", op, e.what());
-    fuse_reply_err(req, EIO);
-  } catch (...) {
-    LogRepeated(spdlog::level::err, "{}: unexpected exception", op);
-    fuse_reply_err(req, EIO);
-  }
+  GuardRequest(req, "", op, std::forward<F>(body));
 }
 
 // A damaged record answers EIO on every read of it: logged through the repeat limiter, so a
@@ -116,7 +45,7 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
   auto* ctx = static_cast<Context*>(userdata);
   ctx->no_open = ctx->options.zero_message_open && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT);
   // Force readdirplus: in "auto" mode the kernel mixes in plain readdirs and then looks every
-  // entry up anyway (see DESIGN.md section 4).
+  // entry up anyway.
   if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
   if (conn->capable & FUSE_CAP_READDIRPLUS) {
     conn->want |= FUSE_CAP_READDIRPLUS;
@@ -336,7 +265,9 @@ void RoFallocate(fuse_req_t req, fuse_ino_t, int, off_t, off_t, struct fuse_file
   fuse_reply_err(req, EROFS);
 }
 
-fuse_lowlevel_ops MakeOps() {
+}  // namespace
+
+fuse_lowlevel_ops FuseOps() {
   fuse_lowlevel_ops ops;
   std::memset(&ops, 0, sizeof(ops));
   ops.init = OpInit;
@@ -368,158 +299,6 @@ fuse_lowlevel_ops MakeOps() {
   ops.removexattr = RoRemoveXattr;
   ops.fallocate = RoFallocate;
   return ops;
-}
-
-}  // namespace
-
-Status ServeFuse(Filesystem* fs, const std::string& mountpoint, const FuseOptions& options,
-                 const std::function<void()>& on_mounted) {
-  Context ctx{fs, options};
-  std::vector<std::string> argv = {"dsfs"};
-  std::string fsname = options.fsname.empty() ? std::string("dsfs") : options.fsname;
-  // A comma would end the option; libfuse has no escaping for it.
-  std::replace(fsname.begin(), fsname.end(), ',', '_');
-  std::string opts = "ro,default_permissions,subtype=dsfs,fsname=" + fsname;
-  if (options.allow_other) opts += ",allow_other";
-  argv.push_back("-o");
-  argv.push_back(opts);
-  if (options.debug) argv.push_back("-d");
-  std::vector<char*> cargv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  struct fuse_args args = FUSE_ARGS_INIT(static_cast<int>(cargv.size()), cargv.data());
-
-  fuse_lowlevel_ops ops = MakeOps();
-  struct fuse_session* se = fuse_session_new(&args, &ops, sizeof(ops), &ctx);
-  if (!se) return Status::InvalidArgument("cannot create FUSE session (bad options?)");
-  if (fuse_set_signal_handlers(se) != 0) {
-    fuse_session_destroy(se);
-    return Status::IOError("cannot install signal handlers");
-  }
-  // libfuse ends the session on SIGHUP; dsfs reopens its log instead (ServiceMonitor). Until
-  // the monitor runs, a SIGHUP is ignored rather than fatal.
-  ::signal(SIGHUP, SIG_IGN);
-  if (fuse_session_mount(se, mountpoint.c_str()) != 0) {
-    fuse_remove_signal_handlers(se);
-    fuse_session_destroy(se);
-    return Status::IOError(mountpoint + ": mount failed (is /dev/fuse available?)");
-  }
-  // Before anything reads from the session: the transport must see the kernel's INIT. It
-  // decides there (and logs in one line) whether io_uring or the classic loop serves.
-  TransportOptions to;
-  to.mode = options.transport;
-  to.classic_threads = std::max(1, options.threads);
-  std::unique_ptr<FuseTransport> transport;
-  Status ts = FuseTransport::Create(se, to, &transport);
-  if (!ts.ok()) {
-    // Nothing was changed: libfuse's own loop serves the session as before the transport.
-    Log()->warn("FUSE transport: classic /dev/fuse loop: {}", ts.message());
-    transport.reset();
-  }
-  FuseTransport* tp = transport.get();
-  std::string no_transport = "classic (" + ts.message() + ")";
-  fs->SetTransportStats([tp, no_transport] {
-    Filesystem::TransportStats st;
-    if (!tp) {
-      st.description = no_transport;
-      return st;
-    }
-    TransportInfo info = tp->info();
-    st.description = info.Describe();
-    st.ring_requests = info.ring_requests;
-    st.classic_requests = info.classic_requests;
-    st.per_queue_requests = info.per_queue_requests;
-    return st;
-  });
-  Prefetcher::Options po;
-  po.push_budget_bytes = options.push_bytes;
-  auto prefetcher = std::make_unique<Prefetcher>(
-      &fs->store(), po,
-      [se](uint64_t ino, uint64_t offset, std::string_view data) {
-        struct fuse_bufvec bufv = FUSE_BUFVEC_INIT(data.size());
-        bufv.buf[0].mem = const_cast<char*>(data.data());
-        return fuse_lowlevel_notify_store(se, ino, static_cast<off_t>(offset), &bufv,
-                                          fuse_buf_copy_flags{});
-      },
-      fs);
-  ctx.prefetcher = prefetcher.get();
-  fs->SetPrefetcher(prefetcher.get());
-  if (!options.preload_path.empty()) {
-    uint32_t ino;
-    InodeRecord rec;
-    Status ps = fs->store().LookupPath(options.preload_path, &ino, &rec);
-    if (ps.ok() && IsDir(rec)) {
-      prefetcher->Preload(ino);
-    } else {
-      Log()->warn("preload: {}: not a directory in the store", options.preload_path);
-    }
-  }
-  // Keep the metadata hot: read the tree's tables ahead in the background, so a cold scan or
-  // stat storm after mounting does not wait on one page fault after another. Bounded so a
-  // store with huge metadata does not push everything else out of the page cache.
-  std::thread warm([store = &fs->store()] {
-    uint64_t ram = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
-    uint64_t bytes = store->WillNeedMetadata(ram / 8);
-    Log()->debug("metadata read ahead: {} bytes", bytes);
-  });
-  if (on_mounted) on_mounted();
-  ServiceMonitor::Options mo;
-  mo.mountpoint = mountpoint;
-  mo.notify = options.notify_systemd;
-  mo.status_interval = std::chrono::milliseconds(
-      static_cast<int64_t>(std::max(0.05, options.status_interval_s) * 1000));
-  ServiceMonitor monitor(mo, [fs] { return fs->StatusLine(); });
-  Status ms = monitor.Start();
-  if (!ms.ok()) Log()->warn("service monitor: {}", ms.message());
-  // The loop threads libfuse starts from here, and the transport's ring threads, inherit this
-  // thread's nice value (per thread on Linux); the prefetch workers set their own (19) and stay
-  // in the background.
-  int old_nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
-  if (options.nice != old_nice &&
-      ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), options.nice) != 0) {
-    Log()->debug("cannot set the request threads' nice value to {}: {}", options.nice,
-                 std::strerror(errno));
-  }
-  // No more decoders than cores: more would only hold more decoded images at once.
-  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  auto decoders = std::make_unique<DecodeWorkers>(std::min(options.threads, cores));
-  ctx.decoders = decoders.get();
-  int rc = 0;
-  if (transport) {
-    Status serve = transport->Serve();
-    if (!serve.ok()) Log()->warn("FUSE transport: {}", serve.message());
-  } else {
-    struct fuse_loop_config* cfg = fuse_loop_cfg_create();
-    fuse_loop_cfg_set_clone_fd(cfg, 0);
-    fuse_loop_cfg_set_max_threads(cfg, static_cast<unsigned>(std::max(1, options.threads)));
-    fuse_loop_cfg_set_idle_threads(cfg, static_cast<unsigned>(std::max(1, options.threads)));
-    rc = fuse_session_loop_mt(se, cfg);
-    fuse_loop_cfg_destroy(cfg);
-  }
-  // Before the session goes: the reads still queued are answered (or fail on the closed
-  // connection).
-  ctx.decoders = nullptr;
-  decoders.reset();
-  monitor.Stopping();
-  warm.join();
-  Prefetcher::Stats ps = prefetcher->stats();
-  Log()->info("unmounting: pushed {} files ({} bytes, {} retries, {} failures), readahead {} files",
-              ps.pushed_files, ps.pushed_bytes, ps.push_retries, ps.push_failures,
-              ps.readahead_files);
-  // The workers use the session: stop them before it goes.
-  fs->SetPrefetcher(nullptr);
-  ctx.prefetcher = nullptr;
-  prefetcher.reset();
-  // Closes the device first: a readiness probe still waiting fails instead of hanging Stop.
-  fuse_session_unmount(se);
-  monitor.Stop();
-  // No request is served any more (the stats file included); the session outlives the
-  // transport (its custom I/O), which the prefetcher's pushes went through until now.
-  fs->SetTransportStats(nullptr);
-  transport.reset();
-  fuse_remove_signal_handlers(se);
-  fuse_session_destroy(se);
-  if (rc != 0) Log()->info("FUSE session loop returned {}", rc);
-  return Status::OK();
 }
 
 }  // namespace dsfs

@@ -1,11 +1,15 @@
-// The libfuse3 low-level binding: thin callbacks over fs::Filesystem, and the session loop.
+// The libfuse3 low-level callbacks of a mount: each unpacks its arguments, calls one Filesystem
+// method and replies once (the model is libfuse's passthrough_hp.cc). Nothing here builds
+// anything: the assembly of a mount (session, transport, prefetcher, preload, systemd status,
+// thread priorities) is fs/serve.h.
 #pragma once
 
-#include <functional>
+#include <fuse_lowlevel.h>
+
 #include <string>
 
-#include "common/status.h"
 #include "fs/filesystem.h"
+#include "fs/prefetcher.h"
 #include "fs/uring_transport.h"
 
 namespace dsfs {
@@ -26,7 +30,7 @@ struct FuseOptions {
   double timeout_s = 1e6;  // entry/attr cache timeouts: the tree never changes
   // Answer OPEN with ENOSYS where the kernel supports it (FUSE_CAP_NO_OPEN_SUPPORT): it then
   // sends no OPEN/FLUSH/RELEASE at all and keeps the page cache across opens, so a file read
-  // once is served by the kernel alone (DESIGN.md section 4).
+  // once is served by the kernel alone.
   bool zero_message_open = true;
   // After readdirplus, push the directory's files into the kernel page cache (up to this many
   // bytes in total; 0 = never), so even the first read of a file sends no request.
@@ -42,11 +46,21 @@ struct FuseOptions {
   double status_interval_s = 5;
 };
 
-// Mounts `fs` at `mountpoint`, calls `on_mounted` once the kernel mount exists, then serves
-// requests until the filesystem is unmounted or SIGINT/SIGTERM arrives; unmounts on the way
-// out. SIGHUP reopens the log file and does not end the session. Errors are returned before
-// `on_mounted` is called.
-Status ServeFuse(Filesystem* fs, const std::string& mountpoint, const FuseOptions& options,
-                 const std::function<void()>& on_mounted);
+class DecodeWorkers;
+
+// What the callbacks serve from: the session's userdata, filled in by whoever assembles the
+// mount. The pointers change only while no request is served.
+struct FuseContext {
+  Filesystem* fs;
+  FuseOptions options;
+  bool no_open = false;  // set in init: OPEN may be answered ENOSYS
+  // Told of every complete readdirplus (it pushes the files); null: nothing pushed.
+  Prefetcher* prefetcher = nullptr;
+  // Reads that decode images are handed to these (fs/decode_workers.h); null: served inline.
+  DecodeWorkers* decoders = nullptr;
+};
+
+// The callbacks. REQUIRES: the session's userdata is a FuseContext that outlives it.
+fuse_lowlevel_ops FuseOps();
 
 }  // namespace dsfs

@@ -10,9 +10,11 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/log.h"
+#include "fs/fuse_session.h"
 
 namespace dsfs {
 
@@ -56,15 +58,7 @@ struct ImageServerOps {
 
   template <typename F>
   static void Guard(fuse_req_t req, const char* op, F&& body) {
-    try {
-      body();
-    } catch (const std::exception& e) {
-      LogRepeated(spdlog::level::err, "image {}: unexpected exception: {}", op, e.what());
-      fuse_reply_err(req, EIO);
-    } catch (...) {
-      LogRepeated(spdlog::level::err, "image {}: unexpected exception", op);
-      fuse_reply_err(req, EIO);
-    }
+    GuardRequest(req, "image ", op, std::forward<F>(body));
   }
 
   static void Init(void*, struct fuse_conn_info* conn) {
@@ -223,21 +217,23 @@ struct ImageServerOps {
   }
   static void NoListXattr(fuse_req_t req, fuse_ino_t, size_t) { fuse_reply_err(req, ENOSYS); }
 
+  // In the struct's order; every other operation is left to libfuse (ENOSYS). (GCC warns of the
+  // members a designated initializer leaves out, which is its point here.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
   static fuse_lowlevel_ops Make() {
-    fuse_lowlevel_ops ops;
-    std::memset(&ops, 0, sizeof(ops));
-    ops.init = Init;
-    ops.lookup = Lookup;
-    ops.getattr = GetAttr;
-    ops.readdir = ReadDir;
-    ops.open = Open;
-    ops.release = Release;
-    ops.read = Read;
-    ops.statfs = StatFs;
-    ops.getxattr = NoXattr;
-    ops.listxattr = NoListXattr;
-    return ops;
+    return fuse_lowlevel_ops{.init = Init,
+                             .lookup = Lookup,
+                             .getattr = GetAttr,
+                             .open = Open,
+                             .read = Read,
+                             .release = Release,
+                             .readdir = ReadDir,
+                             .statfs = StatFs,
+                             .getxattr = NoXattr,
+                             .listxattr = NoListXattr};
   }
+#pragma GCC diagnostic pop
 };
 
 ImageServer::ImageServer(const erofs::Image* image, ImageServerOptions options,
@@ -252,16 +248,10 @@ ImageServer::~ImageServer() { Stop(); }
 
 Status ImageServer::Start(const std::string& dir) {
   dir_ = dir;
-  std::string fsname = options_.fsname.empty() ? std::string("dsfs-image") : options_.fsname;
-  std::replace(fsname.begin(), fsname.end(), ',', '_');  // a comma would end the option
-  std::vector<std::string> argv = {"dsfs", "-o",
-                                   "ro,default_permissions,subtype=dsfs-image,fsname=" + fsname};
-  if (options_.debug) argv.push_back("-d");
-  std::vector<char*> cargv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  struct fuse_args args = FUSE_ARGS_INIT(static_cast<int>(cargv.size()), cargv.data());
+  FuseArgs args("dsfs-image", options_.fsname.empty() ? "dsfs-image" : options_.fsname,
+                /*allow_other=*/false, options_.debug);
   static const fuse_lowlevel_ops ops = ImageServerOps::Make();
-  se_ = fuse_session_new(&args, &ops, sizeof(ops), this);
+  se_ = fuse_session_new(args.get(), &ops, sizeof(ops), this);
   if (!se_) return Status::InvalidArgument("cannot create the image's FUSE session");
   if (fuse_session_mount(se_, dir.c_str()) != 0) {
     fuse_session_destroy(se_);
@@ -272,12 +262,7 @@ Status ImageServer::Start(const std::string& dir) {
     // The loop threads libfuse starts from here inherit this thread's nice value. Without
     // root or CAP_SYS_NICE they keep the caller's.
     (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), options_.nice);
-    struct fuse_loop_config* cfg = fuse_loop_cfg_create();
-    fuse_loop_cfg_set_clone_fd(cfg, 0);
-    fuse_loop_cfg_set_max_threads(cfg, static_cast<unsigned>(std::max(1, options_.threads)));
-    fuse_loop_cfg_set_idle_threads(cfg, static_cast<unsigned>(std::max(1, options_.threads)));
-    int rc = fuse_session_loop_mt(se_, cfg);
-    fuse_loop_cfg_destroy(cfg);
+    int rc = RunFuseLoop(se_, options_.threads);
     if (rc != 0) Log()->debug("image FUSE session loop returned {}", rc);
     ended_.store(true);
     if (on_ended_) on_ended_();

@@ -28,6 +28,7 @@
 #include "fs/image_server.h"
 #include "fs/loop_device.h"
 #include "fs/service.h"
+#include "fs/stats.h"
 #include "fs/view_tree.h"
 
 namespace dsfs {
@@ -59,20 +60,9 @@ struct MountEntry {
 
 std::vector<MountEntry> Mounts() {
   std::vector<MountEntry> out;
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string id, parent, dev, root, mp, field;
-    if (!(ls >> id >> parent >> dev >> root >> mp)) continue;
-    while (ls >> field && field != "-") {
-    }
-    MountEntry e;
-    if (!(ls >> e.fstype >> e.source)) continue;
-    e.mountpoint = UnescapeMountinfo(mp);
-    e.source = UnescapeMountinfo(e.source);
-    out.push_back(std::move(e));
-  }
+  ForEachMount([&](const std::string& mp, const MountInfo& m) {
+    out.push_back({mp, m.fstype, m.source});
+  });
   return out;
 }
 
@@ -196,34 +186,24 @@ void ClearStalePrivateDirs(const struct stat& st, bool* found) {
 
 std::string KernelStatsJson(const Filesystem* fs, const erofs::Image& image,
                             const ImageServer* server, const std::string& loop, double layout_s) {
-  std::string j = "{\"kernel\": {";
-  auto field = [&](const char* k, uint64_t v, bool first = false) {
-    if (!first) j += ", ";
-    j += "\"";
-    j += k;
-    j += "\": " + std::to_string(v);
-  };
-  field("image_bytes", image.size_bytes(), true);
-  field("inodes", image.inode_count());
-  field("layout_bytes", image.memory_bytes());
-  field("layout_ms", static_cast<uint64_t>(layout_s * 1000));
   size_t digits = loop.find_first_of("0123456789");
-  field("loop_device", digits == std::string::npos ? 0 : std::stoull(loop.substr(digits)));
+  nlohmann::ordered_json kernel = {
+      {"image_bytes", image.size_bytes()},
+      {"inodes", image.inode_count()},
+      {"layout_bytes", image.memory_bytes()},
+      {"layout_ms", static_cast<uint64_t>(layout_s * 1000)},
+      {"loop_device", digits == std::string::npos ? 0 : std::stoull(loop.substr(digits))}};
   if (server) {
     const ImageServer::Counters& c = server->counters();
-    field("image_reads", c.reads.load(std::memory_order_relaxed));
-    field("image_bytes_read", c.bytes_read.load(std::memory_order_relaxed));
-    field("image_read_errors", c.errors.load(std::memory_order_relaxed));
+    kernel["image_reads"] = c.reads.load(std::memory_order_relaxed);
+    kernel["image_bytes_read"] = c.bytes_read.load(std::memory_order_relaxed);
+    kernel["image_read_errors"] = c.errors.load(std::memory_order_relaxed);
   }
-  j += "}";
+  nlohmann::ordered_json j = {{"kernel", std::move(kernel)}};
   // Then the filesystem's own counters (the store's cache, view reads): its members follow.
-  std::string rest = fs->StatsJson();
-  if (rest.size() > 2 && rest.front() == '{') {
-    j += ", " + rest.substr(1);
-  } else {
-    j += "}";
-  }
-  return j;
+  const nlohmann::ordered_json rest = fs->StatsObject();
+  for (const auto& [key, value] : rest.items()) j[key] = value;
+  return OneLineJson(j);
 }
 
 // The write end of the running ServeKernel's signal pipe (-1: none).
@@ -243,8 +223,8 @@ Status CheckKernelMountAllowed() {
                            "EROFS); mount without -o kernel, or as root");
 }
 
-Status ServeKernel(Filesystem* fs, const MountConfig& config, const FuseOptions& fuse,
-                   const std::function<void()>& on_mounted) {
+Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
+                   const FuseOptions& fuse, const std::function<void()>& on_mounted) {
   DSFS_RETURN_IF_ERROR(CheckKernelMountAllowed());
   const std::string& mnt = config.mountpoint;
   struct stat mnt_st;
@@ -253,7 +233,7 @@ Status ServeKernel(Filesystem* fs, const MountConfig& config, const FuseOptions&
   if (::access("/dev/loop-control", F_OK) != 0) {
     Log()->warn("-o kernel: no loop devices here (/dev/loop-control: {}); mounting with FUSE",
                 std::strerror(errno));
-    return ServeFuse(fs, mnt, fuse, on_mounted);
+    return ServeFuse(fs, cache, mnt, fuse, on_mounted);
   }
 
   // SIGINT/SIGTERM end the serving loop below through a self-pipe. A handler, not a blocked
@@ -362,7 +342,7 @@ Status ServeKernel(Filesystem* fs, const MountConfig& config, const FuseOptions&
   if (s.code() == Status::Code::kNotSupported) {
     undo_dir();
     Log()->warn("-o kernel: {}; mounting with FUSE", s.message());
-    return ServeFuse(fs, mnt, fuse, on_mounted);
+    return ServeFuse(fs, cache, mnt, fuse, on_mounted);
   }
   if (!s.ok()) {
     undo_dir();
@@ -382,7 +362,7 @@ Status ServeKernel(Filesystem* fs, const MountConfig& config, const FuseOptions&
     if (err == ENODEV) {
       Log()->warn("-o kernel: this kernel has no EROFS (mount: {}); mounting with FUSE",
                   std::strerror(err));
-      return ServeFuse(fs, mnt, fuse, on_mounted);
+      return ServeFuse(fs, cache, mnt, fuse, on_mounted);
     }
     return Status::FromErrno(err, "mount erofs " + dev + " at " + mnt);
   }
@@ -391,12 +371,7 @@ Status ServeKernel(Filesystem* fs, const MountConfig& config, const FuseOptions&
   Log()->info("{}: EROFS on {} over {}/{}", mnt, dev, dir, ImageServer::kImageName);
   if (on_mounted) on_mounted();
 
-  ServiceMonitor::Options mo;
-  mo.mountpoint = mnt;
-  mo.notify = fuse.notify_systemd;
-  mo.status_interval = std::chrono::milliseconds(
-      static_cast<int64_t>(std::max(0.05, fuse.status_interval_s) * 1000));
-  ServiceMonitor monitor(mo, [&] {
+  ServiceMonitor monitor(MonitorOptions(mnt, fuse), [&] {
     const ImageServer::Counters& c = server.counters();
     return "serving EROFS: " + std::to_string(c.reads.load()) + " image reads, " +
            std::to_string(c.bytes_read.load() >> 20) + " MiB read, " +

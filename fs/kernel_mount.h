@@ -1,5 +1,5 @@
 // `dsfs mount -o kernel`: the tree (or one view) served by the kernel's EROFS driver, with no
-// per-file FUSE round trip (DESIGN.md section 8). Three layers, bottom to top:
+// per-file FUSE round trip (README, "The kernel path"). Three layers, bottom to top:
 //
 //   1. a private FUSE mount (fs/image_server.h) at /run/dsfs/<dev>-<ino>-<pid> (mode 0700; dev
 //      and ino identify MNT's directory, pid is the daemon's) holding one file, `image`: an
@@ -20,8 +20,8 @@
 
 #include "common/status.h"
 #include "fs/filesystem.h"
-#include "fs/fuse_ops.h"
 #include "fs/mount.h"
+#include "fs/serve.h"
 
 namespace dsfs {
 
@@ -36,8 +36,8 @@ Status CheckKernelMountAllowed();
 // serves the image until the EROFS mount is gone or SIGINT/SIGTERM arrives (which unmount it,
 // lazily if busy). Not root: an error that says so. Root without loop devices or EROFS: one log
 // line saying why, then a classic mount (ServeFuse with `fuse`).
-Status ServeKernel(Filesystem* fs, const MountConfig& config, const FuseOptions& fuse,
-                   const std::function<void()>& on_mounted);
+Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
+                   const FuseOptions& fuse, const std::function<void()>& on_mounted);
 
 // `dsfs umount` of a -o kernel mount: if `mountpoint` carries EROFS over a loop device whose
 // backing file lies in a dsfs image mount, sets *handled and tears the layers down in order:

@@ -98,26 +98,27 @@ Status Serve(const MountConfig& config, const std::function<void()>& on_mounted)
   FuseOptions fo = config.fuse;
   fo.push_bytes =
       config.push_bytes == MountConfig::kDefaultCache ? PhysicalMemory() / 4 : config.push_bytes;
+  // The mount's one RAM cache: the store keeps decompressed chunks in it, the views what they
+  // render, each client in a namespace of its own; readahead and preload fill it.
   if (!store_options.cache && cache_bytes > 0) {
     store_options.cache = std::make_shared<ByteCache>(cache_bytes);
   }
+  std::shared_ptr<ByteCache> cache = store_options.cache;
   std::unique_ptr<Store> store;
   DSFS_RETURN_IF_ERROR(Store::Open(config.store_path, store_options, &store));
   FsOptions fs_options = config.fs;
   // The views decode an image once and serve it from the cache: what cannot fit an entry of
   // the cache is served as its original bytes (fs/views.h, ViewRenders).
-  ByteCache* cache = store->cache();
   fs_options.max_render_bytes = cache ? cache->max_value_bytes() : 0;
-  Filesystem fs(std::move(store), fs_options);
+  Filesystem fs(std::move(store), fs_options, cache);
   if (fo.fsname.empty()) fo.fsname = config.store_path;
-  if (config.kernel) return ServeKernel(&fs, config, fo, on_mounted);
-  return ServeFuse(&fs, config.mountpoint, fo, on_mounted);
+  if (config.kernel) return ServeKernel(&fs, cache.get(), config, fo, on_mounted);
+  return ServeFuse(&fs, cache.get(), config.mountpoint, fo, on_mounted);
 }
 
-// Calls fn(mountpoint, info) for each line of /proc/self/mountinfo, in order (later lines are
-// mounted later).
-template <typename F>
-void ForEachMount(F&& fn) {
+}  // namespace
+
+void ForEachMount(const std::function<void(const std::string&, const MountInfo&)>& fn) {
   std::ifstream in("/proc/self/mountinfo");
   std::string line;
   while (std::getline(in, line)) {
@@ -127,7 +128,7 @@ void ForEachMount(F&& fn) {
     while (ls >> field && field != "-") {
     }
     MountInfo m;
-    ls >> m.fstype >> m.source;
+    if (!(ls >> m.fstype >> m.source)) continue;
     m.source = UnescapeMountinfo(m.source);
     size_t colon = dev.find(':');
     if (colon != std::string::npos)
@@ -135,8 +136,6 @@ void ForEachMount(F&& fn) {
     fn(UnescapeMountinfo(mp), m);
   }
 }
-
-}  // namespace
 
 bool FindMount(const std::string& path, MountInfo* info) {
   std::string abs = AbsolutePath(path);

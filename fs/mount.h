@@ -1,11 +1,12 @@
 // Mounting and unmounting: mountpoint checks, the background daemon, `dsfs umount`.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "common/status.h"
 #include "fs/filesystem.h"
-#include "fs/fuse_ops.h"
+#include "fs/serve.h"
 #include "store/store.h"
 
 namespace dsfs {
@@ -64,5 +65,9 @@ bool FindMount(const std::string& path, MountInfo* info);
 
 // True if `path` is a mountpoint listed in /proc/self/mountinfo.
 bool IsMountpoint(const std::string& path);
+// Calls fn(mountpoint, info) for each line of /proc/self/mountinfo, in order (later lines are
+// mounted later): the one parser of the mount table.
+void ForEachMount(
+    const std::function<void(const std::string& mountpoint, const MountInfo& info)>& fn);
 
 }  // namespace dsfs

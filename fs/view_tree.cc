@@ -4,23 +4,25 @@
 #include <cstring>
 #include <utility>
 
+#include "fs/control_dir.h"
+
 namespace dsfs {
 
 Status ViewTree::Build(const Filesystem* fs, View view, std::unique_ptr<ViewTree>* tree) {
   std::unique_ptr<ViewTree> t(new ViewTree(fs));
   // The bmp view shows every store entry under its own name in its own place, except a store
-  // entry named ".dsfs" in the root, which the view hides behind its control directory: only
-  // then does its numbering differ from the store's.
+  // entry named .dsfs (kControlDirName) in the root, which the view hides behind its control
+  // directory: only then does its numbering differ from the store's.
   if (view == View::kBmp) {
     uint32_t found;
     InodeRecord rec;
-    Status s = fs->store().Lookup(Store::kRootIno, ".dsfs", &found, &rec);
+    Status s = fs->store().Lookup(Store::kRootIno, kControlDirName, &found, &rec);
     if (!s.ok() && !s.IsNotFound()) return s;
     if (s.IsNotFound()) {
-      // Filesystem's numbers (fs/filesystem.h): store inode n of view v is v << 32 | n, and
+      // Filesystem's numbers (fs/inode_space.h): store inode n of view v is Make(v, n), and
       // the view mounted as the root is 1.
       t->identity_ = true;
-      t->view_kind_ = static_cast<uint64_t>(view);
+      t->view_ = view;
       *tree = std::move(t);
       return Status::OK();
     }
@@ -80,7 +82,7 @@ Status ViewTree::Walk() {
 
 uint64_t ViewTree::FsIno(uint32_t ino) const {
   if (!identity_) return fs_ino_[ino];
-  return ino == 0 ? 1 : view_kind_ << 32 | (uint64_t{ino} + 1);
+  return ino == 0 ? 1 : InodeSpace::Make(view_, ino + 1);
 }
 
 uint32_t ViewTree::inode_count() const {

@@ -51,7 +51,7 @@ class ViewTree : public erofs::ImageTree {
 
   const Filesystem* fs_;
   bool identity_ = false;
-  uint64_t view_kind_ = 0;  // identity: the view's kind in Filesystem's inode numbers
+  View view_ = View::kOriginal;  // identity: the view whose inode numbers it uses
   // Walk only, per tree inode: its Filesystem inode, its name (names_[name_off_[i],
   // name_off_[i + 1])), and for directories its children [first_child_, + child_count_).
   std::vector<uint64_t> fs_ino_, name_off_;

@@ -99,18 +99,15 @@ struct Entry {
 
 Status Entries(const Store& store, uint32_t dir, std::vector<Entry>* out) {
   out->clear();
-  InodeRecord d;
-  DSFS_RETURN_IF_ERROR(store.GetInode(dir, &d));
-  uint32_t first, count;
-  DSFS_RETURN_IF_ERROR(store.DirEntries(dir, d, &first, &count));
-  out->reserve(count);
-  for (uint32_t i = 0; i < count; ++i) {
-    Entry e{first + i, {}, {}};
-    DSFS_RETURN_IF_ERROR(store.GetInode(e.ino, &e.rec));
-    DSFS_RETURN_IF_ERROR(store.GetName(e.rec, &e.name));
+  Status name_status;
+  DSFS_RETURN_IF_ERROR(store.ForEachEntry(dir, [&](uint32_t ino, const InodeRecord& rec) {
+    Entry e{ino, rec, {}};
+    name_status = store.GetName(rec, &e.name);
+    if (!name_status.ok()) return false;
     out->push_back(e);
-  }
-  return Status::OK();
+    return true;
+  }));
+  return name_status;
 }
 
 // The key Python sorts a file name by: its code points after os.fsdecode (UTF-8, each byte
@@ -254,14 +251,15 @@ Status AddClass(const Store& store, uint32_t cls, const std::string& prefix, uin
 
 // The access that directory `dir` and every directory above it require.
 Status AccessFromRoot(const Store& store, uint32_t dir, ReadAccess* access) {
-  for (uint32_t cur = dir;;) {
-    InodeRecord r;
-    DSFS_RETURN_IF_ERROR(store.GetInode(cur, &r));
-    access->AddDir(r.mode);
-    // Parents have smaller numbers (breadth-first): a damaged parent field cannot loop.
-    if (cur == Store::kRootIno || r.parent >= cur) return Status::OK();
-    cur = r.parent;
-  }
+  // A damaged parent field ends the walk (what it reached so far counts).
+  bool reached;
+  return store.WalkUp(
+      dir, Store::kRootIno,
+      [&](uint32_t, const InodeRecord& r) {
+        access->AddDir(r.mode);
+        return Status::OK();
+      },
+      &reached);
 }
 
 }  // namespace
@@ -330,23 +328,13 @@ Status TensorFilesText(const Store& store, uint32_t dir, const TensorIndex& inde
                        std::string* out) {
   out->clear();
   out->reserve(index.files_txt_bytes);
-  std::vector<std::string_view> parts;
+  std::string path;
   for (uint32_t ino : index.images) {
-    parts.clear();
-    for (uint32_t cur = ino; cur != dir;) {
-      InodeRecord r;
-      DSFS_RETURN_IF_ERROR(store.GetInode(cur, &r));
-      std::string_view name;
-      DSFS_RETURN_IF_ERROR(store.GetName(r, &name));
-      parts.push_back(name);
-      // Parents have smaller numbers (breadth-first): a damaged parent field cannot loop.
-      if (r.parent >= cur) return Status::Corruption("image is not below its directory");
-      cur = r.parent;
-    }
-    for (size_t i = parts.size(); i-- > 0;) {
-      out->append(parts[i]);
-      out->push_back(i == 0 ? '\n' : '/');
-    }
+    Status s = store.PathOf(ino, dir, &path);
+    if (s.IsNotFound()) return Status::Corruption("image is not below its directory");
+    DSFS_RETURN_IF_ERROR(s);
+    out->append(path);
+    out->push_back('\n');
   }
   if (out->size() != index.files_txt_bytes) return Status::Corruption("files.txt changed size");
   return Status::OK();

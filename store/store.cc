@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "common/log.h"
 #include "common/path.h"
@@ -91,6 +92,7 @@ Status Store::Open(std::unique_ptr<KvReader> kv, std::unique_ptr<Store>* store,
   std::unique_ptr<Store> st(new Store());
   st->kv_ = std::move(kv);
   st->cache_ = std::move(cache);
+  if (st->cache_) st->cache_id_ = st->cache_->NewId();
   DSFS_RETURN_IF_ERROR(st->Init());
   *store = std::move(st);
   return Status::OK();
@@ -157,6 +159,7 @@ Status Store::GetInode(uint32_t ino, InodeRecord* rec) const {
   if (ino == 0 || ino > header_.inode_count) return Status::NotFound("no such inode");
   uint64_t off = static_cast<uint64_t>(ino - 1) * layout_.record_bytes();
   DSFS_RETURN_IF_ERROR(inodes_.Check(off, layout_.record_bytes()));
+  inode_decodes_.fetch_add(1, std::memory_order_relaxed);
   return layout_.Decode(inodes_.data() + off, rec);
 }
 
@@ -189,6 +192,20 @@ Status Store::DirEntries(uint32_t dir, const InodeRecord& rec, uint32_t* first,
   *first = static_cast<uint32_t>(rec.data);
   *count = static_cast<uint32_t>(rec.size);
   WillNeedEntries(*first, *count);
+  return Status::OK();
+}
+
+Status Store::ForEachEntry(
+    uint32_t dir, const std::function<bool(uint32_t ino, const InodeRecord& rec)>& entry) const {
+  InodeRecord d;
+  DSFS_RETURN_IF_ERROR(GetInode(dir, &d));
+  uint32_t first, count;
+  DSFS_RETURN_IF_ERROR(DirEntries(dir, d, &first, &count));
+  for (uint32_t i = 0; i < count; ++i) {
+    InodeRecord rec;
+    DSFS_RETURN_IF_ERROR(GetInode(first + i, &rec));
+    if (!entry(first + i, rec)) break;
+  }
   return Status::OK();
 }
 
@@ -266,6 +283,48 @@ Status Store::LookupPath(std::string_view path, uint32_t* ino, InodeRecord* rec)
   return Status::OK();
 }
 
+Status Store::WalkUp(uint32_t ino, uint32_t top,
+                     const std::function<Status(uint32_t ino, const InodeRecord& rec)>& visit,
+                     bool* reached) const {
+  *reached = false;
+  for (uint32_t cur = ino;;) {
+    InodeRecord r;
+    DSFS_RETURN_IF_ERROR(GetInode(cur, &r));
+    DSFS_RETURN_IF_ERROR(visit(cur, r));
+    if (cur == top) break;
+    if (r.parent >= cur) return Status::OK();
+    cur = r.parent;
+  }
+  *reached = true;
+  return Status::OK();
+}
+
+Status Store::PathOf(uint32_t ino, uint32_t top, std::string* path) const {
+  std::vector<std::string_view> parts;  // last component first
+  bool reached = false;
+  Status s = WalkUp(
+      ino, top,
+      [&](uint32_t cur, const InodeRecord& r) {
+        if (cur == top) return Status::OK();
+        std::string_view name;
+        DSFS_RETURN_IF_ERROR(GetName(r, &name));
+        parts.push_back(name);
+        return Status::OK();
+      },
+      &reached);
+  if (s.ok() && !reached) {
+    // The component whose parent field broke the chain is not part of the path.
+    if (!parts.empty()) parts.pop_back();
+    s = Status::NotFound("not below its directory");
+  }
+  path->clear();
+  for (size_t i = parts.size(); i-- > 0;) {
+    path->append(parts[i]);
+    if (i > 0) path->push_back('/');
+  }
+  return s;
+}
+
 // Records above this size are announced to the backend before they are read (WillNeed).
 constexpr size_t kWillNeedBytes = 16 << 10;
 
@@ -307,7 +366,7 @@ Status Store::ReadPixels(const InodeRecord& rec, std::string* rgb) const {
 Status Store::ReadRecord(char space, uint64_t id, uint64_t expected, ByteCache* cache,
                          ByteCache::Value* pin, std::string* scratch, std::string_view* out) const {
   if (cache) {
-    if (ByteCache::Value v = cache->Get(id)) {
+    if (ByteCache::Value v = cache->Get(cache_id_, id)) {
       *out = *v;
       *pin = std::move(v);
       return Status::OK();
@@ -342,7 +401,7 @@ Status Store::ReadRecord(char space, uint64_t id, uint64_t expected, ByteCache* 
       s = TimedDecode(p, fresh->data());
       if (s.ok()) {
         *out = *fresh;
-        cache->Insert(id, fresh);
+        cache->Insert(cache_id_, id, fresh);
         *pin = std::move(fresh);
       }
     } else {
@@ -433,7 +492,7 @@ Status Store::Read(const InodeRecord& rec, uint64_t offset, uint64_t size, ReadB
 
 Status Store::Prefetch(const InodeRecord& rec, uint64_t index) const {
   if (!cache_ || !IsReg(rec) || index >= ChunkCount(rec)) return Status::OK();
-  if (cache_->Contains(rec.data + index)) return Status::OK();
+  if (ChunkCached(rec, index)) return Status::OK();
   ByteCache::Value pin;
   std::string scratch;
   std::string_view data;

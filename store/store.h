@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -21,8 +22,9 @@ namespace dsfs {
 
 struct StoreOptions {
   bool random_access = true;  // see KvReaderOptions
-  // Decompressed chunks are kept here when set (shared, may outlive nothing: the Store must
-  // not outlive it).
+  // Decompressed chunks are kept here when set, in a namespace of the Store's own (the cache is
+  // shared with the other clients whoever assembles the mount gives it to; the Store keeps a
+  // reference).
   std::shared_ptr<ByteCache> cache;
 };
 
@@ -54,8 +56,10 @@ class Store {
   uint64_t inode_count() const { return header_.inode_count; }
 
   // Copies out the record of inode `ino`. NotFound if no such inode; Corruption if its
-  // metadata fails its checksum.
+  // metadata fails its checksum. Each call decodes (and checks) the record once: inode_decodes().
   Status GetInode(uint32_t ino, InodeRecord* rec) const;
+  // Records decoded by GetInode since open (tests count the decodes a request costs).
+  uint64_t inode_decodes() const { return inode_decodes_.load(std::memory_order_relaxed); }
   Status GetName(const InodeRecord& rec, std::string_view* name) const;
   // Symlink target. InvalidArgument if `rec` is not a symlink.
   Status ReadLink(const InodeRecord& rec, std::string_view* target) const;
@@ -64,8 +68,24 @@ class Store {
   Status Lookup(uint32_t dir, std::string_view name, uint32_t* ino, InodeRecord* rec) const;
   // Resolves a path relative to the root ("a/b", "/a/b", "" = root); symlinks are not followed.
   Status LookupPath(std::string_view path, uint32_t* ino, InodeRecord* rec) const;
+  // Walks up the parent fields from inode `ino` to directory `top`: calls `visit(i, rec)` for
+  // `ino` and each directory above it, `top` included, child first, and stops at the first
+  // error it returns. The one walk up the tree. *reached is false if a parent field breaks the
+  // chain before `top` (parents have smaller numbers, breadth first, so a damaged one cannot
+  // loop): the walk ends there without an error.
+  Status WalkUp(uint32_t ino, uint32_t top,
+                const std::function<Status(uint32_t ino, const InodeRecord& rec)>& visit,
+                bool* reached) const;
+  // The path of inode `ino` relative to directory `top` ("a/b.jpg"; "" for `top` itself).
+  // NotFound ("not below its directory") if the walk up does not reach `top`; on any error
+  // *path holds the part found (its last components).
+  Status PathOf(uint32_t ino, uint32_t top, std::string* path) const;
   // Range of a directory's entries: inode numbers [*first, *first + *count).
   Status DirEntries(uint32_t dir, const InodeRecord& rec, uint32_t* first, uint32_t* count) const;
+  // Calls `entry(ino, rec)` for each entry of directory `dir`, in order, until it returns false.
+  // The first record that cannot be read ends the listing with its error.
+  Status ForEachEntry(uint32_t dir,
+                      const std::function<bool(uint32_t ino, const InodeRecord& rec)>& entry) const;
 
   // Reads up to `size` bytes at `offset` of regular file `rec`. *out stays valid until *buf is
   // reused or destroyed (it points into the store's map, a cached chunk pinned by *buf, or
@@ -81,7 +101,10 @@ class Store {
   uint64_t ChunkCount(const InodeRecord& rec) const {
     return (rec.size + header_.chunk_bytes - 1) / header_.chunk_bytes;
   }
-  ByteCache* cache() const { return cache_.get(); }
+  // True if chunk `index` of `rec` is in the RAM cache (no hit or miss counted).
+  bool ChunkCached(const InodeRecord& rec, uint64_t index) const {
+    return cache_ && cache_->Contains(cache_id_, rec.data + index);
+  }
   // The zstd dictionary the payloads were compressed with (empty if none); points into the
   // store.
   std::string_view dictionary_bytes() const { return dict_bytes_; }
@@ -127,9 +150,12 @@ class Store {
   std::shared_ptr<Dictionary> dict_;
   std::string_view dict_bytes_;
   std::shared_ptr<ByteCache> cache_;
+  ByteCache::Id cache_id_ = 0;  // the payloads' namespace in cache_
   mutable std::atomic<uint64_t> decoded_chunks_{0}, decode_ns_{0};
   // Bytes of payload read from the backend since it last released its cached memory.
   mutable std::atomic<uint64_t> read_since_release_{0};
+  // Bumped by every GetInode (lookups make many): a cache line of its own.
+  alignas(64) mutable std::atomic<uint64_t> inode_decodes_{0};
 };
 
 // True for the file types a store holds.

@@ -10,17 +10,44 @@ namespace {
 
 ByteCache::Value Bytes(size_t n, char c) { return std::make_shared<const std::string>(n, c); }
 
+// One namespace is enough for the tests of the cache itself.
+constexpr ByteCache::Id kId = 1;
+
+TEST(ByteCacheTest, NamespacesKeepEqualKeysApart) {
+  ByteCache cache(1 << 20, 4);
+  const ByteCache::Id a = cache.NewId(), b = cache.NewId();
+  EXPECT_NE(a, b);
+  cache.Insert(a, 7, Bytes(10, 'a'));
+  EXPECT_EQ(cache.Get(b, 7), nullptr);
+  EXPECT_FALSE(cache.Contains(b, 7));
+  cache.Insert(b, 7, Bytes(10, 'b'));
+  EXPECT_EQ(*cache.Get(a, 7), std::string(10, 'a'));
+  EXPECT_EQ(*cache.Get(b, 7), std::string(10, 'b'));
+  ByteCache::Value v;
+  ASSERT_TRUE(cache
+                  .GetOrLoad(
+                      cache.NewId(), 7,
+                      [](ByteCache::Value* out) {
+                        *out = Bytes(10, 'c');
+                        return Status::OK();
+                      },
+                      &v)
+                  .ok());
+  EXPECT_EQ(*v, std::string(10, 'c'));
+  EXPECT_EQ(cache.stats().entries, 3u);
+}
+
 TEST(ByteCacheTest, HitsMissesAndStats) {
   ByteCache cache(1 << 20, 4);
-  EXPECT_EQ(cache.Get(1), nullptr);
-  cache.Insert(1, Bytes(100, 'a'));
-  auto v = cache.Get(1);
+  EXPECT_EQ(cache.Get(kId, 1), nullptr);
+  cache.Insert(kId, 1, Bytes(100, 'a'));
+  auto v = cache.Get(kId, 1);
   ASSERT_NE(v, nullptr);
   EXPECT_EQ(*v, std::string(100, 'a'));
-  cache.Insert(1, Bytes(100, 'b'));  // present: kept as is
-  EXPECT_EQ(*cache.Get(1), std::string(100, 'a'));
-  EXPECT_TRUE(cache.Contains(1));
-  EXPECT_FALSE(cache.Contains(2));
+  cache.Insert(kId, 1, Bytes(100, 'b'));  // present: kept as is
+  EXPECT_EQ(*cache.Get(kId, 1), std::string(100, 'a'));
+  EXPECT_TRUE(cache.Contains(kId, 1));
+  EXPECT_FALSE(cache.Contains(kId, 2));
   auto st = cache.stats();
   EXPECT_EQ(st.hits, 2u);
   EXPECT_EQ(st.misses, 1u);
@@ -33,7 +60,7 @@ TEST(ByteCacheTest, BudgetHoldsUnderAScanTenTimesItsSize) {
   const uint64_t budget = 1 << 20;
   ByteCache cache(budget, 8);
   for (uint64_t k = 0; k < 10 * budget / 1000; ++k) {
-    cache.Insert(k, Bytes(1000, 'x'));
+    cache.Insert(kId, k, Bytes(1000, 'x'));
     ASSERT_LE(cache.stats().bytes, budget);
   }
   auto st = cache.stats();
@@ -43,30 +70,30 @@ TEST(ByteCacheTest, BudgetHoldsUnderAScanTenTimesItsSize) {
 
 TEST(ByteCacheTest, ReferencedEntriesSurviveAScan) {
   ByteCache cache(64 * (1000 + ByteCache::kEntryOverhead), 1);
-  for (uint64_t k = 0; k < 32; ++k) cache.Insert(k, Bytes(1000, 'h'));
+  for (uint64_t k = 0; k < 32; ++k) cache.Insert(kId, k, Bytes(1000, 'h'));
   // A hot working set, touched between every inserted block of a one-pass scan.
   for (uint64_t k = 1000; k < 1200; ++k) {
     for (uint64_t h = 0; h < 8; ++h)
-      ASSERT_NE(cache.Get(h), nullptr) << "hot key " << h << " lost at " << k;
-    cache.Insert(k, Bytes(1000, 's'));
+      ASSERT_NE(cache.Get(kId, h), nullptr) << "hot key " << h << " lost at " << k;
+    cache.Insert(kId, k, Bytes(1000, 's'));
   }
 }
 
 TEST(ByteCacheTest, ValuesOutliveEviction) {
   ByteCache cache(2 * (1000 + ByteCache::kEntryOverhead), 1);
-  cache.Insert(1, Bytes(1000, 'a'));
-  auto held = cache.Get(1);
-  for (uint64_t k = 2; k < 10; ++k) cache.Insert(k, Bytes(1000, 'b'));
+  cache.Insert(kId, 1, Bytes(1000, 'a'));
+  auto held = cache.Get(kId, 1);
+  for (uint64_t k = 2; k < 10; ++k) cache.Insert(kId, k, Bytes(1000, 'b'));
   EXPECT_EQ(*held, std::string(1000, 'a'));
 }
 
 TEST(ByteCacheTest, ZeroCapacityAndOversizedValuesAreNotCached) {
   ByteCache off(0);
-  off.Insert(1, Bytes(10, 'a'));
-  EXPECT_EQ(off.Get(1), nullptr);
+  off.Insert(kId, 1, Bytes(10, 'a'));
+  EXPECT_EQ(off.Get(kId, 1), nullptr);
   ByteCache small(4096, 1);
-  small.Insert(1, Bytes(8192, 'a'));
-  EXPECT_EQ(small.Get(1), nullptr);
+  small.Insert(kId, 1, Bytes(8192, 'a'));
+  EXPECT_EQ(small.Get(kId, 1), nullptr);
   EXPECT_EQ(small.stats().bytes, 0u);
 }
 
@@ -79,9 +106,9 @@ TEST(ByteCacheTest, ConcurrentUseKeepsBudgetAndValues) {
     threads.emplace_back([&, t] {
       for (uint64_t i = 0; i < 20000; ++i) {
         uint64_t k = (i * 7919 + t) % 3000;
-        auto v = cache.Get(k);
+        auto v = cache.Get(kId, k);
         if (v && (*v)[0] != static_cast<char>('a' + k % 26)) ++wrong;
-        if (!v) cache.Insert(k, Bytes(500 + k % 700, static_cast<char>('a' + k % 26)));
+        if (!v) cache.Insert(kId, k, Bytes(500 + k % 700, static_cast<char>('a' + k % 26)));
       }
     });
   }

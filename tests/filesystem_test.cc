@@ -6,7 +6,11 @@
 #include <unistd.h>
 
 #include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
+#include "fs/prefetcher.h"
 #include "tests/test_util.h"
 
 namespace dsfs {
@@ -53,6 +57,33 @@ class FilesystemTest : public ::testing::Test {
   std::shared_ptr<MemTable> table_;
   std::unique_ptr<Filesystem> fs_;
 };
+
+// A READ of the original tree decodes (and checks) its inode record once: the prefetcher gets
+// the record the read decoded.
+TEST_F(FilesystemTest, AReadDecodesItsInodeRecordOnce) {
+  auto cache = std::make_shared<ByteCache>(1 << 20);
+  std::unique_ptr<Store> store;
+  ASSERT_TRUE(Store::Open(NewMemReader(table_), &store, cache).ok());
+  Filesystem fs(std::move(store), FsOptions{}, cache);
+  Prefetcher prefetcher(&fs.store(), cache.get(), fs.inode_space(), Prefetcher::Options{}, nullptr);
+  struct stat st;
+  ASSERT_TRUE(fs.Lookup(1, "cls_b", &st).ok());
+  ASSERT_TRUE(fs.Lookup(st.st_ino, "3.jpg", &st).ok());
+  const uint64_t ino = st.st_ino;
+  ReadBuffer buf;
+  std::string_view out;
+  for (bool with_prefetcher : {false, true}) {
+    fs.SetPrefetcher(with_prefetcher ? &prefetcher : nullptr);
+    for (uint64_t off : {0, 4096}) {
+      prefetcher.WaitIdle();
+      const uint64_t before = fs.store().inode_decodes();
+      ASSERT_TRUE(fs.Read(ino, off, 4096, &buf, &out).ok());
+      EXPECT_EQ(fs.store().inode_decodes() - before, 1u) << with_prefetcher << " " << off;
+    }
+  }
+  prefetcher.WaitIdle();
+  fs.SetPrefetcher(nullptr);
+}
 
 TEST_F(FilesystemTest, LookupAndGetAttrAgree) {
   struct stat a, b;
@@ -169,6 +200,20 @@ TEST_F(FilesystemTest, StatsFileIsHiddenAndLive) {
   EXPECT_NE(json.find("\"bytes_served\": 10000"), std::string::npos) << json;
   EXPECT_NE(json.find("\"read\": 2"), std::string::npos) << json;
   EXPECT_NE(json.find("\"files\": 3"), std::string::npos) << json;
+  // One line, members in their order, separated by ", " and ": " (tools read it so).
+  EXPECT_EQ(json.rfind("{\"uptime_s\": ", 0), 0u) << json;
+  EXPECT_NE(json.find("\"bytes_served\": 10000, \"read_errors\": 0, \"cache\": {}, "
+                      "\"decompress\": {\"chunks\": "),
+            std::string::npos)
+      << json;
+  EXPECT_EQ(json.find('\n'), Filesystem::kStatsBytes - 1) << json;
+  auto parsed = nlohmann::ordered_json::parse(json);
+  std::vector<std::string> keys;
+  for (const auto& item : parsed.items()) keys.push_back(item.key());
+  EXPECT_EQ(keys, (std::vector<std::string>{"uptime_s", "requests", "bytes_served", "read_errors",
+                                            "cache", "decompress", "views", "store"}));
+  EXPECT_EQ(parsed["requests"]["read"], 2);
+  EXPECT_EQ(parsed["store"]["files"], 3);
   // Reads at an offset return the rest.
   ASSERT_TRUE(fs_->Read(listing["stats"], Filesystem::kStatsBytes - 1, 10, &buf, &out).ok());
   EXPECT_EQ(out, "\n");
@@ -189,8 +234,9 @@ TEST_F(FilesystemTest, StatusLineCountsRequests) {
   std::unique_ptr<Store> store;
   ASSERT_TRUE(PackToMemory(dir_ / "src", PackOptions{}, &table, &store).ok());
   std::unique_ptr<Store> cached;
-  ASSERT_TRUE(Store::Open(NewMemReader(table), &cached, std::make_shared<ByteCache>(1000000)).ok());
-  Filesystem fs(std::move(cached), FsOptions{});
+  auto cache = std::make_shared<ByteCache>(1000000);
+  ASSERT_TRUE(Store::Open(NewMemReader(table), &cached, cache).ok());
+  Filesystem fs(std::move(cached), FsOptions{}, cache);
   std::string line = fs.StatusLine();
   EXPECT_NE(line.find("cache 0 B of 1.0 MB, 0% hits"), std::string::npos) << line;
 }

@@ -1,4 +1,4 @@
-#include "cache/prefetcher.h"
+#include "fs/prefetcher.h"
 
 #include <gtest/gtest.h>
 
@@ -33,7 +33,7 @@ class PrefetcherTest : public ::testing::Test {
     cache_ = std::make_shared<ByteCache>(1 << 20, 4);
     std::unique_ptr<Store> store;
     ASSERT_TRUE(Store::Open(NewMemReader(table), &store, cache_).ok());
-    fs_ = std::make_unique<Filesystem>(std::move(store), FsOptions{});
+    fs_ = std::make_unique<Filesystem>(std::move(store), FsOptions{}, cache_);
     store_ = &fs_->store();
   }
 
@@ -75,7 +75,7 @@ TEST_F(PrefetcherTest, PushesEveryFileOfAListedDirectoryOnce) {
   Kernel k;
   Prefetcher::Options o;
   o.push_budget_bytes = 1 << 30;
-  Prefetcher p(store_, o, k.Fn(), fs_.get());
+  Prefetcher p(store_, cache_.get(), fs_->inode_space(), o, k.Fn(), fs_.get());
   p.DirectoryListed(Ino("a"));
   p.DirectoryListed(Ino("a"));
   p.DirectoryListed(Ino("b"));
@@ -94,14 +94,15 @@ TEST_F(PrefetcherTest, PushBudgetHolds) {
   Kernel k;
   Prefetcher::Options o;
   o.push_budget_bytes = 10 * 1000;
-  Prefetcher p(store_, o, k.Fn(), fs_.get());
+  Prefetcher p(store_, cache_.get(), fs_->inode_space(), o, k.Fn(), fs_.get());
   p.DirectoryListed(Ino("a"));
   p.WaitIdle();
   uint64_t bytes = 0;
   for (auto& [ino, f] : k.files) bytes += f.size();
   EXPECT_LE(bytes, 10u * 1000);
   EXPECT_GE(k.files.size(), 9u);
-  Prefetcher off(store_, Prefetcher::Options{}, k.Fn(), fs_.get());  // budget 0: never pushes
+  Prefetcher off(store_, cache_.get(), fs_->inode_space(), Prefetcher::Options{}, k.Fn(),
+                 fs_.get());  // budget 0: never pushes
   off.DirectoryListed(Ino("b"));
   off.WaitIdle();
   EXPECT_EQ(off.stats().pushed_files, 0u);
@@ -113,7 +114,7 @@ TEST_F(PrefetcherTest, RetriesInodesTheKernelDoesNotKnowYetThenGivesUp) {
   Prefetcher::Options o;
   o.push_budget_bytes = 1 << 30;
   {
-    Prefetcher p(store_, o, k.Fn(), fs_.get());
+    Prefetcher p(store_, cache_.get(), fs_->inode_space(), o, k.Fn(), fs_.get());
     p.DirectoryListed(Ino("a"));
     p.WaitIdle();
     EXPECT_EQ(p.stats().pushed_files, 50u);
@@ -121,7 +122,7 @@ TEST_F(PrefetcherTest, RetriesInodesTheKernelDoesNotKnowYetThenGivesUp) {
   }
   Kernel never;
   never.unknown_left = 1000000;
-  Prefetcher p(store_, o, never.Fn(), fs_.get());
+  Prefetcher p(store_, cache_.get(), fs_->inode_space(), o, never.Fn(), fs_.get());
   p.DirectoryListed(Ino("a"));
   p.WaitIdle();
   EXPECT_EQ(p.stats().pushed_files, 0u);
@@ -129,7 +130,7 @@ TEST_F(PrefetcherTest, RetriesInodesTheKernelDoesNotKnowYetThenGivesUp) {
 }
 
 TEST_F(PrefetcherTest, ReadaheadFollowsDirectoryOrderOnly) {
-  Prefetcher p(store_, Prefetcher::Options{}, nullptr);
+  Prefetcher p(store_, cache_.get(), fs_->inode_space(), Prefetcher::Options{}, nullptr);
   uint32_t first = Ino("a/f100");
   // Random order: nothing is prefetched.
   for (uint32_t i : {7u, 3u, 40u, 12u}) {
@@ -149,21 +150,21 @@ TEST_F(PrefetcherTest, ReadaheadFollowsDirectoryOrderOnly) {
   EXPECT_GT(p.stats().readahead_files, 10u);
   InodeRecord r;
   ASSERT_TRUE(store_->GetInode(first + 10, &r).ok());
-  EXPECT_TRUE(cache_->Contains(r.data));
+  EXPECT_TRUE(store_->ChunkCached(r, 0));
 }
 
 TEST_F(PrefetcherTest, ReadaheadFollowsALargeFileFrontToBack) {
-  Prefetcher p(store_, Prefetcher::Options{}, nullptr);
+  Prefetcher p(store_, cache_.get(), fs_->inode_space(), Prefetcher::Options{}, nullptr);
   InodeRecord big;
   uint32_t ino = Ino("b/big", &big);
   for (uint64_t off = 0; off < 3 * 8192; off += 4096) p.ReadServed(ino, big, off, 4096);
   p.WaitIdle();
   EXPECT_GT(p.stats().readahead_chunks, 0u);
-  EXPECT_TRUE(cache_->Contains(big.data + 5));
+  EXPECT_TRUE(store_->ChunkCached(big, 5));
 }
 
 TEST_F(PrefetcherTest, PreloadFillsTheCacheWithinBudget) {
-  Prefetcher p(store_, Prefetcher::Options{}, nullptr);
+  Prefetcher p(store_, cache_.get(), fs_->inode_space(), Prefetcher::Options{}, nullptr);
   p.Preload(Store::kRootIno);
   p.WaitIdle();
   Prefetcher::Stats st = p.stats();
@@ -173,7 +174,7 @@ TEST_F(PrefetcherTest, PreloadFillsTheCacheWithinBudget) {
   EXPECT_LE(cache_->stats().bytes, 1u << 20);
   InodeRecord r;
   Ino("a/f120", &r);
-  EXPECT_TRUE(cache_->Contains(r.data));
+  EXPECT_TRUE(store_->ChunkCached(r, 0));
 }
 
 }  // namespace

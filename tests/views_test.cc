@@ -13,12 +13,12 @@
 #include <mutex>
 #include <thread>
 
-#include "tests/fakes/mem_store.h"
-#include "cache/prefetcher.h"
 #include "common/path.h"
 #include "fs/filesystem.h"
+#include "fs/prefetcher.h"
 #include "image/image.h"
 #include "pack/packer.h"
+#include "tests/fakes/mem_store.h"
 #include "tests/test_util.h"
 
 namespace dsfs {
@@ -369,7 +369,7 @@ TEST_F(FilesystemViewsTest, ListedViewDirectoriesArePushedAsTheViewShowsThem) {
   Prefetcher::Options o;
   o.push_budget_bytes = 1 << 30;
   Prefetcher p(
-      &fs->store(), o,
+      &fs->store(), nullptr, fs->inode_space(), o,
       [&](uint64_t ino, uint64_t off, std::string_view data) {
         std::lock_guard lock(mu);
         std::string& f = kernel[ino];
@@ -582,7 +582,7 @@ TEST_F(FilesystemViewsTest, ImagesAreDecodedOnceAndThoseTooLargeForTheCacheServe
     EXPECT_TRUE(Store::Open(NewMemReader(t), &store, cache).ok());
     FsOptions o;
     o.max_render_bytes = cache->max_value_bytes();
-    return std::make_unique<Filesystem>(std::move(store), o);
+    return std::make_unique<Filesystem>(std::move(store), o, cache);
   };
   {
     auto fs = open(16 * 64 * 1024);  // 64 KiB per entry: the 200x200 image (120 KB) is too large

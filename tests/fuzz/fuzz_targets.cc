@@ -195,7 +195,7 @@ int FuzzStore(const uint8_t* data, size_t size) {
       }
     }
   }
-  Filesystem fs(std::move(store), FsOptions{});
+  Filesystem fs(std::move(store), FsOptions{}, cache);
   ExerciseFilesystem(fs);
   return 0;
 }

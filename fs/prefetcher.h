@@ -8,6 +8,13 @@
 //    large file read front to back) are decompressed into the RAM cache.
 //  - Preload: a whole subtree is decompressed into the RAM cache, up to its budget.
 //
+// Inode numbers: every `ino` and `dir` in this API is a FUSE inode number of the mount
+// (fs/inode_space.h), the one kind the kernel, the FUSE callbacks and PushSource know. Readahead
+// and preload work on the original tree only; they translate to store inodes inside.
+//
+// It lives in fs/, not cache/: it calls down into the Store, up into the Filesystem (PushSource)
+// and, through `push`, into the kernel.
+//
 // Thread safety: every public method may be called from any thread. Jobs run on the
 // Prefetcher's own threads; `push` is called from them.
 #pragma once
@@ -23,19 +30,21 @@
 #include <unordered_set>
 #include <vector>
 
+#include "cache/byte_cache.h"
+#include "fs/inode_space.h"
 #include "store/store.h"
 
 namespace dsfs {
 
-// Where pushed bytes come from: the regular files of a listed directory, under the inode
+// Where pushed bytes come from: the regular files of a listed directory, under the FUSE inode
 // numbers the kernel knows them by (the original tree's, or a view's), and their contents
 // (fs/filesystem.h implements it).
 class PushSource {
  public:
   virtual ~PushSource() = default;
   // Calls `file(ino, size)` for each regular file of directory `dir` until it returns false.
-  virtual Status ForEachFile(uint64_t dir,
-                             const std::function<bool(uint64_t ino, uint64_t size)>& file) const = 0;
+  virtual Status ForEachFile(
+      uint64_t dir, const std::function<bool(uint64_t ino, uint64_t size)>& file) const = 0;
   // Bytes of file `ino`, as a READ would get them (without counting a request).
   virtual Status ReadFile(uint64_t ino, uint64_t offset, uint64_t size, ReadBuffer* buf,
                           std::string_view* out) const = 0;
@@ -54,22 +63,25 @@ class Prefetcher {
     uint32_t readahead_chunks = 8;   // chunks prefetched ahead of a sequential file read
   };
 
-  // Pushing needs both `push` and `source` (either may be null: then nothing is pushed).
-  Prefetcher(const Store* store, const Options& options, PushFn push,
-             const PushSource* source = nullptr);
+  // `cache` is the RAM cache `store` decompresses into (null: no readahead, no preload);
+  // `space` the mount's inode numbers. Pushing needs both `push` and `source` (either may be
+  // null: then nothing is pushed). REQUIRES: store, cache and source outlive the Prefetcher.
+  Prefetcher(const Store* store, ByteCache* cache, InodeSpace space, const Options& options,
+             PushFn push, const PushSource* source = nullptr);
   ~Prefetcher();  // stops the workers; queued jobs are dropped
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
 
-  // The kernel now knows the entries of directory `dir` (a FUSE inode number: of the original
-  // tree or of a view): push its regular files (once per directory, while the budget lasts).
+  // The kernel now knows the entries of directory `dir` (of the original tree or of a view):
+  // push its regular files (once per directory, while the budget lasts).
   void DirectoryListed(uint64_t dir);
-  // A read of `size` bytes at `offset` of file `ino` was served: detect sequential access and
-  // prefetch ahead of it.
-  void ReadServed(uint32_t ino, const InodeRecord& rec, uint64_t offset, uint64_t size);
-  // Decompresses every file below directory `dir` into the RAM cache until the cache is nearly
-  // full.
-  void Preload(uint32_t dir);
+  // A read of `size` bytes at `offset` of file `ino`, whose store record is `rec` (the one the
+  // read decoded: not decoded again), was served: detect sequential access and prefetch ahead
+  // of it. Only reads of the original tree count; others are ignored.
+  void ReadServed(uint64_t ino, const InodeRecord& rec, uint64_t offset, uint64_t size);
+  // Decompresses every file below directory `dir` of the original tree into the RAM cache
+  // until the cache is nearly full.
+  void Preload(uint64_t dir);
 
   struct Stats {
     uint64_t pushed_files = 0, pushed_bytes = 0, push_retries = 0, push_failures = 0;
@@ -87,7 +99,7 @@ class Prefetcher {
   enum class Kind { kPushDir, kPrefetchFiles, kPrefetchChunks, kPreload };
   struct Job {
     Kind kind;
-    uint64_t ino;        // directory or file (kPushDir: a FUSE inode number)
+    uint64_t ino;        // kPushDir: a FUSE directory; else a store inode
     uint32_t count = 0;  // files (kPrefetchFiles) or chunks (kPrefetchChunks)
     uint64_t first = 0;  // first chunk (kPrefetchChunks)
   };
@@ -102,6 +114,8 @@ class Prefetcher {
   bool CacheNearlyFull() const;
 
   const Store* store_;
+  ByteCache* const cache_;
+  const InodeSpace space_;
   const Options options_;
   const PushFn push_;
   const PushSource* const source_;
@@ -112,7 +126,8 @@ class Prefetcher {
   std::unordered_set<uint64_t> pushed_dirs_;
   int running_ = 0;
   bool stop_ = false;
-  // Sequential-access detector: the last read, and how many in a row followed the one before.
+  // Sequential-access detector (store inode numbers): the last read, and how many in a row
+  // followed the one before.
   uint32_t last_ino_ = 0;
   uint64_t last_end_ = 0;
   uint32_t streak_ = 0;

@@ -1,4 +1,4 @@
-#include "cache/prefetcher.h"
+#include "fs/prefetcher.h"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -20,9 +20,14 @@ constexpr uint32_t kSequentialStreak = 2;
 
 }  // namespace
 
-Prefetcher::Prefetcher(const Store* store, const Options& options, PushFn push,
-                       const PushSource* source)
-    : store_(store), options_(options), push_(std::move(push)), source_(source) {
+Prefetcher::Prefetcher(const Store* store, ByteCache* cache, InodeSpace space,
+                       const Options& options, PushFn push, const PushSource* source)
+    : store_(store),
+      cache_(cache),
+      space_(space),
+      options_(options),
+      push_(std::move(push)),
+      source_(source) {
   for (int i = 0; i < std::max(1, options_.threads); ++i) {
     threads_.emplace_back([this] {
       // Background work: on a 2-core machine it must never delay the threads answering
@@ -150,8 +155,10 @@ int Prefetcher::PushFile(uint64_t ino, uint64_t size) {
   return 0;
 }
 
-void Prefetcher::ReadServed(uint32_t ino, const InodeRecord& rec, uint64_t offset, uint64_t size) {
-  if (!store_->cache()) return;
+void Prefetcher::ReadServed(uint64_t fuse_ino, const InodeRecord& rec, uint64_t offset,
+                            uint64_t size) {
+  uint32_t ino;
+  if (!cache_ || !space_.ToStore(fuse_ino, &ino)) return;
   Job job{Kind::kPrefetchFiles, 0};
   bool enqueue = false;
   {
@@ -208,14 +215,16 @@ void Prefetcher::PrefetchChunks(uint32_t ino, uint64_t first, uint32_t count) {
 }
 
 bool Prefetcher::CacheNearlyFull() const {
-  ByteCache* cache = store_->cache();
-  if (!cache) return true;
-  ByteCache::Stats st = cache->stats();
+  if (!cache_) return true;
+  ByteCache::Stats st = cache_->stats();
   // Stop short of the budget: evicting preloaded data to preload more gains nothing.
   return st.bytes >= st.capacity_bytes / 10 * 9;
 }
 
-void Prefetcher::Preload(uint32_t dir) { Enqueue({Kind::kPreload, dir}); }
+void Prefetcher::Preload(uint64_t dir) {
+  uint32_t ino;
+  if (space_.ToStore(dir, &ino)) Enqueue({Kind::kPreload, ino});
+}
 
 void Prefetcher::PreloadTree(uint32_t dir) {
   // Breadth-first order is inode order: directories' files are contiguous, so one pass over

@@ -1,0 +1,162 @@
+#include "fs/serve.h"
+
+#include <fuse_lowlevel.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/log.h"
+#include "fs/decode_workers.h"
+#include "fs/fuse_session.h"
+#include "fs/prefetcher.h"
+#include "fs/service.h"
+
+namespace dsfs {
+
+ServiceMonitor::Options MonitorOptions(const std::string& mountpoint, const FuseOptions& options) {
+  ServiceMonitor::Options mo;
+  mo.mountpoint = mountpoint;
+  mo.notify = options.notify_systemd;
+  mo.status_interval = std::chrono::milliseconds(
+      static_cast<int64_t>(std::max(0.05, options.status_interval_s) * 1000));
+  return mo;
+}
+
+Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint,
+                 const FuseOptions& options, const std::function<void()>& on_mounted) {
+  FuseContext ctx{fs, options};
+  FuseArgs args("dsfs", options.fsname.empty() ? "dsfs" : options.fsname, options.allow_other,
+                options.debug);
+  fuse_lowlevel_ops ops = FuseOps();
+  struct fuse_session* se = fuse_session_new(args.get(), &ops, sizeof(ops), &ctx);
+  if (!se) return Status::InvalidArgument("cannot create FUSE session (bad options?)");
+  if (fuse_set_signal_handlers(se) != 0) {
+    fuse_session_destroy(se);
+    return Status::IOError("cannot install signal handlers");
+  }
+  // libfuse ends the session on SIGHUP; dsfs reopens its log instead (ServiceMonitor). Until
+  // the monitor runs, a SIGHUP is ignored rather than fatal.
+  ::signal(SIGHUP, SIG_IGN);
+  if (fuse_session_mount(se, mountpoint.c_str()) != 0) {
+    fuse_remove_signal_handlers(se);
+    fuse_session_destroy(se);
+    return Status::IOError(mountpoint + ": mount failed (is /dev/fuse available?)");
+  }
+  // Before anything reads from the session: the transport must see the kernel's INIT. It
+  // decides there (and logs in one line) whether io_uring or the classic loop serves.
+  TransportOptions to;
+  to.mode = options.transport;
+  to.classic_threads = std::max(1, options.threads);
+  std::unique_ptr<FuseTransport> transport;
+  Status ts = FuseTransport::Create(se, to, &transport);
+  if (!ts.ok()) {
+    // Nothing was changed: libfuse's own loop serves the session as before the transport.
+    Log()->warn("FUSE transport: classic /dev/fuse loop: {}", ts.message());
+    transport.reset();
+  }
+  FuseTransport* tp = transport.get();
+  std::string no_transport = "classic (" + ts.message() + ")";
+  fs->SetTransportStats([tp, no_transport] {
+    Filesystem::TransportStats st;
+    if (!tp) {
+      st.description = no_transport;
+      return st;
+    }
+    TransportInfo info = tp->info();
+    st.description = info.Describe();
+    st.ring_requests = info.ring_requests;
+    st.classic_requests = info.classic_requests;
+    st.per_queue_requests = info.per_queue_requests;
+    return st;
+  });
+  Prefetcher::Options po;
+  po.push_budget_bytes = options.push_bytes;
+  auto prefetcher = std::make_unique<Prefetcher>(
+      &fs->store(), cache, fs->inode_space(), po,
+      [se](uint64_t ino, uint64_t offset, std::string_view data) {
+        struct fuse_bufvec bufv = FUSE_BUFVEC_INIT(data.size());
+        bufv.buf[0].mem = const_cast<char*>(data.data());
+        return fuse_lowlevel_notify_store(se, ino, static_cast<off_t>(offset), &bufv,
+                                          fuse_buf_copy_flags{});
+      },
+      fs);
+  ctx.prefetcher = prefetcher.get();
+  fs->SetPrefetcher(prefetcher.get());
+  if (!options.preload_path.empty()) {
+    uint32_t ino;
+    InodeRecord rec;
+    Status ps = fs->store().LookupPath(options.preload_path, &ino, &rec);
+    if (ps.ok() && IsDir(rec)) {
+      prefetcher->Preload(fs->inode_space().FromStore(ino));
+    } else {
+      Log()->warn("preload: {}: not a directory in the store", options.preload_path);
+    }
+  }
+  // Keep the metadata hot: read the tree's tables ahead in the background, so a cold scan or
+  // stat storm after mounting does not wait on one page fault after another. Bounded so a
+  // store with huge metadata does not push everything else out of the page cache.
+  std::thread warm([store = &fs->store()] {
+    uint64_t ram = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+    uint64_t bytes = store->WillNeedMetadata(ram / 8);
+    Log()->debug("metadata read ahead: {} bytes", bytes);
+  });
+  if (on_mounted) on_mounted();
+  ServiceMonitor monitor(MonitorOptions(mountpoint, options), [fs] { return fs->StatusLine(); });
+  Status ms = monitor.Start();
+  if (!ms.ok()) Log()->warn("service monitor: {}", ms.message());
+  // The loop threads libfuse starts from here, and the transport's ring threads, inherit this
+  // thread's nice value (per thread on Linux); the prefetch workers set their own (19) and stay
+  // in the background.
+  int old_nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+  if (options.nice != old_nice &&
+      ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), options.nice) != 0) {
+    Log()->debug("cannot set the request threads' nice value to {}: {}", options.nice,
+                 std::strerror(errno));
+  }
+  // No more decoders than cores: more would only hold more decoded images at once.
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto decoders = std::make_unique<DecodeWorkers>(std::min(options.threads, cores));
+  ctx.decoders = decoders.get();
+  int rc = 0;
+  if (transport) {
+    Status serve = transport->Serve();
+    if (!serve.ok()) Log()->warn("FUSE transport: {}", serve.message());
+  } else {
+    rc = RunFuseLoop(se, options.threads);
+  }
+  // Before the session goes: the reads still queued are answered (or fail on the closed
+  // connection).
+  ctx.decoders = nullptr;
+  decoders.reset();
+  monitor.Stopping();
+  warm.join();
+  Prefetcher::Stats ps = prefetcher->stats();
+  Log()->info("unmounting: pushed {} files ({} bytes, {} retries, {} failures), readahead {} files",
+              ps.pushed_files, ps.pushed_bytes, ps.push_retries, ps.push_failures,
+              ps.readahead_files);
+  // The workers use the session: stop them before it goes.
+  fs->SetPrefetcher(nullptr);
+  ctx.prefetcher = nullptr;
+  prefetcher.reset();
+  // Closes the device first: a readiness probe still waiting fails instead of hanging Stop.
+  fuse_session_unmount(se);
+  monitor.Stop();
+  // No request is served any more (the stats file included); the session outlives the
+  // transport (its custom I/O), which the prefetcher's pushes went through until now.
+  fs->SetTransportStats(nullptr);
+  transport.reset();
+  fuse_remove_signal_handlers(se);
+  fuse_session_destroy(se);
+  if (rc != 0) Log()->info("FUSE session loop returned {}", rc);
+  return Status::OK();
+}
+
+}  // namespace dsfs

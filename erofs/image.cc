@@ -483,4 +483,27 @@ Status Image::Read(uint64_t offset, size_t len, char* dst) const {
   return Status::OK();
 }
 
+Status CopyTargetRange(std::string_view target, uint64_t offset, size_t len, char* dst) {
+  if (offset > target.size() || len > target.size() - offset) {
+    return Status::InvalidArgument("EROFS image: read past a symlink target");
+  }
+  std::memcpy(dst, target.data() + offset, len);
+  return Status::OK();
+}
+
+Status CopyFromReads(const ReadFn& read, uint64_t offset, size_t len, char* dst,
+                     std::string_view what) {
+  while (len > 0) {
+    std::string_view out;
+    DSFS_RETURN_IF_ERROR(read(offset, len, &out));
+    if (out.empty()) return Status::Corruption(std::string(what) + " shorter than its size");
+    const size_t m = std::min(out.size(), len);
+    std::memcpy(dst, out.data(), m);
+    dst += m;
+    offset += m;
+    len -= m;
+  }
+  return Status::OK();
+}
+
 }  // namespace dsfs::erofs

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -51,6 +52,16 @@ class ImageTree {
   // dst. REQUIRES: offset + len <= the inode's size. An error fails the Image::Read asking.
   virtual Status ReadData(uint32_t ino, uint64_t offset, size_t len, char* dst) const = 0;
 };
+
+// For ReadData: bytes [offset, offset + len) of a symlink's `target` into `dst`
+// (InvalidArgument past its end).
+Status CopyTargetRange(std::string_view target, uint64_t offset, size_t len, char* dst);
+// For ReadData: `len` bytes from `offset` into `dst`, from as many calls of `read` (bytes of
+// the file at an offset, up to a length; what a Store or Filesystem Read gives) as it takes.
+// Corruption naming `what` if the file ends first.
+using ReadFn = std::function<Status(uint64_t offset, size_t len, std::string_view* out)>;
+Status CopyFromReads(const ReadFn& read, uint64_t offset, size_t len, char* dst,
+                     std::string_view what);
 
 struct ImageOptions {
   // Tail packing: a file's (or symlink's, or directory's) last partial block is stored right

@@ -42,27 +42,17 @@ Status StoreTree::ReadData(uint32_t ino, uint64_t offset, size_t len, char* dst)
   if (IsLink(rec)) {
     std::string_view target;
     DSFS_RETURN_IF_ERROR(store_->ReadLink(rec, &target));
-    if (offset > target.size() || len > target.size() - offset) {
-      return Status::InvalidArgument("EROFS image: read past a symlink target");
-    }
-    std::memcpy(dst, target.data() + offset, len);
-    return Status::OK();
+    return CopyTargetRange(target, offset, len, dst);
   }
   if (offset > rec.size || len > rec.size - offset) {
     return Status::InvalidArgument("EROFS image: read past the end of a file");
   }
   ReadBuffer buf;
-  while (len > 0) {
-    std::string_view out;
-    DSFS_RETURN_IF_ERROR(store_->Read(rec, offset, len, &buf, &out));
-    if (out.empty()) return Status::Corruption("store file shorter than its size");
-    const size_t m = std::min(out.size(), len);
-    std::memcpy(dst, out.data(), m);
-    dst += m;
-    offset += m;
-    len -= m;
-  }
-  return Status::OK();
+  return CopyFromReads(
+      [&](uint64_t off, size_t n, std::string_view* out) {
+        return store_->Read(rec, off, n, &buf, out);
+      },
+      offset, len, dst, "store file");
 }
 
 }  // namespace dsfs::erofs

@@ -140,24 +140,14 @@ Status ViewTree::ReadData(uint32_t ino, uint64_t offset, size_t len, char* dst) 
   if (S_ISLNK(st.st_mode)) {
     std::string_view target;
     DSFS_RETURN_IF_ERROR(fs_->ReadLink(fino, &target));
-    if (offset > target.size() || len > target.size() - offset) {
-      return Status::InvalidArgument("EROFS image: read past a symlink target");
-    }
-    std::memcpy(dst, target.data() + offset, len);
-    return Status::OK();
+    return erofs::CopyTargetRange(target, offset, len, dst);
   }
   thread_local ReadBuffer buf;
-  while (len > 0) {
-    std::string_view out;
-    DSFS_RETURN_IF_ERROR(fs_->Read(fino, offset, len, &buf, &out));
-    if (out.empty()) return Status::Corruption("view file shorter than its size");
-    const size_t m = std::min(out.size(), len);
-    std::memcpy(dst, out.data(), m);
-    dst += m;
-    offset += m;
-    len -= m;
-  }
-  return Status::OK();
+  return erofs::CopyFromReads(
+      [&](uint64_t off, size_t n, std::string_view* out) {
+        return fs_->Read(fino, off, n, &buf, out);
+      },
+      offset, len, dst, "view file");
 }
 
 }  // namespace dsfs

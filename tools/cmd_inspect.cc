@@ -11,6 +11,7 @@
 
 #include "common/path.h"
 #include "common/units.h"
+#include "fs/stats.h"
 #include "fs/views.h"
 #include "store/store.h"
 #include "tools/commands.h"
@@ -172,8 +173,8 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
   double ratio =
       h.file_bytes ? static_cast<double>(store_bytes) / static_cast<double>(h.file_bytes) : 0;
   if (json) {
-    // Key order as written (ordered_json); bytes that are not UTF-8 (a store path may hold
-    // any) become U+FFFD rather than an invalid document.
+    // Key order as written, one line as the stats file (fs/stats.h: bytes that are not UTF-8,
+    // which a store path may hold, become U+FFFD rather than an invalid document).
     nlohmann::ordered_json j = {
         {"store", store_path}, {"backend", store->backend_name()}, {"format_version", h.version},
         {"created_unix_s", h.created_unix_s}, {"entries", h.inode_count},
@@ -195,7 +196,7 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
     } else {
       tensor["why"] = t.why;
     }
-    out << j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    out << OneLineJson(j) << "\n";
     return Status::OK();
   }
   char buf[2048];

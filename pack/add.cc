@@ -140,6 +140,7 @@ Status AddDirectory(const Store& base, const std::string& src_in, const AddOptio
   options.dict_bytes = 0;  // nothing is trained: the store's own dictionary is used as it is
   options.threads = add.threads;
   options.predecode = h.pixel_count > 0;
+  options.watch_root_names = add.watch_root_names;
   options.store_path = add.store_path;
   options.cancel = add.cancel;
   DSFS_RETURN_IF_ERROR(CheckOptions(options));
@@ -179,6 +180,7 @@ Status AddDirectory(const Store& base, const std::string& src_in, const AddOptio
   DSFS_RETURN_IF_ERROR(merged.Build(&inodes, &names, &st));
   DSFS_RETURN_IF_ERROR(run.Finish(inodes, names, std::string(base.dictionary_bytes()), &st));
   added.seconds = st.seconds;
+  added.root_names_found = st.root_names_found;  // of the whole new tree
   added.payload_bytes = st.payload_bytes - h.payload_bytes;
   added.images = st.images - h.image_count;
   added.images_as_is = st.images_as_is;

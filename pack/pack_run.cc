@@ -174,6 +174,15 @@ Status PackRun::Finish(const std::vector<InodeRecord>& inodes, const std::string
                        const std::string& dict_bytes, PackStats* st) {
   prog_.phase = "finishing";
   Report(true);
+  // The root is inode 1 (inodes[0]); its entries are inodes [data, data + size).
+  const InodeRecord* root = inodes.empty() ? nullptr : &inodes[0];
+  for (uint64_t i = 0; root && i < root->size && root->data + i <= inodes.size(); ++i) {
+    const InodeRecord& e = inodes[root->data - 1 + i];
+    std::string_view name = std::string_view(names).substr(e.name_off, e.name_len);
+    for (const std::string& watched : options_.watch_root_names) {
+      if (name == watched) st->root_names_found.push_back(watched);
+    }
+  }
   InodeLayout layout = InodeLayout::For(inodes);
   std::string inode_bytes(inodes.size() * layout.record_bytes(), '\0');
   for (size_t i = 0; i < inodes.size(); ++i) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "backend/kv_store.h"
 #include "common/status.h"
@@ -39,6 +40,10 @@ struct PackOptions {
   // commits nothing, so the writer leaves no store and no temporary behind. Null: never
   // cancelled. The flag must outlive the call.
   const std::atomic<bool>* cancel = nullptr;
+  // Names the caller wants to hear of if the tree's root holds them (dsfs pack asks for the
+  // name of the mount's control directory, which hides such an entry): the ones found are in
+  // PackStats::root_names_found.
+  std::vector<std::string> watch_root_names;
 };
 
 struct PackProgress {
@@ -65,6 +70,8 @@ struct PackStats {
   uint64_t pixel_bytes = 0;    // stored pixel records (predecode)
   uint32_t dict_bytes = 0;
   double seconds = 0;
+  // Which of PackOptions::watch_root_names (AddOptions::) the stored root holds.
+  std::vector<std::string> root_names_found;
 };
 
 // Walks `src` (never following symlinks; storing them as symlinks), compresses file contents on
@@ -93,6 +100,7 @@ struct AddOptions {
   int threads = 0;         // compression threads; 0 = one per core
   std::string store_path;  // as PackOptions::store_path
   const std::atomic<bool>* cancel = nullptr;  // as PackOptions::cancel
+  std::vector<std::string> watch_root_names;  // as PackOptions:: (of the whole new tree)
 };
 
 // dsfs add: adds the tree at `src` to the store `base` under `options.prefix` (created if

@@ -182,6 +182,14 @@ TEST_F(CliTest, LsCatInfoVerify) {
   EXPECT_EQ(info["files"], 103) << r.out;
   EXPECT_EQ(info["format_version"], 2);
   EXPECT_EQ(info["tensor"]["path"], "/");
+  // A store path that is not UTF-8 still gives a valid document (the bytes become U+FFFD).
+  const std::string odd = dir_ / "s\xff.db";
+  std::filesystem::copy_file(store_, odd);
+  r = Dsfs({"info", "--json", odd});
+  ASSERT_EQ(r.code, 0) << r.err;
+  info = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(info.is_object()) << r.out;
+  EXPECT_EQ(info["store"], dir_ / "s\xef\xbf\xbd.db");
   // A bad path: one error line and no half-written report.
   for (bool json : {false, true}) {
     r = json ? Dsfs({"info", "--json", store_, "/nope"}) : Dsfs({"info", store_, "/nope"});
@@ -658,6 +666,23 @@ TEST(CliUsageTest, UnknownCommandsAndMissingStoreDirectoriesAreNamed) {
   LogToStderr();
   EXPECT_EQ(r.code, 0) << r.err;
   std::string text = ReadFile(log);
+  EXPECT_EQ(LineCount(text), 1) << text;
+  EXPECT_NE(text.find("top-level .dsfs is hidden in mounts"), std::string::npos) << text;
+  // Only an entry of the stored root counts: one deeper, or added under a prefix, says nothing;
+  // an add whose tree puts one at the root says it once.
+  int logs = 0;
+  auto logged = [&](const std::vector<std::string>& args) {
+    std::string file = dir / ("cmd" + std::to_string(logs++) + ".log");
+    EXPECT_TRUE(LogToFile(file).ok());
+    CliRun run = Dsfs(args);
+    LogToStderr();
+    EXPECT_EQ(run.code, 0) << run.err;
+    return ReadFile(file);
+  };
+  WriteFile(dir / "deep/sub/.dsfs/x", "x");
+  EXPECT_EQ(logged({"pack", "-q", dir / "deep", dir / "d.db"}), "");
+  EXPECT_EQ(logged({"add", "-q", dir / "d.db", dir / "src", "--prefix", "under"}), "");
+  text = logged({"add", "-q", dir / "d.db", dir / "src"});
   EXPECT_EQ(LineCount(text), 1) << text;
   EXPECT_NE(text.find("top-level .dsfs is hidden in mounts"), std::string::npos) << text;
 }

@@ -7,6 +7,7 @@
 
 #include "backend/kv_store.h"
 #include "common/units.h"
+#include "fs/control_dir.h"
 #include "store/store.h"
 #include "tools/commands.h"
 
@@ -37,12 +38,13 @@ Status RunAdd(const AddCommand& cmd, std::ostream& out, std::ostream& err) {
   std::unique_ptr<char, decltype(&std::free)> real(::realpath(cmd.store.c_str(), nullptr),
                                                    &std::free);
   options.store_path = real ? std::string(real.get()) : cmd.store;
+  options.watch_root_names = {std::string(kControlDirName)};
   PackStats stats;
   Status s = AddDirectory(*base, cmd.src, options, writer.get(), progress, &stats);
   if (bar) err << "\r\033[K" << std::flush;
   DSFS_RETURN_IF_ERROR(s);
   writer.reset();
-  WarnIfControlDirStored(cmd.store);
+  WarnIfControlDirStored(stats);
   char line[300];
   std::snprintf(
       line, sizeof(line),

@@ -12,12 +12,8 @@
 
 namespace dsfs {
 
-void WarnIfControlDirStored(const std::string& store_path) {
-  std::unique_ptr<Store> store;
-  if (!Store::Open(store_path, StoreOptions{}, &store).ok()) return;
-  uint32_t ino;
-  InodeRecord rec;
-  if (!store->LookupPath(kControlDirName, &ino, &rec).ok()) return;
+void WarnIfControlDirStored(const PackStats& stats) {
+  if (stats.root_names_found.empty()) return;
   Log()->warn(
       "the tree's top-level {} is hidden in mounts by dsfs's own {} (views and stats); it is "
       "reachable inside the views, e.g. MOUNT/{}/bmp/{}, and with dsfs ls/cat",
@@ -60,13 +56,14 @@ Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err) {
   };
   PackOptions options = cmd.options;
   options.store_path = cmd.dst;  // not packed if it is inside SRC
+  options.watch_root_names = {std::string(kControlDirName)};
   PackStats stats;
   Status s = archive ? PackArchive(cmd.src, options, writer.get(), progress, &stats)
                      : PackDirectory(cmd.src, options, writer.get(), progress, &stats);
   if (bar) err << "\r\033[K" << std::flush;
   DSFS_RETURN_IF_ERROR(s);
   writer.reset();
-  WarnIfControlDirStored(cmd.dst);
+  WarnIfControlDirStored(stats);
   uint64_t store_bytes = StoreBytes(cmd.dst);
   char line[400];
   double ratio =

@@ -34,9 +34,10 @@ struct AddCommand {
 // dsfs add STORE SRC [--prefix PATH] [--replace]: see AddDirectory.
 Status RunAdd(const AddCommand& cmd, std::ostream& out, std::ostream& err);
 
-// After a pack or add: logs a warning if the store at `store_path` holds a top-level entry
-// named as the mount's control directory (fs/control_dir.h), which hides it in mounts.
-void WarnIfControlDirStored(const std::string& store_path);
+// After a pack or add that watched kControlDirName (PackOptions::watch_root_names): logs a
+// warning if the stored root holds an entry of that name, which mounts hide behind their
+// control directory (fs/control_dir.h).
+void WarnIfControlDirStored(const PackStats& stats);
 
 struct ConvertCommand {
   std::string src, dst;

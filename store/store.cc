@@ -155,11 +155,17 @@ Status Store::Init() {
   return Status::OK();
 }
 
+namespace {
+thread_local uint64_t t_inode_decodes = 0;  // Store::inode_decodes()
+}  // namespace
+
+uint64_t Store::inode_decodes() const { return t_inode_decodes; }
+
 Status Store::GetInode(uint32_t ino, InodeRecord* rec) const {
   if (ino == 0 || ino > header_.inode_count) return Status::NotFound("no such inode");
   uint64_t off = static_cast<uint64_t>(ino - 1) * layout_.record_bytes();
   DSFS_RETURN_IF_ERROR(inodes_.Check(off, layout_.record_bytes()));
-  inode_decodes_.fetch_add(1, std::memory_order_relaxed);
+  ++t_inode_decodes;
   return layout_.Decode(inodes_.data() + off, rec);
 }
 

@@ -58,8 +58,9 @@ class Store {
   // Copies out the record of inode `ino`. NotFound if no such inode; Corruption if its
   // metadata fails its checksum. Each call decodes (and checks) the record once: inode_decodes().
   Status GetInode(uint32_t ino, InodeRecord* rec) const;
-  // Records decoded by GetInode since open (tests count the decodes a request costs).
-  uint64_t inode_decodes() const { return inode_decodes_.load(std::memory_order_relaxed); }
+  // Records GetInode has decoded on the calling thread (for any store) since the thread
+  // started: what a request costs, counted without a shared counter on the lookup path (tests).
+  uint64_t inode_decodes() const;
   Status GetName(const InodeRecord& rec, std::string_view* name) const;
   // Symlink target. InvalidArgument if `rec` is not a symlink.
   Status ReadLink(const InodeRecord& rec, std::string_view* target) const;
@@ -154,8 +155,6 @@ class Store {
   mutable std::atomic<uint64_t> decoded_chunks_{0}, decode_ns_{0};
   // Bytes of payload read from the backend since it last released its cached memory.
   mutable std::atomic<uint64_t> read_since_release_{0};
-  // Bumped by every GetInode (lookups make many): a cache line of its own.
-  alignas(64) mutable std::atomic<uint64_t> inode_decodes_{0};
 };
 
 // True for the file types a store holds.

@@ -76,7 +76,8 @@ Status Image::Build(const ImageTree* tree, const ImageOptions& options,
 
 uint64_t Image::memory_bytes() const {
   return sizeof(*this) + nid_.capacity() * sizeof(nid_[0]) + blk_.capacity() * sizeof(blk_[0]) +
-         dirs_.capacity() * sizeof(Dir) + dir_block_entry_.capacity() * sizeof(uint32_t);
+         dirs_.capacity() * sizeof(Dir) + dir_block_entry_.capacity() * sizeof(uint32_t) +
+         by_first_child_.capacity() * sizeof(uint32_t);
 }
 
 Image::Shape Image::ShapeOf(uint32_t ino, const ImageInode& attr, const Dir* dir) const {
@@ -202,6 +203,14 @@ Status Image::Layout() {
     for (const auto& [first, count] : sorted_ranges) ok = ok && check_range(first, count);
   }
   if (!ok) return Status::InvalidArgument("EROFS image: two directories share children");
+  for (uint32_t i = 0; i < dirs_.size(); i++) {
+    if (dirs_[i].child_count) by_first_child_.push_back(i);
+  }
+  if (!ranges_sorted) {
+    std::sort(by_first_child_.begin(), by_first_child_.end(), [&](uint32_t a, uint32_t b) {
+      return dirs_[a].first_child < dirs_[b].first_child;
+    });
+  }
 
   // ".." of each directory. Breadth-first numbering finds the directories in inode order.
   if (!std::is_sorted(parents.begin(), parents.end())) std::sort(parents.begin(), parents.end());
@@ -445,6 +454,35 @@ Status Image::DataRange(uint32_t ino, uint64_t offset, size_t len, char* dst) co
   if (from_file) DSFS_RETURN_IF_ERROR(tree_->ReadData(ino, pos, from_file, dst));
   std::memset(dst + from_file, 0, len - from_file);
   return Status::OK();
+}
+
+bool Image::DirOfByte(uint64_t offset, uint32_t* dir) const {
+  const uint64_t meta_end = uint64_t{meta_blocks_} * kBlockBytes;
+  if (offset < meta_end || offset >= size_bytes()) return false;
+  const uint64_t rel = (offset - meta_end) / kBlockBytes;
+  // The owner of the block, as in Read.
+  const uint32_t ino =
+      static_cast<uint32_t>(std::upper_bound(blk_.begin(), blk_.end(), rel) - blk_.begin() - 1);
+  if (FindDir(ino)) {
+    *dir = ino;
+    return true;
+  }
+  auto it = std::upper_bound(by_first_child_.begin(), by_first_child_.end(), ino,
+                             [&](uint32_t v, uint32_t d) { return v < dirs_[d].first_child; });
+  if (it == by_first_child_.begin()) return false;
+  const Dir& parent = dirs_[*(it - 1)];
+  if (ino >= uint64_t{parent.first_child} + parent.child_count) return false;
+  *dir = parent.ino;
+  return true;
+}
+
+void Image::ChildrenData(uint32_t dir, uint64_t* offset, uint64_t* len) const {
+  *offset = *len = 0;
+  const Dir* d = FindDir(dir);
+  if (!d || d->child_count == 0) return;
+  const uint64_t first = blk_[d->first_child], end = blk_[d->first_child + d->child_count];
+  *offset = (uint64_t{meta_blocks_} + first) * kBlockBytes;
+  *len = (end - first) * kBlockBytes;
 }
 
 Status Image::Read(uint64_t offset, size_t len, char* dst) const {

@@ -104,6 +104,14 @@ class Image {
   // the tree in one ReadData call. Thread safety: safe to call concurrently (const, no state).
   Status Read(uint64_t offset, size_t len, char* dst) const;
 
+  // For reading ahead: the directory that image byte `offset` serves, true if it lies in the data
+  // area: a directory's own entry blocks serve it, a file's or symlink's blocks its parent.
+  bool DirOfByte(uint64_t offset, uint32_t* dir) const;
+  // The image bytes [*offset, *offset + *len) holding the data of the children of directory
+  // `dir` (their contents and entry blocks, side by side in name order): what a first touch of
+  // the directory's files reads. *len = 0 for an empty directory or an inode that is none.
+  void ChildrenData(uint32_t dir, uint64_t* offset, uint64_t* len) const;
+
  private:
   struct Dir {
     uint32_t ino;
@@ -146,6 +154,9 @@ class Image {
   // Both grow with the inode number, so the owner of a byte is found by binary search.
   std::vector<uint32_t> nid_, blk_;
   std::vector<Dir> dirs_;  // sorted by ino
+  // Indices into dirs_ of the directories with children, sorted by first_child: the parent of
+  // any inode but the root by binary search.
+  std::vector<uint32_t> by_first_child_;
   // Per directory block, all directories' blocks in order: the index of its first entry among
   // the directory's entries (children plus "." and "..", sorted).
   std::vector<uint32_t> dir_block_entry_;

@@ -199,6 +199,7 @@ struct ImageServerOps {
       }
       s->counters_.bytes_read.fetch_add(good, std::memory_order_relaxed);
       fuse_reply_buf(req, buf.data(), good);
+      if (s->readahead_on_.load(std::memory_order_relaxed)) s->readahead_->Touched(offset);
     });
   }
 
@@ -258,6 +259,15 @@ Status ImageServer::Start(const std::string& dir) {
     se_ = nullptr;
     return Status::IOError(dir + ": mount of the image failed (is /dev/fuse available?)");
   }
+  if (options_.readahead_bytes > 0) {
+    readahead_ = std::make_unique<ImageReadahead>(
+        image_, options_.readahead_bytes, [this](uint64_t offset, std::string_view data) {
+          struct fuse_bufvec bv = FUSE_BUFVEC_INIT(data.size());
+          bv.buf[0].mem = const_cast<char*>(data.data());
+          return fuse_lowlevel_notify_store(se_, kImageIno, static_cast<off_t>(offset), &bv,
+                                            static_cast<fuse_buf_copy_flags>(0));
+        });
+  }
   loop_ = std::thread([this] {
     // The loop threads libfuse starts from here inherit this thread's nice value. Without
     // root or CAP_SYS_NICE they keep the caller's.
@@ -277,6 +287,9 @@ void ImageServer::Stop() {
     if (::umount2(dir_.c_str(), 0) != 0 && errno == EBUSY) ::umount2(dir_.c_str(), MNT_DETACH);
   }
   if (loop_.joinable()) loop_.join();
+  // No session thread calls it now; its worker stores through the session until here.
+  readahead_on_.store(false);
+  readahead_.reset();
   // Closes the device; unmounts nothing that is already gone (the device reports POLLERR).
   fuse_session_unmount(se_);
   fuse_session_destroy(se_);

@@ -1,14 +1,15 @@
 // ImageServer: a small low-level FUSE server that presents one EROFS image (erofs/image.h),
-// which exists only virtually, as a read-only file, for `dsfs mount -o kernel` to attach a loop
-// device to (fs/kernel_mount.h). Its tree is fixed:
+// which exists only virtually, as a read-only file, for `dsfs mount -o kernel` to mount EROFS on
+// (fs/kernel_mount.h). Its tree is fixed:
 //
 //   /        directory, 0500 root
 //   /image   the image, Image::size_bytes() bytes, 0400 root; reads answered from Image::Read
 //   /stats   the mount's counters as JSON (what `dsfs stats` shows), padded with spaces to
 //            kStatsBytes and re-read on every read (direct I/O, attributes never cached)
 //
-// Reads of the image come from the loop device (direct I/O): few and large (up to 1 MiB, the
-// session's max_pages), answered straight into the reply buffer. A read that fails (a damaged
+// Reads of the image come from EROFS through the image's page cache (or from a loop device with
+// direct I/O): up to 1 MiB (the session's max_pages), answered in one go; each read also tells
+// the readahead (fs/image_readahead.h) which directory is being touched. A read that fails (a damaged
 // record under it) answers the bytes before the first failing 4 KiB block, or EIO if that block
 // is the first, so a readahead that spans several files fails only from the damaged one on.
 //
@@ -20,11 +21,13 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 
 #include "common/status.h"
 #include "erofs/image.h"
+#include "fs/image_readahead.h"
 
 namespace dsfs {
 
@@ -34,6 +37,8 @@ struct ImageServerOptions {
   int nice = -10;
   bool debug = false;  // libfuse request tracing to stderr
   std::string fsname;  // shown in /proc/mounts ("dsfs-image:" + the store path)
+  // Budget of the readahead into the image's page cache (fs/image_readahead.h); 0: none.
+  uint64_t readahead_bytes = 0;
 };
 
 class ImageServer {
@@ -67,6 +72,14 @@ class ImageServer {
   void OnEnded(std::function<void()> fn) { on_ended_ = std::move(fn); }
 
   const Counters& counters() const { return counters_; }
+  // Starts the readahead (with options.readahead_bytes > 0): once EROFS reads the image
+  // through its page cache, not through a loop device with direct I/O, which would never see
+  // what the readahead stores. REQUIRES: Start succeeded.
+  void EnableReadahead() { readahead_on_.store(readahead_ != nullptr); }
+  // Null unless enabled.
+  const ImageReadahead* readahead() const {
+    return readahead_on_.load() ? readahead_.get() : nullptr;
+  }
   uint64_t open_images() const { return open_images_.load(); }
 
  private:
@@ -77,6 +90,8 @@ class ImageServer {
   std::function<void()> on_image_closed_, on_ended_;
   std::string dir_;
   struct fuse_session* se_ = nullptr;
+  std::unique_ptr<ImageReadahead> readahead_;
+  std::atomic<bool> readahead_on_{false};
   std::thread loop_;
   std::atomic<bool> ended_{false};
   std::atomic<uint64_t> open_images_{0};

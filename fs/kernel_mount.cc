@@ -133,15 +133,16 @@ std::optional<std::string> PrivateDirOfImage(const std::string& backing) {
 }
 
 // The private directory of the -o kernel mount at `abs`, if that is what is mounted there.
-// *erofs is set for any EROFS mount at `abs`, *loop to its loop device name.
+// *erofs is set for any EROFS mount at `abs`; *loop to its loop device name when EROFS reads
+// a loop device ("" when it reads the image file itself).
 std::optional<std::string> KernelLayers(const std::string& abs, bool* erofs, std::string* loop) {
   *erofs = false;
+  loop->clear();
   std::optional<MountEntry> top = TopMountAt(abs);
   if (!top || top->fstype != "erofs") return std::nullopt;
   *erofs = true;
   *loop = LoopDeviceName(top->source);
-  if (loop->empty()) return std::nullopt;
-  return PrivateDirOfImage(LoopBackingFile(*loop));
+  return PrivateDirOfImage(loop->empty() ? top->source : LoopBackingFile(*loop));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -186,18 +187,24 @@ void ClearStalePrivateDirs(const struct stat& st, bool* found) {
 
 std::string KernelStatsJson(const Filesystem* fs, const erofs::Image& image,
                             const ImageServer* server, const std::string& loop, double layout_s) {
-  size_t digits = loop.find_first_of("0123456789");
-  nlohmann::ordered_json kernel = {
-      {"image_bytes", image.size_bytes()},
-      {"inodes", image.inode_count()},
-      {"layout_bytes", image.memory_bytes()},
-      {"layout_ms", static_cast<uint64_t>(layout_s * 1000)},
-      {"loop_device", digits == std::string::npos ? 0 : std::stoull(loop.substr(digits))}};
+  nlohmann::ordered_json kernel = {{"image_bytes", image.size_bytes()},
+                                   {"inodes", image.inode_count()},
+                                   {"layout_bytes", image.memory_bytes()},
+                                   {"layout_ms", static_cast<uint64_t>(layout_s * 1000)},
+                                   // "file": EROFS reads the image file itself; or "loopN"
+                                   {"backing", loop.empty() ? std::string("file") : loop}};
   if (server) {
     const ImageServer::Counters& c = server->counters();
     kernel["image_reads"] = c.reads.load(std::memory_order_relaxed);
     kernel["image_bytes_read"] = c.bytes_read.load(std::memory_order_relaxed);
     kernel["image_read_errors"] = c.errors.load(std::memory_order_relaxed);
+    if (const ImageReadahead* ra = server->readahead()) {
+      const ImageReadahead::Stats st = ra->stats();
+      kernel["readahead"] = {{"dirs", st.dirs},
+                             {"bytes", st.bytes},
+                             {"failures", st.failures},
+                             {"budget_bytes", st.budget_bytes}};
+    }
   }
   nlohmann::ordered_json j = {{"kernel", std::move(kernel)}};
   // Then the filesystem's own counters (the store's cache, view reads): its members follow.
@@ -229,13 +236,6 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
   const std::string& mnt = config.mountpoint;
   struct stat mnt_st;
   if (::stat(mnt.c_str(), &mnt_st) != 0) return Status::FromErrno(errno, mnt);
-  // No loop devices: say so once and mount as usual.
-  if (::access("/dev/loop-control", F_OK) != 0) {
-    Log()->warn("-o kernel: no loop devices here (/dev/loop-control: {}); mounting with FUSE",
-                std::strerror(errno));
-    return ServeFuse(fs, cache, mnt, fuse, on_mounted);
-  }
-
   // SIGINT/SIGTERM end the serving loop below through a self-pipe. A handler, not a blocked
   // mask: threads started before this one (a RocksDB store's) would otherwise take the signal
   // with its default action. Until the service monitor takes SIGHUP, it is ignored.
@@ -315,6 +315,7 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
   so.nice = fuse.nice;
   so.debug = fuse.debug;
   so.fsname = "dsfs-image:" + (fuse.fsname.empty() ? config.store_path : fuse.fsname);
+  so.readahead_bytes = fuse.push_bytes;
   ImageServer* server_ptr = nullptr;
   ImageServer server(
       image.get(), so, [&] { return KernelStatsJson(fs, *image, server_ptr, loop, layout_s); },
@@ -336,27 +337,37 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
     return s;
   }
 
-  // Layer 2: the loop device.
-  int loop_fd = -1;
-  s = AttachLoopDevice(dir + "/" + ImageServer::kImageName, &loop, &loop_fd);
-  if (s.code() == Status::Code::kNotSupported) {
-    undo_dir();
-    Log()->warn("-o kernel: {}; mounting with FUSE", s.message());
-    return ServeFuse(fs, cache, mnt, fuse, on_mounted);
+  // Layer 2: EROFS at MNT, reading the image file itself (a file-backed mount, Linux 6.12+):
+  // its reads go through the image's page cache, so the kernel reads ahead in the image and a
+  // first touch of a directory brings its neighbours in large requests. Kernels without
+  // file-backed mounts (ENOTBLK), and -o kernel=loop, put a loop device between the two.
+  const std::string image_path = dir + "/" + ImageServer::kImageName;
+  const unsigned long flags = MS_RDONLY | MS_NOSUID | MS_NODEV;
+  int err = 0;
+  if (!config.kernel_loop) {
+    err = ::mount(image_path.c_str(), mnt.c_str(), "erofs", flags, nullptr) == 0 ? 0 : errno;
+    if (err == ENOTBLK) Log()->info("-o kernel: EROFS here reads block devices only: a loop device");
   }
-  if (!s.ok()) {
-    undo_dir();
-    return s;
+  if (config.kernel_loop || err == ENOTBLK) {
+    int loop_fd = -1;
+    s = AttachLoopDevice(image_path, &loop, &loop_fd);
+    if (s.code() == Status::Code::kNotSupported) {
+      undo_dir();
+      Log()->warn("-o kernel: {}; mounting with FUSE", s.message());
+      return ServeFuse(fs, cache, mnt, fuse, on_mounted);
+    }
+    if (!s.ok()) {
+      undo_dir();
+      return s;
+    }
+    if (!LoopDirectIo(loop)) {
+      Log()->warn("/dev/{}: direct I/O refused, the image is cached twice", loop);
+    }
+    const std::string dev = "/dev/" + loop;
+    err = ::mount(dev.c_str(), mnt.c_str(), "erofs", flags, nullptr) == 0 ? 0 : errno;
+    ::close(loop_fd);  // AUTOCLEAR: EROFS holds the device now, or it detaches
   }
-  if (!LoopDirectIo(loop)) {
-    Log()->warn("/dev/{}: direct I/O refused, the image is cached twice", loop);
-  }
-
-  // Layer 3: EROFS.
-  const std::string dev = "/dev/" + loop;
-  if (::mount(dev.c_str(), mnt.c_str(), "erofs", MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0) {
-    int err = errno;
-    ::close(loop_fd);  // AUTOCLEAR: the loop device detaches
+  if (err != 0) {
     WaitFor([&] { return server.open_images() == 0; }, milliseconds(2000));
     undo_dir();
     if (err == ENODEV) {
@@ -364,11 +375,13 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
                   std::strerror(err));
       return ServeFuse(fs, cache, mnt, fuse, on_mounted);
     }
-    return Status::FromErrno(err, "mount erofs " + dev + " at " + mnt);
+    return Status::FromErrno(err, "mount erofs " + (loop.empty() ? image_path : "/dev/" + loop) +
+                                      " at " + mnt);
   }
   serving.store(true);
-  ::close(loop_fd);  // EROFS holds the device now
-  Log()->info("{}: EROFS on {} over {}/{}", mnt, dev, dir, ImageServer::kImageName);
+  // Into the image's page cache, which a loop device with direct I/O never reads.
+  if (loop.empty()) server.EnableReadahead();
+  Log()->info("{}: EROFS on {}", mnt, loop.empty() ? image_path : "/dev/" + loop + " over " + image_path);
   if (on_mounted) on_mounted();
 
   ServiceMonitor monitor(MonitorOptions(mnt, fuse), [&] {
@@ -411,7 +424,8 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
   }
   if (!server.ended()) {
     // After a signal: the loop device clears once EROFS lets go (at once unless busy).
-    if (!WaitFor([&] { return server.open_images() == 0 || server.ended(); }, milliseconds(2000))) {
+    if (!WaitFor([&] { return server.open_images() == 0 || server.ended(); }, milliseconds(2000)) &&
+        !loop.empty()) {
       ClearLoopDevice(loop);
     }
   }
@@ -452,11 +466,16 @@ Status UnmountKernel(const std::string& mountpoint, bool lazy, bool* handled) {
     return Status::FromErrno(err, "cannot unmount " + mountpoint);
   }
   const bool alive = ProcessAlive(pid);
-  // 2. The loop device clears itself once EROFS lets go of it (AUTOCLEAR). After a lazy
+  // 2. EROFS lets go of the image (a loop device clears itself then: AUTOCLEAR). After a lazy
   // unmount with files open, a live daemon keeps serving them and cleans up after the last.
-  if (lazy && alive && LoopBackingFile(loop) == image) return Status::OK();
-  if (!WaitFor([&] { return LoopBackingFile(loop) != image; }, milliseconds(alive ? 5000 : 500))) {
-    ClearLoopDevice(loop);
+  if (loop.empty()) {
+    if (lazy && alive) return Status::OK();
+  } else {
+    if (lazy && alive && LoopBackingFile(loop) == image) return Status::OK();
+    if (!WaitFor([&] { return LoopBackingFile(loop) != image; },
+                 milliseconds(alive ? 5000 : 500))) {
+      ClearLoopDevice(loop);
+    }
   }
   // 3. The private mount: its daemon unmounts it and exits; a dead one's is cleared here.
   if (alive) WaitFor([&] { return !ProcessAlive(pid); }, milliseconds(5000));

@@ -1,18 +1,22 @@
 // `dsfs mount -o kernel`: the tree (or one view) served by the kernel's EROFS driver, with no
-// per-file FUSE round trip (README, "The kernel path"). Three layers, bottom to top:
+// per-file FUSE round trip (README, "The kernel path"). Two layers, bottom to top:
 //
 //   1. a private FUSE mount (fs/image_server.h) at /run/dsfs/<dev>-<ino>-<pid> (mode 0700; dev
 //      and ino identify MNT's directory, pid is the daemon's) holding one file, `image`: an
 //      EROFS image synthesized on demand from the store (erofs/image.h), and `stats`;
-//   2. a read-only loop device with direct I/O on that file (LOOP_CONFIGURE, AUTOCLEAR: it
-//      detaches itself when the EROFS mount above it goes);
-//   3. EROFS mounted read-only (nosuid, nodev) at MNT.
+//   2. EROFS mounted read-only (nosuid, nodev) at MNT on that file: a file-backed mount
+//      (Linux 6.12+), whose reads go through the image file's page cache, so the kernel reads
+//      ahead in the image (a directory's files lie side by side) and a block it has read once
+//      is never asked for again.
+// Kernels without file-backed EROFS mounts, and -o kernel=loop, put a read-only loop device with
+// direct I/O (LOOP_CONFIGURE, AUTOCLEAR: it detaches itself when the EROFS mount above it goes)
+// between the two: every block EROFS misses is then one request.
 //
-// Finding the layers from MNT: mountinfo names MNT's source, /dev/loopN; the loop device's
-// /sys/block/loopN/loop/backing_file is the image file inside the private mount. When the EROFS
-// mount ends (dsfs umount, umount(8), a lazy unmount once its last file closes), the loop device
-// lets go of the image and the daemon sees the image's last RELEASE: it unmounts its private
-// mount, removes the directory and exits.
+// Finding the layers from MNT: mountinfo names MNT's source, the image file (or /dev/loopN, whose
+// /sys/block/loopN/loop/backing_file is the image file). When the EROFS mount ends (dsfs umount,
+// umount(8), a lazy unmount once its last file closes), EROFS (or the loop device) lets go of the
+// image and the daemon sees the image's last RELEASE: it unmounts its private mount, removes the
+// directory and exits.
 #pragma once
 
 #include <functional>
@@ -39,10 +43,10 @@ Status CheckKernelMountAllowed();
 Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
                    const FuseOptions& fuse, const std::function<void()>& on_mounted);
 
-// `dsfs umount` of a -o kernel mount: if `mountpoint` carries EROFS over a loop device whose
-// backing file lies in a dsfs image mount, sets *handled and tears the layers down in order:
-// EROFS (lazily with `lazy`), the loop device (explicitly if it did not clear itself), the
-// private mount (also when its daemon is dead), its directory; then waits (bounded) for the
+// `dsfs umount` of a -o kernel mount: if `mountpoint` carries EROFS over an image file of a
+// dsfs image mount (directly or through a loop device), sets *handled and tears the layers down
+// in order: EROFS (lazily with `lazy`), the loop device if any (explicitly if it did not clear
+// itself), the private mount (also when its daemon is dead), its directory; then waits (bounded) for the
 // daemon. Also clears what a crashed -o kernel mount of `mountpoint` left in /run/dsfs when
 // EROFS is already gone. Any other EROFS mount: *handled, InvalidArgument. Anything else:
 // *handled = false, nothing done.

@@ -15,7 +15,8 @@ struct MountConfig {
   std::string store_path;
   std::string mountpoint;
   bool foreground = false;  // serve in this process; otherwise fork a daemon
-  bool kernel = false;      // -o kernel: EROFS over a loop device (fs/kernel_mount.h)
+  bool kernel = false;      // -o kernel: the tree served by EROFS (fs/kernel_mount.h)
+  bool kernel_loop = false;  // -o kernel=loop: EROFS over a loop device, never over the file
   // RAM cache of decompressed chunks; kDefaultCache = an eighth of physical memory.
   static constexpr uint64_t kDefaultCache = UINT64_MAX;
   uint64_t cache_bytes = kDefaultCache;

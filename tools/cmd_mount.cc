@@ -133,8 +133,13 @@ Status ParseMountOptions(const std::string& list, MountConfig* config) {
                                        ": not an octal mode (0 to 0777)");
       }
       config->fs.umask = static_cast<mode_t>(mask);
-    } else if (key == "kernel" && value.empty()) {
+    } else if (key == "kernel") {
+      if (!value.empty() && value != "loop") {
+        return Status::InvalidArgument("mount option kernel=" + std::string(value) +
+                                       ": only kernel or kernel=loop");
+      }
       config->kernel = true;
+      config->kernel_loop = value == "loop";
     } else if (key == "allow_other" && value.empty()) {
       config->fuse.allow_other = true;
     } else if (key == "debug" && value.empty()) {

@@ -84,10 +84,11 @@ constexpr const char* kMountOptionsHelp = R"(Mount options (-o, comma-separated;
   umask=MODE            octal permission bits cleared from every stored mode (default 0)
   view=NAME             show a view at the root: original (default), bmp, npy, tensor
                         (all views are also at MOUNTPOINT/.dsfs/NAME)
-  kernel                root only: serve the tree (or the view=) through the kernel's EROFS
-                        over a loop device, no round trip per file; MOUNTPOINT/.dsfs is absent
-                        and `dsfs stats` still works (without loop devices or EROFS: a FUSE
-                        mount, and a log line says why)
+  kernel[=loop]         root only: serve the tree (or the view=) through the kernel's EROFS,
+                        no round trip per file; MOUNTPOINT/.dsfs is absent and `dsfs stats`
+                        still works. EROFS reads the image file itself (Linux 6.12+), else
+                        (or with kernel=loop) a loop device with direct I/O; without either
+                        or without EROFS: a FUSE mount, and a log line says why
   log_level=LEVEL       trace, debug, info, warn, error, off (default: --log-level)
   log_file=PATH         append the log to PATH; SIGHUP reopens it (for logrotate)
   status_interval=S     seconds between STATUS= updates to systemd (default 5)

@@ -1,0 +1,120 @@
+#include "fs/image_readahead.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "common/log.h"
+
+namespace dsfs {
+namespace {
+// Bytes read from the image and stored per call: a few store chunks' worth.
+constexpr uint64_t kPiece = 1 << 20;
+}  // namespace
+
+ImageReadahead::ImageReadahead(const erofs::Image* image, uint64_t budget_bytes, StoreFn store)
+    : image_(image), budget_(budget_bytes), store_(std::move(store)) {
+  if (budget_ == 0) return;
+  worker_ = std::thread([this] {
+    // Background work: it must never delay the threads that answer the reader's own requests.
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+    Run();
+  });
+}
+
+ImageReadahead::~ImageReadahead() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    queue_.clear();
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void ImageReadahead::Touched(uint64_t offset) {
+  if (budget_ == 0 || reserved_.load(std::memory_order_relaxed) >= budget_) return;
+  uint32_t dir;
+  if (!image_->DirOfByte(offset, &dir)) return;
+  {
+    std::lock_guard lock(mu_);
+    if (stop_ || !seen_.insert(dir).second) return;
+    queue_.push_back(dir);
+  }
+  cv_.notify_one();
+}
+
+void ImageReadahead::Run() {
+  for (;;) {
+    uint32_t dir;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      dir = queue_.front();
+      queue_.pop_front();
+      busy_ = true;
+    }
+    StoreDir(dir);
+    {
+      std::lock_guard lock(mu_);
+      busy_ = false;
+      if (queue_.empty()) idle_cv_.notify_all();
+    }
+  }
+}
+
+void ImageReadahead::StoreDir(uint32_t dir) {
+  uint64_t offset, len;
+  image_->ChildrenData(dir, &offset, &len);
+  if (len == 0) return;
+  // Reserve the budget before the work; a directory past what is left is not stored at all.
+  if (reserved_.fetch_add(len) + len > budget_) {
+    reserved_.fetch_sub(len);
+    return;
+  }
+  std::vector<char> buf(std::min(len, kPiece));
+  for (uint64_t done = 0; done < len;) {
+    {
+      std::lock_guard lock(mu_);
+      if (stop_) return;
+    }
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kPiece, len - done));
+    Status s = image_->Read(offset + done, n, buf.data());
+    if (!s.ok()) {
+      // A damaged record under this piece: the reader's own reads of it fail with EIO (or, for
+      // its neighbours in the piece, succeed) through requests; the pieces after it are stored.
+      failures_.fetch_add(1, std::memory_order_relaxed);
+      Log()->debug("readahead of the image at {} (+{}): {}", offset + done, n, s.message());
+      done += n;
+      continue;
+    }
+    int rc = store_(offset + done, std::string_view(buf.data(), n));
+    if (rc != 0) {
+      failures_.fetch_add(1, std::memory_order_relaxed);
+      Log()->debug("storing the image at {} (+{}) in the page cache: {}", offset + done, n, -rc);
+      return;
+    }
+    bytes_.fetch_add(n, std::memory_order_relaxed);
+    done += n;
+  }
+  dirs_.fetch_add(1, std::memory_order_relaxed);
+}
+
+ImageReadahead::Stats ImageReadahead::stats() const {
+  Stats st;
+  st.dirs = dirs_.load(std::memory_order_relaxed);
+  st.bytes = bytes_.load(std::memory_order_relaxed);
+  st.failures = failures_.load(std::memory_order_relaxed);
+  st.budget_bytes = budget_;
+  return st;
+}
+
+void ImageReadahead::WaitIdle() {
+  std::unique_lock lock(mu_);
+  idle_cv_.wait(lock, [&] { return stop_ || (!busy_ && queue_.empty()); });
+}
+
+}  // namespace dsfs

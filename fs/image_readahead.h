@@ -1,0 +1,64 @@
+// ImageReadahead: the kernel path's answer to a first touch (fs/kernel_mount.h), as the push is
+// the classic mount's (fs/prefetcher.h). When EROFS reads a block of a directory's entries, or a
+// block of one of its files, the data of all the directory's children (side by side in the
+// image: erofs::Image::ChildrenData) is read from the image by a background worker and stored
+// in the image file's page cache with `store` (fuse_lowlevel_notify_store), where EROFS, which
+// reads the image through that page cache, finds it: the rest of the directory is served
+// without a request. Once per directory, within a byte budget (-o push, as in a classic mount).
+//
+// Thread safety: Touched and stats from any thread; the worker calls `store`.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string_view>
+#include <thread>
+#include <unordered_set>
+
+#include "erofs/image.h"
+
+namespace dsfs {
+
+class ImageReadahead {
+ public:
+  // Stores image bytes [offset, offset + data.size()) in the kernel's page cache of the image
+  // file: 0 or -errno.
+  using StoreFn = std::function<int(uint64_t offset, std::string_view data)>;
+
+  // REQUIRES: `image` outlives this. budget_bytes == 0: Touched does nothing.
+  ImageReadahead(const erofs::Image* image, uint64_t budget_bytes, StoreFn store);
+  ~ImageReadahead();  // drops what is queued, finishes the piece being stored
+  ImageReadahead(const ImageReadahead&) = delete;
+  ImageReadahead& operator=(const ImageReadahead&) = delete;
+
+  // A read of image bytes at `offset` was served (cheap: two binary searches and a set lookup).
+  void Touched(uint64_t offset);
+
+  struct Stats {
+    uint64_t dirs = 0, bytes = 0, failures = 0, budget_bytes = 0;
+  };
+  Stats stats() const;
+  // Waits until nothing is queued or being stored (tests).
+  void WaitIdle();
+
+ private:
+  void Run();
+  void StoreDir(uint32_t dir);
+
+  const erofs::Image* image_;
+  const uint64_t budget_;
+  const StoreFn store_;
+  mutable std::mutex mu_;  // guards the fields below it
+  std::condition_variable cv_, idle_cv_;
+  std::deque<uint32_t> queue_;
+  std::unordered_set<uint32_t> seen_;
+  bool busy_ = false, stop_ = false;
+  std::atomic<uint64_t> reserved_{0}, dirs_{0}, bytes_{0}, failures_{0};
+  std::thread worker_;
+};
+
+}  // namespace dsfs

@@ -234,6 +234,17 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
                    const FuseOptions& fuse, const std::function<void()>& on_mounted) {
   DSFS_RETURN_IF_ERROR(CheckKernelMountAllowed());
   const std::string& mnt = config.mountpoint;
+  // What a classic mount's FUSE layer does and EROFS does in the kernel by itself.
+  {
+    const FuseOptions plain;
+    std::string moot;
+    if (fuse.timeout_s != plain.timeout_s) moot += " timeout";
+    if (fuse.zero_message_open != plain.zero_message_open) moot += " zero_open";
+    if (fuse.transport != plain.transport) moot += " transport";
+    if (!moot.empty()) {
+      Log()->warn("-o kernel: EROFS caches entries and opens itself; ignored:{}", moot);
+    }
+  }
   struct stat mnt_st;
   if (::stat(mnt.c_str(), &mnt_st) != 0) return Status::FromErrno(errno, mnt);
   // SIGINT/SIGTERM end the serving loop below through a self-pipe. A handler, not a blocked
@@ -381,6 +392,18 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
   serving.store(true);
   // Into the image's page cache, which a loop device with direct I/O never reads.
   if (loop.empty()) server.EnableReadahead();
+  // -o preload: the store's RAM cache, which the image's reads come from, as in a classic mount.
+  std::unique_ptr<Prefetcher> preloader;
+  if (!fuse.preload_path.empty()) {
+    preloader = std::make_unique<Prefetcher>(&fs->store(), cache, fs->inode_space(),
+                                             Prefetcher::Options{}, nullptr);
+    fs->SetPrefetcher(preloader.get());  // its progress in the stats
+    StartPreload(*fs, fuse.preload_path, preloader.get());
+  }
+  struct ForgetPreloader {
+    Filesystem* fs;
+    ~ForgetPreloader() { fs->SetPrefetcher(nullptr); }
+  } forget_preloader{fs};
   Log()->info("{}: EROFS on {}", mnt, loop.empty() ? image_path : "/dev/" + loop + " over " + image_path);
   if (on_mounted) on_mounted();
 

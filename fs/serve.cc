@@ -21,6 +21,17 @@
 
 namespace dsfs {
 
+void StartPreload(const Filesystem& fs, const std::string& path, Prefetcher* prefetcher) {
+  uint32_t ino;
+  InodeRecord rec;
+  Status ps = fs.store().LookupPath(path, &ino, &rec);
+  if (ps.ok() && IsDir(rec)) {
+    prefetcher->Preload(fs.inode_space().FromStore(ino));
+  } else {
+    Log()->warn("preload: {}: not a directory in the store", path);
+  }
+}
+
 ServiceMonitor::Options MonitorOptions(const std::string& mountpoint, const FuseOptions& options) {
   ServiceMonitor::Options mo;
   mo.mountpoint = mountpoint;
@@ -90,16 +101,7 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
       fs);
   ctx.prefetcher = prefetcher.get();
   fs->SetPrefetcher(prefetcher.get());
-  if (!options.preload_path.empty()) {
-    uint32_t ino;
-    InodeRecord rec;
-    Status ps = fs->store().LookupPath(options.preload_path, &ino, &rec);
-    if (ps.ok() && IsDir(rec)) {
-      prefetcher->Preload(fs->inode_space().FromStore(ino));
-    } else {
-      Log()->warn("preload: {}: not a directory in the store", options.preload_path);
-    }
-  }
+  if (!options.preload_path.empty()) StartPreload(*fs, options.preload_path, prefetcher.get());
   // Keep the metadata hot: read the tree's tables ahead in the background, so a cold scan or
   // stat storm after mounting does not wait on one page fault after another. Bounded so a
   // store with huge metadata does not push everything else out of the page cache.

@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
+#include "fs/prefetcher.h"
 #include "fs/service.h"
 
 namespace dsfs {
@@ -23,6 +24,10 @@ namespace dsfs {
 // none): readahead and preload fill it.
 Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint,
                  const FuseOptions& options, const std::function<void()>& on_mounted);
+
+// -o preload=PATH: has `prefetcher` decompress the store's subtree PATH into the RAM cache in
+// the background (a log line if PATH is no directory of the store).
+void StartPreload(const Filesystem& fs, const std::string& path, Prefetcher* prefetcher);
 
 // What the systemd monitor of a mount at `mountpoint` is told by `options` (notify_systemd,
 // status_interval_s): ServeFuse's and ServeKernel's.

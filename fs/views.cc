@@ -6,6 +6,7 @@
 #include "common/path.h"
 #include "common/units.h"
 #include "image/image.h"
+#include "store/format.h"
 
 namespace dsfs {
 
@@ -46,6 +47,9 @@ uint64_t ViewFileBytes(View v, const InodeRecord& rec, uint64_t max_render_bytes
 
 bool ViewRenders(View v, const InodeRecord& rec, uint64_t max_render_bytes) {
   if ((v != View::kBmp && v != View::kNpy) || !IsDecodableImage(rec)) return false;
+  // An image whose .npy name would pass what the kernel takes keeps its own name and bytes there
+  // (so the npy view's tree, classic or EROFS, holds only names a reader can open).
+  if (v == View::kNpy && rec.name_len + 4 > kMaxNameBytes) return false;
   // What the cache holds for it: the BMP, or the pixels (the .npy header is made per read).
   uint64_t rendered =
       v == View::kBmp ? BmpBytes(rec.width, rec.height) : uint64_t{rec.width} * rec.height * 3;

@@ -268,6 +268,27 @@ TEST_F(FilesystemViewsTest, SizesMatchAndEachViewServesItsFormat) {
   }
 }
 
+// "X.npy" must fit in 255 bytes: a longer image name keeps its name and bytes in the npy view.
+TEST_F(FilesystemViewsTest, ImagesWhoseNpyNameWouldBeTooLongKeepTheirNameInTheNpyView) {
+  const std::string fits = std::string(251 - 4, 'f') + ".jpg";     // 251 + 4 = 255 bytes
+  const std::string too_long = std::string(252 - 4, 'l') + ".jpg";  // 252 + 4 = 256 bytes
+  WriteFile(dir_ / ("src/long/" + fits), Jpeg(8, 8, 11));
+  WriteFile(dir_ / ("src/long/" + too_long), Jpeg(8, 8, 12));
+  auto fs = Mount(false);
+  std::vector<std::string> names;
+  ASSERT_TRUE(fs->ReadDir(Walk(fs.get(), ".dsfs/npy/long"), 0,
+                          [&](std::string_view n, const struct stat&, uint64_t) {
+                            names.emplace_back(n);
+                            return true;
+                          })
+                  .ok());
+  EXPECT_EQ(names, (std::vector<std::string>{".", "..", fits + ".npy", too_long}));
+  EXPECT_EQ(ReadAll(fs.get(), Walk(fs.get(), ".dsfs/npy/long/" + too_long)), Jpeg(8, 8, 12));
+  EXPECT_EQ(Walk(fs.get(), ".dsfs/npy/long/" + too_long + ".npy"), 0u);
+  EXPECT_EQ(ReadAll(fs.get(), Walk(fs.get(), ".dsfs/npy/long/" + fits + ".npy")).substr(0, 6),
+            "\x93NUMPY");
+}
+
 TEST_F(FilesystemViewsTest, ViewsAreHiddenAndMirrorTheTree) {
   auto fs = Mount(false);
   std::vector<std::string> root, view;

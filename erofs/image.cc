@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "erofs/format.h"
 
@@ -25,6 +26,8 @@ namespace {
 
 constexpr uint32_t kFirstSlotByte = kSuperOffset + sizeof(SuperBlock);  // 1152: nid 36
 constexpr uint32_t kSlotsPerBlock = kBlockBytes / kSlotBytes;
+// In nid_ between Layout's two passes: a directory (other inodes hold their slot count there).
+constexpr uint32_t kDirMark = 0x80000000u;
 
 constexpr uint32_t kTypeMask = 0170000;
 bool IsDirMode(uint32_t m) { return (m & kTypeMask) == 0040000; }
@@ -108,6 +111,59 @@ uint32_t Image::DirBlocks(const Dir& dir) const {
   return static_cast<uint32_t>((dir.size + kBlockBytes - 1) / kBlockBytes);
 }
 
+Status Image::ReadInodes(std::vector<uint8_t>* name_len) {
+  const uint32_t n = inode_count_;
+  // Threads for big trees only: a small one is read before a thread would start.
+  const uint32_t threads = static_cast<uint32_t>(std::clamp<uint64_t>(
+      std::min<uint64_t>(std::thread::hardware_concurrency(), n / 100000), 1, 8));
+  std::vector<Status> status(threads);
+  auto read_range = [&](uint32_t t) {
+    const uint32_t begin = static_cast<uint32_t>(uint64_t{n} * t / threads);
+    const uint32_t end = static_cast<uint32_t>(uint64_t{n} * (t + 1) / threads);
+    ImageInode attr;
+    for (uint32_t ino = begin; ino < end; ino++) {
+      Status s = tree_->GetInode(ino, &attr);
+      if (!s.ok()) {
+        status[t] = s;
+        return;
+      }
+      if (ino > 0 && (attr.name_len == 0 || attr.name_len > kNameMax)) {
+        status[t] = Status::InvalidArgument("EROFS image: name of inode " + std::to_string(ino) +
+                                            " is not 1 to 255 bytes");
+        return;
+      }
+      (*name_len)[ino] = static_cast<uint8_t>(attr.name_len);
+      if (IsDirMode(attr.mode)) {
+        nid_[ino] = kDirMark;
+        continue;
+      }
+      if (!IsRegMode(attr.mode) && !IsLinkMode(attr.mode)) {
+        status[t] = Status::NotSupported("EROFS image: inode " + std::to_string(ino) +
+                                         " is neither a file, a directory nor a symlink");
+        return;
+      }
+      if (IsLinkMode(attr.mode) && (attr.size == 0 || attr.size >= kBlockBytes)) {
+        status[t] = Status::InvalidArgument("EROFS image: symlink target of inode " +
+                                            std::to_string(ino) + " is empty or over 4095 bytes");
+        return;
+      }
+      const Shape shape = ShapeOf(ino, attr, nullptr);
+      if (shape.blocks > std::numeric_limits<uint32_t>::max()) {
+        status[t] = Status::NotSupported("EROFS image over 16 TiB (32-bit block addresses)");
+        return;
+      }
+      nid_[ino] = static_cast<uint32_t>(RoundUp(shape.isize + shape.tail, kSlotBytes) / kSlotBytes);
+      blk_[ino] = static_cast<uint32_t>(shape.blocks);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (uint32_t t = 1; t < threads; t++) pool.emplace_back(read_range, t);
+  read_range(0);
+  for (auto& th : pool) th.join();
+  for (const Status& s : status) DSFS_RETURN_IF_ERROR(s);
+  return Status::OK();
+}
+
 Status Image::Layout() {
   const uint32_t n = tree_->inode_count();
   if (n == 0) return Status::InvalidArgument("EROFS image of an empty tree (no root)");
@@ -123,6 +179,15 @@ Status Image::Layout() {
 
   nid_.resize(uint64_t{n} + 1);
   blk_.resize(uint64_t{n} + 1);
+  // Pass 1, on several threads: every inode read once. For all but directories nid_ holds its
+  // slots and blk_ its data blocks (pass 2 turns both into positions); a directory is marked in
+  // nid_, its shape waits for its children's names. name_len keeps each name's length for its
+  // parent's entry blocks. (At 10M inodes the reads are most of a mount's time.)
+  std::vector<uint8_t> name_len(n);
+  DSFS_RETURN_IF_ERROR(ReadInodes(&name_len));
+
+  // Pass 2, in inode order: directories laid out from their children's names, then every
+  // inode's place.
   std::vector<std::pair<uint32_t, uint32_t>> parents;  // (child directory, its parent)
   uint64_t cur = kFirstSlotByte;                       // next free metadata byte
   uint64_t data = 0;                                   // next free data block
@@ -130,29 +195,26 @@ Status Image::Layout() {
   bool ranges_sorted = true;
   uint64_t last_first = 0;
   for (uint32_t ino = 0; ino < n; ino++) {
-    DSFS_RETURN_IF_ERROR(tree_->GetInode(ino, &attr));
-    const Dir* dir = nullptr;
-    if (IsDirMode(attr.mode)) {
+    uint64_t slot, blocks;
+    if (nid_[ino] & kDirMark) {
+      DSFS_RETURN_IF_ERROR(tree_->GetInode(ino, &attr));
       Dir d{};
       d.ino = ino;
       d.parent = ino;  // the root's; others are set below
-      DSFS_RETURN_IF_ERROR(LayoutDir(ino, attr, &d, &parents));
+      DSFS_RETURN_IF_ERROR(LayoutDir(ino, attr, name_len, &d, &parents));
       children += d.child_count;
       if (d.child_count) {
         if (d.first_child < last_first) ranges_sorted = false;
         last_first = d.first_child;
       }
       dirs_.push_back(d);
-      dir = &dirs_.back();
-    } else if (!IsRegMode(attr.mode) && !IsLinkMode(attr.mode)) {
-      return Status::NotSupported("EROFS image: inode " + std::to_string(ino) +
-                                  " is neither a file, a directory nor a symlink");
-    } else if (IsLinkMode(attr.mode) && (attr.size == 0 || attr.size >= kBlockBytes)) {
-      return Status::InvalidArgument("EROFS image: symlink target of inode " + std::to_string(ino) +
-                                     " is empty or over 4095 bytes");
+      const Shape s = ShapeOf(ino, attr, &dirs_.back());
+      slot = RoundUp(s.isize + s.tail, kSlotBytes);
+      blocks = s.blocks;
+    } else {
+      slot = uint64_t{nid_[ino]} * kSlotBytes;
+      blocks = blk_[ino];
     }
-    const Shape s = ShapeOf(ino, attr, dir);
-    const uint64_t slot = RoundUp(s.isize + s.tail, kSlotBytes);
     if (cur % kBlockBytes + slot > kBlockBytes) cur = RoundUp(cur, kBlockBytes);
     if (cur / kSlotBytes > std::numeric_limits<uint32_t>::max() - kSlotsPerBlock) {
       return Status::NotSupported("EROFS image: metadata over 128 GiB");
@@ -160,7 +222,7 @@ Status Image::Layout() {
     nid_[ino] = static_cast<uint32_t>(cur / kSlotBytes);
     cur += slot;
     blk_[ino] = static_cast<uint32_t>(data);
-    data += s.blocks;
+    data += blocks;
     if (data > std::numeric_limits<uint32_t>::max()) {
       return Status::NotSupported("EROFS image over 16 TiB (32-bit block addresses)");
     }
@@ -225,7 +287,8 @@ Status Image::Layout() {
   return Status::OK();
 }
 
-Status Image::LayoutDir(uint32_t ino, const ImageInode& attr, Dir* dir,
+Status Image::LayoutDir(uint32_t ino, const ImageInode& attr,
+                        const std::vector<uint8_t>& name_len, Dir* dir,
                         std::vector<std::pair<uint32_t, uint32_t>>* parents) {
   const uint32_t n = inode_count_;
   dir->first_child = attr.first_child;
@@ -269,30 +332,25 @@ Status Image::LayoutDir(uint32_t ino, const ImageInode& attr, Dir* dir,
   uint64_t full_blocks = 0;
   uint32_t used = 0;
   const uint32_t entries = attr.child_count + 2;
-  ImageInode child_attr;
   for (uint32_t e = 0; e < entries; e++) {
     uint32_t child = 0;
-    uint32_t name_len;
+    uint32_t bytes;
     switch (EntryAt(*dir, e, &child)) {
       case EntryKind::kDot:
-        name_len = 1;
+        bytes = 1;
         break;
       case EntryKind::kDotDot:
-        name_len = 2;
+        bytes = 2;
         break;
       default:
-        DSFS_RETURN_IF_ERROR(tree_->GetInode(child, &child_attr));
-        name_len = child_attr.name_len;
-        if (name_len == 0 || name_len > kNameMax) {
-          return Status::InvalidArgument("EROFS image: name of inode " + std::to_string(child) +
-                                         " is not 1 to 255 bytes");
-        }
-        if (IsDirMode(child_attr.mode)) {
+        // Children come after their directory: pass 2 has not placed them yet.
+        bytes = name_len[child];
+        if (nid_[child] & kDirMark) {
           dir->nlink++;
           parents->emplace_back(child, ino);
         }
     }
-    const uint32_t len = sizeof(Dirent) + name_len;
+    const uint32_t len = sizeof(Dirent) + bytes;
     if (used + len > kBlockBytes) {
       full_blocks++;
       used = 0;

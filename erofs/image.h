@@ -128,9 +128,12 @@ class Image {
 
   Image(const ImageTree* tree, const ImageOptions& options) : tree_(tree), options_(options) {}
   Status Layout();
-  // Lays out directory `ino`'s blocks; appends (child directory, ino) to *parents.
-  Status LayoutDir(uint32_t ino, const ImageInode& attr, Dir* dir,
-                   std::vector<std::pair<uint32_t, uint32_t>>* parents);
+  // Layout's first pass: every inode's attributes, read on several threads (see Layout).
+  Status ReadInodes(std::vector<uint8_t>* name_len);
+  // Lays out directory `ino`'s blocks from its children's name lengths; appends (child
+  // directory, ino) to *parents.
+  Status LayoutDir(uint32_t ino, const ImageInode& attr, const std::vector<uint8_t>& name_len,
+                   Dir* dir, std::vector<std::pair<uint32_t, uint32_t>>* parents);
   Shape ShapeOf(uint32_t ino, const ImageInode& attr, const Dir* dir) const;
   const Dir* FindDir(uint32_t ino) const;
   uint32_t DirBlocks(const Dir& dir) const;

@@ -279,6 +279,10 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
 
   // The tree and its image layout.
   auto t0 = Clock::now();
+  // The layout reads every inode record: have the store's tables read from disk in large
+  // requests first (as a classic mount warms them in the background), not a fault at a time.
+  fs->store().WillNeedMetadata(static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+                               static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) / 8);
   std::unique_ptr<erofs::ImageTree> tree;
   if (config.fs.view == View::kOriginal) {
     erofs::StoreTreeOptions so;

@@ -15,6 +15,13 @@ and drop_caches, epoch 2 hot. Readers:
     without any FUSE);
   - dsfs classic: the original tree and `-o view=bmp`;
   - dsfs `-o kernel`: the original tree and `-o kernel,view=bmp`.
+  - dsfs `-o kernel=loop`: the original tree over a loop device with direct I/O (what kernels
+    without file-backed EROFS mounts get).
+Then, per data set, shuffled open+read+close of the --subset files with bench/readfiles.cc
+(dsfs-readbench, 1 and 4 threads; pass 1 after a fresh mount and drop_caches, pass 2 hot) on
+ext4, a tmpfs copy, dsfs classic and dsfs -o kernel. With --scale STORE..., for each store:
+`dsfs mount -o kernel` after drop_caches (seconds until it returns, the layout's own time and
+memory, the daemon's VmRSS/VmHWM), against a classic mount of the same store.
 Writes bench/results/kernel-<date>.md and .jsonl (medians over rounds). Mounts only under
 WORK/mnt and unmounts what it mounted, even on failure.
 """
@@ -22,6 +29,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import shutil
 import statistics
 import sys
@@ -37,18 +45,55 @@ READERS = (
     ("classic_bmp", "dsfs classic, -o view=bmp", ["-o", "view=bmp"]),
     ("kernel", "dsfs -o kernel, original tree", ["-o", "kernel"]),
     ("kernel_bmp", "dsfs -o kernel,view=bmp", ["-o", "kernel,view=bmp"]),
+    ("kernel_loop", "dsfs -o kernel=loop, original tree", ["-o", "kernel=loop"]),
 )
+FILES_READERS = (
+    ("ext4", "source on ext4"),
+    ("tmpfs", "tmpfs copy"),
+    ("classic", "dsfs classic"),
+    ("kernel", "dsfs -o kernel"),
+)
+
+
+def readbench(tool, root, listing, threads):
+    """dsfs-readbench's JSON lines (pass 1, pass 2) over `listing`."""
+    r = sh([tool, root, "--list", listing, "--threads", str(threads), "--passes", "2"])
+    if r.returncode != 0:
+        raise SystemExit(f"dsfs-readbench {root}: {r.stderr.strip()}")
+    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+
+
+def daemon_memory(mnt):
+    """VmRSS and VmHWM (kB) of the dsfs daemon serving `mnt`."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if b"mount" not in argv or mnt.encode() not in argv:
+                continue
+            with open(f"/proc/{pid}/status") as f:
+                st = dict(line.split(":", 1) for line in f if ":" in line)
+            return {k: int(st[k].split()[0]) for k in ("VmRSS", "VmHWM", "RssAnon", "RssFile")}
+        except OSError:
+            continue
+    return {}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dsfs", default=os.path.join(REPO, "build", "dsfs"))
     ap.add_argument("--work", default=os.environ.get("BENCH_WORK", "/var/tmp/dsfs-bench"))
-    ap.add_argument("--datasets", nargs="+", default=["fmnist", "photo32"])
+    ap.add_argument("--datasets", nargs="*", default=["fmnist", "photo32"])
     ap.add_argument("--subset", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--photo-count", type=int, default=150000)
     ap.add_argument("--desc", default=os.environ.get("DSFS_DESC", ""))
+    ap.add_argument("--readbench", default=os.path.join(REPO, "build", "bench", "dsfs-readbench"))
+    ap.add_argument("--scale", nargs="*", default=[], metavar="STORE",
+                    help="stores whose -o kernel mount time and memory to measure")
+    ap.add_argument("--skip-imagefolder", action="store_true")
     a = ap.parse_args()
     dsfs = os.path.abspath(a.dsfs)
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -85,7 +130,7 @@ def main():
             with Mount(dsfs, store, mnt, ["-o", "view=bmp"]):
                 shutil.copytree(mnt, bmp_copy + ".partial", ignore=shutil.ignore_patterns(".dsfs"))
             os.rename(bmp_copy + ".partial", bmp_copy)
-        for _ in range(a.rounds):
+        for _ in range(0 if a.skip_imagefolder else a.rounds):
             for key, label, opts in READERS:
                 drop_caches()
                 if opts is None:
@@ -100,6 +145,55 @@ def main():
                     res["mount_s"] = round(mount_s, 3)
                     rec(ds, key, res)
 
+        # Shuffled open+read+close of the same files, no Python in the loop.
+        listing = os.path.join(a.work, f"{ds}.kernel-bench.list")
+        r = sh([a.readbench, src, "--write-list", listing])
+        if r.returncode != 0:
+            raise SystemExit(f"dsfs-readbench --write-list: {r.stderr.strip()}")
+        with open(listing) as f:
+            paths = f.read().splitlines()
+        with open(listing, "w") as f:
+            # A fixed random sample: every class directory, as the ImageFolder runs touch them.
+            f.write("\n".join(random.Random(7).sample(paths, min(a.subset, len(paths)))) + "\n")
+        tmpfs = os.path.join(a.work, "mnt", "kernel-tmpfs")
+        os.makedirs(tmpfs, exist_ok=True)
+        sh(["mount", "-t", "tmpfs", "-o", "size=90%", "tmpfs", tmpfs])
+        try:
+            shutil.copytree(src, tmpfs, dirs_exist_ok=True)
+            for _ in range(a.rounds):
+                for key, label in FILES_READERS:
+                    for threads in (1, 4):
+                        drop_caches()
+                        if key in ("ext4", "tmpfs"):
+                            passes = readbench(a.readbench, src if key == "ext4" else tmpfs,
+                                               listing, threads)
+                        else:
+                            with Mount(dsfs, store, mnt, ["-o", "kernel"] if key == "kernel"
+                                       else []):
+                                drop_caches()
+                                passes = readbench(a.readbench, mnt, listing, threads)
+                        rec(ds, f"files_{key}_t{threads}",
+                            {"cold": passes[0]["files_per_s"], "hot": passes[1]["files_per_s"],
+                             "errors": passes[0]["errors"] + passes[1]["errors"]})
+        finally:
+            sh(["umount", tmpfs])
+
+    for store in a.scale:
+        name = os.path.basename(store)
+        for key, opts in (("classic", []), ("kernel", ["-o", "kernel"])):
+            for _ in range(a.rounds):
+                drop_caches()
+                t0 = time.perf_counter()
+                with Mount(dsfs, store, mnt, opts):
+                    mount_s = time.perf_counter() - t0
+                    res = {"mount_s": round(mount_s, 3), **daemon_memory(os.path.abspath(mnt))}
+                    if key == "kernel":
+                        r = sh([dsfs, "stats", "--json", mnt])
+                        k = json.loads(r.stdout).get("kernel", {})
+                        res.update({f: k.get(f) for f in ("inodes", "layout_ms", "layout_bytes",
+                                                          "image_bytes")})
+                    rec(name, f"scale_{key}", res)
+
     def med(vals, field):
         return statistics.median(v[field] for v in vals)
 
@@ -112,6 +206,34 @@ def main():
              f"{a.subset} random images in both epochs; epoch 1 after a fresh mount and "
              f"drop_caches; medians of {a.rounds} round(s), readers taking turns", ""]
     for ds, r in results.items():
+        if "scale_kernel" in r:
+            k, c = r["scale_kernel"], r["scale_classic"]
+            lines += [f"## Mount of {ds}: {k[0]['inodes']:,} inodes", "",
+                      "| mount | s until `dsfs mount` returns | layout ms | layout MB "
+                      "| daemon VmRSS MB (anonymous + store pages mapped) | VmHWM MB |",
+                      "|---|---|---|---|---|---|",
+                      f"| classic | {med(c, 'mount_s'):.3f} | | | {med(c, 'VmRSS') / 1024:.1f} "
+                      f"({med(c, 'RssAnon') / 1024:.1f} + {med(c, 'RssFile') / 1024:.1f}) "
+                      f"| {med(c, 'VmHWM') / 1024:.1f} |",
+                      f"| -o kernel | {med(k, 'mount_s'):.3f} | {med(k, 'layout_ms'):.0f} "
+                      f"| {med(k, 'layout_bytes') / 1e6:.1f} | {med(k, 'VmRSS') / 1024:.1f} "
+                      f"({med(k, 'RssAnon') / 1024:.1f} + {med(k, 'RssFile') / 1024:.1f}) "
+                      f"| {med(k, 'VmHWM') / 1024:.1f} |", ""]
+            continue
+        if "files_ext4_t1" in r:
+            lines += [f"## {ds}: shuffled open+read+close, files/s (dsfs-readbench)", "",
+                      "| reader | 1 thread cold | 1 thread hot | 4 threads cold | 4 threads hot "
+                      "| hot vs tmpfs (1 / 4) |", "|---|---|---|---|---|---|"]
+            for key, label in FILES_READERS:
+                t1, t4 = r[f"files_{key}_t1"], r[f"files_{key}_t4"]
+                tm1, tm4 = r["files_tmpfs_t1"], r["files_tmpfs_t4"]
+                lines.append(f"| {label} | {med(t1, 'cold'):,.0f} | {med(t1, 'hot'):,.0f} | "
+                             f"{med(t4, 'cold'):,.0f} | {med(t4, 'hot'):,.0f} | "
+                             f"{med(t1, 'hot') / med(tm1, 'hot'):.2f}x / "
+                             f"{med(t4, 'hot') / med(tm4, 'hot'):.2f}x |")
+            lines.append("")
+        if "ext4" not in r:
+            continue
         base = r["ext4"]
         lines += [f"## {ds}", "",
                   "| reader | epoch 1 img/s | epoch 2 img/s | epoch 1 vs ext4 | epoch 2 vs ext4 "

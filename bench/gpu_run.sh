@@ -3,8 +3,9 @@
 # root, with build-gpu/ from bench/gpu_bundle.sh carried along. ResNet-18 (bf16) on the 32x32
 # photo32 subset, images/s of (bench/gpu_train.py, SECONDS each, default 40):
 #   the GPU alone; the whole tree decoded once into one tensor on the GPU ("in RAM");
-#   an unmodified ImageFolder script over the JPEG tree on local disk and over dsfs's bmp view,
-#   with 16 and with 4 DataLoader workers.
+#   an unmodified ImageFolder script over the JPEG tree on local disk, over dsfs's original tree
+#   and its bmp view (classic FUSE mounts), and over both as `-o kernel` mounts (EROFS; needs
+#   root, skipped with a line otherwise), with 16 and with 4 DataLoader workers.
 # The JPEG tree is copied out of the store onto the local disk (not /tmp, which may be tmpfs).
 # Writes OUT/gpu-<date>.jsonl and .md (OUT: $OUT, else /tmp/gpu-out). Unmounts what it mounted.
 set -uo pipefail
@@ -18,9 +19,9 @@ STAMP=$(date +%Y%m%d-%H%M%S)
 JSONL=$OUT/gpu-$STAMP.jsonl
 LIBS=$(mktemp -d)
 WORK=$(mktemp -d -p "$REPO" build-gpu-work.XXXX)  # on the machine's disk, not a tmpfs /tmp
-ORIG=$WORK/orig BMP=$WORK/bmp JPEG=$WORK/jpeg
+ORIG=$WORK/orig BMP=$WORK/bmp JPEG=$WORK/jpeg KORIG=$WORK/korig KBMP=$WORK/kbmp
 cleanup() {
-  for m in "$ORIG" "$BMP"; do mountpoint -q "$m" && dsfs umount "$m"; done
+  for m in "$ORIG" "$BMP" "$KORIG" "$KBMP"; do mountpoint -q "$m" && dsfs umount "$m"; done
   rm -rf "$LIBS" "$WORK"
 }
 trap cleanup EXIT
@@ -30,10 +31,14 @@ dsfs() { LD_LIBRARY_PATH=$LIBS "$B/dsfs" "$@"; }
 nproc; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 "$PY" -c 'import torch, torchvision, PIL; print("torch", torch.__version__, "torchvision", torchvision.__version__, "PIL", PIL.__version__, "cuda", torch.cuda.is_available())' || exit 1
 dsfs --version || exit 1
-mkdir -p "$ORIG" "$BMP" "$JPEG"
+mkdir -p "$ORIG" "$BMP" "$JPEG" "$KORIG" "$KBMP"
 dsfs mount "$B/photo32.dsfs" "$ORIG" || exit 1
-cp -a "$ORIG/." "$JPEG/" && dsfs umount "$ORIG" || exit 1
+cp -a "$ORIG/." "$JPEG/" || exit 1
 dsfs mount "$B/photo32.dsfs" "$BMP" -o view=bmp || exit 1
+KERNEL=1
+dsfs mount "$B/photo32.dsfs" "$KORIG" -o kernel && dsfs mount "$B/photo32.dsfs" "$KBMP" -o kernel,view=bmp || {
+  echo "gpu_run: -o kernel mounts not possible here (above); their runs are skipped"; KERNEL=0; }
+findmnt -n -o TARGET,FSTYPE,SOURCE "$KORIG" "$KBMP" 2>/dev/null
 echo "images: $(find "$JPEG" -type f | wc -l)"
 # TRAIN_ARGS: extra gpu_train.py options (e.g. "--batch 16 --warmup 1" for a smoke test on a CPU)
 train() { "$PY" "$REPO/bench/gpu_train.py" "$@" --seconds "$SECONDS_EACH" ${TRAIN_ARGS:-} | tee -a "$JSONL"; }
@@ -41,7 +46,12 @@ train gpu-only "$JPEG" --label "GPU alone"
 train ram "$JPEG" --label "whole tree in one tensor on the GPU"
 for w in 16 4; do
   train imagefolder "$JPEG" --workers $w --label "ImageFolder, JPEG on local disk, $w workers"
+  train imagefolder "$ORIG" --workers $w --label "ImageFolder, dsfs original tree, $w workers"
   train imagefolder "$BMP" --workers $w --label "ImageFolder, dsfs bmp view, $w workers"
+  if ((KERNEL)); then
+    train imagefolder "$KORIG" --workers $w --label "ImageFolder, dsfs -o kernel original tree, $w workers"
+    train imagefolder "$KBMP" --workers $w --label "ImageFolder, dsfs -o kernel,view=bmp, $w workers"
+  fi
 done
 "$PY" - "$JSONL" >"$OUT/gpu-$STAMP.md" <<'PYEOF'
 import json, sys

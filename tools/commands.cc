@@ -106,7 +106,7 @@ constexpr const char* kServiceHelp = R"(Running as a service:
             STORE= and OPTIONS= from /etc/dsfs/INSTANCE.conf; systemctl start dsfs@mnt-ds
   by hand:  mount -t fuse.dsfs -o ro,cache_size=8G /data/ds.db /mnt/ds
   cmake --install puts bin/dsfs, /sbin/mount.fuse.dsfs (mount(8) looks in /sbin only) and
-  lib/systemd/system/dsfs@.service in place. See README.md, "Running as a service".)";
+  lib/systemd/system/dsfs@.service in place. See docs/service.md.)";
 
 const char* kHelperUsage =
     "usage: mount.fuse.dsfs STORE MOUNTPOINT [-s] [-f] [-n] [-v] [-o OPTIONS]\n"

@@ -26,7 +26,10 @@ import re
 import statistics
 import sys
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError:
+    sys.exit("plot: error: python3-matplotlib is not installed (bash tools/setup.sh)")
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -200,6 +200,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   convert_cmd->add_option("DST", convert.dst, "store to create")->required();
   convert_cmd->add_option("--backend", convert.backend, "lmdb or rocksdb")->required();
   convert_cmd->add_flag("-f,--force", convert.force, "overwrite DST if it exists");
+  convert_cmd->add_flag("-q,--quiet", convert.quiet, "no progress line");
 
   MountConfig mount;
   std::vector<std::string> mount_opts;
@@ -287,7 +288,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   } else if (*add_cmd) {
     s = RunAdd(add, out, err);
   } else if (*convert_cmd) {
-    s = RunConvert(convert, out);
+    s = RunConvert(convert, out, err);
   } else if (*mount_cmd) {
     std::string joined;
     for (const auto& o : mount_opts) joined += (joined.empty() ? "" : ",") + o;

@@ -302,8 +302,8 @@ Prefetcher::Stats Prefetcher::stats() const {
   st.preload_total_files = preload_total_;
   st.preload_total_bytes = preload_total_bytes_;
   st.preload_done = preload_done_;
-  static constexpr const char* kStates[] = {"off",  "queued",              "counting", "loading",
-                                            "done", "stopped: cache full", "stopped"};
+  static constexpr const char* kStates[] = {
+      "off", "queued", "counting", "loading", "done", "stopped: cache full", "stopped"};
   st.preload_state = kStates[static_cast<int>(preload_state_.load())];
   if (int64_t start = preload_start_ns_; start != 0) {
     int64_t end = preload_end_ns_;

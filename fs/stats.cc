@@ -70,16 +70,14 @@ nlohmann::ordered_json Filesystem::StatsObject() const {
     j["readahead"] = {{"files", ps.readahead_files}, {"chunks", ps.readahead_chunks}};
     // Preload's progress: how far (of the totals counted first), for how long, how fast and
     // how long still to go at that rate.
-    double pct = ps.preload_total_bytes
-                     ? 100.0 * static_cast<double>(ps.preload_bytes) /
-                           static_cast<double>(ps.preload_total_bytes)
-                     : (ps.preload_done ? 100.0 : 0.0);
-    double rate = ps.preload_seconds > 0
-                      ? static_cast<double>(ps.preload_bytes) / ps.preload_seconds
-                      : 0.0;
+    double pct = ps.preload_total_bytes ? 100.0 * static_cast<double>(ps.preload_bytes) /
+                                              static_cast<double>(ps.preload_total_bytes)
+                                        : (ps.preload_done ? 100.0 : 0.0);
+    double rate =
+        ps.preload_seconds > 0 ? static_cast<double>(ps.preload_bytes) / ps.preload_seconds : 0.0;
     double left = std::string_view(ps.preload_state) == "loading" && rate > 0
-                      ? static_cast<double>(ps.preload_total_bytes - std::min(ps.preload_bytes,
-                                                                      ps.preload_total_bytes)) /
+                      ? static_cast<double>(ps.preload_total_bytes -
+                                            std::min(ps.preload_bytes, ps.preload_total_bytes)) /
                             rate
                       : 0.0;
     j["preload"] = {{"state", ps.preload_state},

@@ -105,14 +105,12 @@ Status RunConvert(const ConvertCommand& cmd, std::ostream& out, std::ostream& er
   bar.Clear();
   DSFS_RETURN_IF_ERROR(s);
   writer.reset();
-  double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   char rate[96];
-  std::snprintf(rate, sizeof(rate), " in %.1f s, %s/s", seconds,
-                FormatBytes(seconds > 0 ? static_cast<uint64_t>(static_cast<double>(bytes) /
-                                                                 seconds)
-                                        : 0)
-                    .c_str());
+  std::snprintf(
+      rate, sizeof(rate), " in %.1f s, %s/s", seconds,
+      FormatBytes(seconds > 0 ? static_cast<uint64_t>(static_cast<double>(bytes) / seconds) : 0)
+          .c_str());
   out << "converted " << cmd.src << " (" << reader->Name() << ") -> " << cmd.dst << " ("
       << cmd.backend << "): " << records << " records, " << FormatBytes(bytes) << rate << "\n";
   return Status::OK();

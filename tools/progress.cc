@@ -43,10 +43,9 @@ std::string FormatProgress(const PackProgress& p, double elapsed_s, uint64_t fil
   uint64_t measured = p.bytes_total ? bytes : files;
   double left = -1;
   if (elapsed_s > 0 && measured > 0) {
-    std::snprintf(buf, sizeof(buf), "  %.0f files/s  %s/s",
-                  static_cast<double>(files) / elapsed_s,
-                  FormatBytes(static_cast<uint64_t>(static_cast<double>(bytes) / elapsed_s))
-                      .c_str());
+    std::snprintf(
+        buf, sizeof(buf), "  %.0f files/s  %s/s", static_cast<double>(files) / elapsed_s,
+        FormatBytes(static_cast<uint64_t>(static_cast<double>(bytes) / elapsed_s)).c_str());
     line += buf;
     if (total) {
       left = static_cast<double>(total > done ? total - done : 0) /

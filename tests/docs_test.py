@@ -6,6 +6,9 @@
   docs_test.py charts REPO   every chart (.svg) those pages link exists and was drawn from the
                              data its results file holds now: bench/plot.py writes each source's
                              sha256 into the SVG's metadata; so does every chart beside a .jsonl
+  docs_test.py redraw REPO   bench/plot.py, run again on the README chart's sources in a scratch
+                             directory, draws the committed bytes (deterministic SVGs: drawing
+                             again changes nothing); skipped (77) without python3-matplotlib
 
 Content hashes, not file times: on a fresh clone every file has the checkout's time. One line
 per problem, exit status 1 if any.
@@ -123,12 +126,45 @@ def check_charts(repo):
     return problems
 
 
+def check_redraw(repo):
+    import shutil
+    import subprocess
+    import tempfile
+    results = os.path.join(repo, "bench", "results")
+    headline = os.path.join(results, "headline.svg")
+    with open(headline, encoding="utf-8") as f:
+        sources = [name for name, _ in SOURCE.findall(f.read())]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in os.listdir(results):
+            if name.endswith((".jsonl", ".md")):
+                shutil.copy(os.path.join(results, name), tmp)
+        drawn = [os.path.join(tmp, n) for n in sources if n.startswith("views-")]
+        p = subprocess.run([sys.executable, os.path.join(repo, "bench", "plot.py"), "--results",
+                            tmp] + drawn, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+        if "python3-matplotlib is not installed" in p.stdout:
+            print("skipped: python3-matplotlib is not installed (bash tools/setup.sh)")
+            sys.exit(77)
+        if p.returncode != 0:
+            return [f"bench/plot.py failed (status {p.returncode}): {p.stdout.strip()}"]
+        problems = []
+        for name in ["headline.svg"] + [os.path.basename(d)[:-6] + ".svg" for d in drawn]:
+            new, old = os.path.join(tmp, name), os.path.join(results, name)
+            if not os.path.exists(new):
+                problems.append(f"bench/plot.py drew no {name}")
+            elif sha256(new) != sha256(old):
+                problems.append(f"bench/results/{name}: drawn again from the same data it "
+                                "differs (not deterministic, or drawn by another plot.py)")
+        return problems
+
+
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("links", "charts"):
-        print("usage: docs_test.py links|charts REPO", file=sys.stderr)
+    modes = {"links": check_links, "charts": check_charts, "redraw": check_redraw}
+    if len(sys.argv) != 3 or sys.argv[1] not in modes:
+        print("usage: docs_test.py links|charts|redraw REPO", file=sys.stderr)
         return 2
     repo = os.path.abspath(sys.argv[2])
-    problems = check_links(repo) if sys.argv[1] == "links" else check_charts(repo)
+    problems = modes[sys.argv[1]](repo)
     for p in problems:
         print(p)
     if not problems:

@@ -323,6 +323,9 @@ def main():
     with open(out + ".md", "w") as f:
         f.write("\n".join(lines))
     print("\n".join(lines))
+    # The charts of these results and the README's (bench/plot.py), beside them.
+    subprocess.run(["/usr/bin/python3", os.path.join(REPO, "bench", "plot.py"), out + ".jsonl"],
+                   check=False)
     return 0
 
 

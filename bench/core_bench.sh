@@ -88,6 +88,8 @@ cleanup() {
   if [[ -s $JSONL ]]; then
     "$PY" "$REPO/bench/report.py" "$JSONL" --work "$WORK" --repo "$REPO" --out "$MD" \
       --log "$LOG" && { echo; cat "$MD"; echo; log "results: $MD"; }
+    # The charts of this run and the README's, beside the results (bench/plot.py).
+    "$PY" "$REPO/bench/plot.py" "$JSONL" || log "charts not drawn (bench/plot.py failed)"
   fi
 }
 trap cleanup EXIT

@@ -1,7 +1,7 @@
 // The cost of one FUSE round trip, by transport (fs/uring_transport.h): isatty() (ioctl TCGETS,
 // which FUSE always forwards; Python's open() calls it) and stat() (one GETATTR: the file's
 // attributes are never cached) on a file of a mount, against the same calls on ext4, idle and
-// beside N busy processes. README, "The kernel path", says why the round trip matters.
+// beside N busy processes. docs/kernel.md says why the round trip matters.
 //
 // The server is a child process (as dsfs is a daemon): a one-file filesystem served by
 // FuseTransport with dsfs's settings (2 classic threads, nice -10). Needs root and /dev/fuse; for

@@ -205,6 +205,9 @@ def main():
     with open(md, "w") as f:
         f.write("\n".join(lines))
     print("\n".join(lines))
+    # The charts of these results and the README's (bench/plot.py), beside them.
+    subprocess.run(["/usr/bin/python3", os.path.join(REPO, "bench", "plot.py"), os.path.join(out_dir, f"views-{stamp}.jsonl")],
+                   check=False)
     return 0
 
 

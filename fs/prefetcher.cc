@@ -221,17 +221,33 @@ bool Prefetcher::CacheNearlyFull() const {
   return st.bytes >= st.capacity_bytes / 10 * 9;
 }
 
+namespace {
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 void Prefetcher::Preload(uint64_t dir) {
   uint32_t ino;
-  if (space_.ToStore(dir, &ino)) Enqueue({Kind::kPreload, ino});
+  if (!space_.ToStore(dir, &ino)) return;
+  preload_state_ = PreloadState::kQueued;
+  Enqueue({Kind::kPreload, ino});
 }
 
 void Prefetcher::PreloadTree(uint32_t dir) {
   // Breadth-first order is inode order: directories' files are contiguous, so one pass over
   // the inode range below `dir` visits them. Count first, for progress.
+  preload_start_ns_ = SteadyNs();
+  preload_state_ = PreloadState::kCounting;
+  auto end = [&](PreloadState state) {
+    preload_end_ns_ = SteadyNs();
+    preload_state_ = state;
+  };
   std::vector<uint32_t> dirs{dir};
   std::vector<std::pair<uint32_t, uint32_t>> ranges;  // (first, count) of each directory
-  uint64_t files = 0;
+  uint64_t files = 0, bytes = 0;
   for (size_t i = 0; i < dirs.size(); ++i) {
     InodeRecord d;
     uint32_t first, count;
@@ -244,19 +260,24 @@ void Prefetcher::PreloadTree(uint32_t dir) {
       InodeRecord r;
       if (!store_->GetInode(first + k, &r).ok()) continue;
       if (IsDir(r)) dirs.push_back(first + k);
-      if (IsReg(r)) ++files;
+      if (IsReg(r)) {
+        ++files;
+        bytes += r.size;
+      }
     }
   }
   preload_total_ = files;
+  preload_total_bytes_ = bytes;
+  preload_state_ = PreloadState::kLoading;
   for (auto [first, count] : ranges) {
     for (uint32_t k = 0; k < count; ++k) {
       {
         std::lock_guard lock(mu_);
-        if (stop_) return;
+        if (stop_) return end(PreloadState::kStopped);
       }
       InodeRecord r;
       if (!store_->GetInode(first + k, &r).ok() || !IsReg(r)) continue;
-      if (CacheNearlyFull()) return;
+      if (CacheNearlyFull()) return end(PreloadState::kCacheFull);
       for (uint64_t c = 0; c < store_->ChunkCount(r); ++c) {
         if (!store_->Prefetch(r, c).ok()) break;
       }
@@ -264,6 +285,7 @@ void Prefetcher::PreloadTree(uint32_t dir) {
       preload_bytes_ += r.size;
     }
   }
+  end(PreloadState::kDone);
 }
 
 Prefetcher::Stats Prefetcher::stats() const {
@@ -278,7 +300,15 @@ Prefetcher::Stats Prefetcher::stats() const {
   st.preload_files = preload_files_;
   st.preload_bytes = preload_bytes_;
   st.preload_total_files = preload_total_;
+  st.preload_total_bytes = preload_total_bytes_;
   st.preload_done = preload_done_;
+  static constexpr const char* kStates[] = {
+      "off", "queued", "counting", "loading", "done", "stopped: cache full", "stopped"};
+  st.preload_state = kStates[static_cast<int>(preload_state_.load())];
+  if (int64_t start = preload_start_ns_; start != 0) {
+    int64_t end = preload_end_ns_;
+    st.preload_seconds = static_cast<double>((end != 0 ? end : SteadyNs()) - start) / 1e9;
+  }
   std::lock_guard lock(mu_);
   st.queued_jobs = queue_.size() + static_cast<uint64_t>(running_);
   return st;

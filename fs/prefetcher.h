@@ -87,7 +87,14 @@ class Prefetcher {
     uint64_t pushed_files = 0, pushed_bytes = 0, push_retries = 0, push_failures = 0;
     uint64_t push_budget_bytes = 0;
     uint64_t readahead_files = 0, readahead_chunks = 0;
+    // Preload's progress: files and bytes loaded of the totals below its directory (counted
+    // before loading), seconds since it started (until it ended), and its state: "off" (not
+    // asked for), "queued", "counting", "loading", "done", "stopped: cache full" (the cache
+    // holds what fits) or "stopped" (unmounted first).
     uint64_t preload_files = 0, preload_bytes = 0, preload_total_files = 0;
+    uint64_t preload_total_bytes = 0;
+    double preload_seconds = 0;
+    const char* preload_state = "off";
     bool preload_done = false;
     uint64_t queued_jobs = 0;
   };
@@ -137,7 +144,11 @@ class Prefetcher {
   std::atomic<uint64_t> pushed_files_{0}, pushed_bytes_{0}, push_retries_{0}, push_failures_{0};
   std::atomic<uint64_t> push_reserved_{0};
   std::atomic<uint64_t> readahead_files_{0}, readahead_chunks_{0};
+  enum class PreloadState { kOff, kQueued, kCounting, kLoading, kDone, kCacheFull, kStopped };
   std::atomic<uint64_t> preload_files_{0}, preload_bytes_{0}, preload_total_{0};
+  std::atomic<uint64_t> preload_total_bytes_{0};
+  std::atomic<PreloadState> preload_state_{PreloadState::kOff};
+  std::atomic<int64_t> preload_start_ns_{0}, preload_end_ns_{0};  // steady clock; 0: not yet
   std::atomic<bool> preload_done_{false};
   std::vector<std::thread> threads_;
 };

@@ -1,7 +1,9 @@
 // The stats file's JSON and the systemd status line of a Filesystem.
 #include "fs/stats.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string_view>
 
 #include "common/units.h"
 #include "fs/filesystem.h"
@@ -66,9 +68,27 @@ nlohmann::ordered_json Filesystem::StatsObject() const {
                  {"retries", ps.push_retries},
                  {"failures", ps.push_failures}};
     j["readahead"] = {{"files", ps.readahead_files}, {"chunks", ps.readahead_chunks}};
-    j["preload"] = {{"files", ps.preload_files},
+    // Preload's progress: how far (of the totals counted first), for how long, how fast and
+    // how long still to go at that rate.
+    double pct = ps.preload_total_bytes ? 100.0 * static_cast<double>(ps.preload_bytes) /
+                                              static_cast<double>(ps.preload_total_bytes)
+                                        : (ps.preload_done ? 100.0 : 0.0);
+    double rate =
+        ps.preload_seconds > 0 ? static_cast<double>(ps.preload_bytes) / ps.preload_seconds : 0.0;
+    double left = std::string_view(ps.preload_state) == "loading" && rate > 0
+                      ? static_cast<double>(ps.preload_total_bytes -
+                                            std::min(ps.preload_bytes, ps.preload_total_bytes)) /
+                            rate
+                      : 0.0;
+    j["preload"] = {{"state", ps.preload_state},
+                    {"files", ps.preload_files},
                     {"bytes", ps.preload_bytes},
                     {"total_files", ps.preload_total_files},
+                    {"total_bytes", ps.preload_total_bytes},
+                    {"percent", std::round(pct * 10) / 10},
+                    {"seconds", StatsSeconds(ps.preload_seconds)},
+                    {"bytes_per_s", static_cast<uint64_t>(rate)},
+                    {"seconds_left", StatsSeconds(left)},
                     {"done", ps.preload_done ? 1 : 0}};
     j["queued_jobs"] = ps.queued_jobs;
   }
@@ -103,6 +123,15 @@ std::string Filesystem::StatusLine() const {
             std::to_string(lookups == 0 ? 0 : cs.hits * 100 / lookups) + "% hits";
   } else {
     line += "no cache";
+  }
+  if (prefetcher_) {
+    Prefetcher::Stats ps = prefetcher_->stats();
+    if (std::string_view(ps.preload_state) == "loading" && ps.preload_total_bytes) {
+      line += "; preload " +
+              std::to_string(std::min(ps.preload_bytes, ps.preload_total_bytes) * 100 /
+                             ps.preload_total_bytes) +
+              "%";
+    }
   }
   if (transport_stats_) line += "; transport " + transport_stats_().description;
   return line;

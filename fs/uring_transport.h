@@ -3,7 +3,7 @@
 //
 // Over io_uring the kernel keeps one queue per possible CPU and hands a request to the queue of
 // the CPU the requester runs on; each queue is served by one thread pinned to that CPU, so a
-// round trip (Python's isatty() on every open: README, "The kernel path") is a switch on one CPU
+// round trip (Python's isatty() on every open: docs/kernel.md) is a switch on one CPU
 // instead of a cross-CPU wakeup through the shared /dev/fuse queue.
 //
 // Debian 12's libfuse (3.14) knows nothing of io_uring. The transport keeps it for mounting,

@@ -17,6 +17,7 @@
 #include "pack/packer.h"
 #include "tests/test_util.h"
 #include "tools/commands.h"
+#include "tools/progress.h"
 
 namespace dsfs {
 namespace {
@@ -804,6 +805,63 @@ TEST(HelpTest, HelpTellsHowToRunItAsAService) {
         "READY=1",     "STOPPING=1",    "SIGHUP",           "SIGTERM",     "fuse.dsfs"}) {
     EXPECT_NE(r.out.find(needle), std::string::npos) << needle << " not in:\n" << r.out;
   }
+}
+
+// The progress line (tools/progress.h) at made-up times: the rate from the bytes done since
+// the rate started being measured, the time left from the bytes still to do.
+TEST(ProgressTest, LineShowsRateAndTimeLeft) {
+  EXPECT_EQ(FormatDuration(0), "0s");
+  EXPECT_EQ(FormatDuration(42.4), "42s");
+  EXPECT_EQ(FormatDuration(185), "3m05s");
+  EXPECT_EQ(FormatDuration(3720), "1h02m");
+  EXPECT_EQ(FormatDuration(-1), "--");
+  PackProgress p;
+  p.phase = "compressing";
+  p.files_total = 1000;
+  p.bytes_total = 100000000;
+  p.files_done = 300;
+  p.bytes_done = 30000000;
+  // 10 s after the rate started at 100 files and 10 MB: 20 files/s, 2 MB/s, 35 s left.
+  std::string line = FormatProgress(p, 10.0, 100, 10000000);
+  EXPECT_EQ(line,
+            "compressing 300/1000 files  30.0 MB/100.0 MB  30.0%  20 files/s  2.0 MB/s  35s left")
+      << line;
+  // Nothing measured yet: no rate, the time left unknown.
+  EXPECT_EQ(FormatProgress(p, 0.0, 300, 30000000),
+            "compressing 300/1000 files  30.0 MB/100.0 MB  30.0%  -- left");
+  // Done: nothing left, whatever the rate.
+  p.phase = "finishing";
+  p.files_done = 1000;
+  p.bytes_done = p.bytes_total;
+  EXPECT_NE(FormatProgress(p, 0.0, 1000, p.bytes_total).find("100.0%  0s left"),
+            std::string::npos);
+  // Without a byte total (convert of an unknown size): from the files.
+  PackProgress q;
+  q.phase = "copying";
+  q.files_done = 50;
+  q.files_total = 100;
+  q.bytes_done = 5000;
+  EXPECT_NE(FormatProgress(q, 5.0, 0, 0).find("10 files/s  1.0 kB/s  5s left"), std::string::npos)
+      << FormatProgress(q, 5.0, 0, 0);
+}
+
+// Not on a terminal (the tests' streams): no progress line, the summary says how fast.
+TEST_F(CliTest, AddAndConvertSummariesGiveTheRate) {
+  // The fixture's store_ is packed from src/ already.
+  WriteFile(dir_ / "extra/new.txt", "new");
+  CliRun r = Dsfs({"add", store_, dir_ / "extra"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(LineCount(r.out), 1) << r.out;
+  EXPECT_NE(r.out.find("added 1 files"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" files/s"), std::string::npos) << r.out;
+  EXPECT_TRUE(r.err.empty()) << r.err;
+  r = Dsfs({"convert", store_, dir_ / "c.db", "--backend", "rocksdb"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(LineCount(r.out), 1) << r.out;
+  EXPECT_NE(r.out.find(" records, "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" s, "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("B/s"), std::string::npos) << r.out;
+  EXPECT_TRUE(r.err.empty()) << r.err;
 }
 
 }  // namespace

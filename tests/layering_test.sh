@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The include rules of the layers (README, "How it works"), checked on the sources; the link
+# The include rules of the layers (docs/design.md), checked on the sources; the link
 # rules are checked by the dsfs_layer_check_* executables (tests/CMakeLists.txt).
 #   tests/layering_test.sh [REPO]
 set -uo pipefail

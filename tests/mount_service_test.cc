@@ -535,7 +535,7 @@ TEST(MountHelperTest, MountCommandAndFstabLine) {
     EXPECT_FALSE(IsMounted(s.mp));
   }
   {
-    // The fstab line from the README (mount -T reads another fstab than /etc/fstab).
+    // The fstab line from docs/service.md (mount -T reads another fstab than /etc/fstab).
     std::string fstab = s.dir / "fstab";
     PutFile(fstab, "# test\n" + s.store + " " + s.mp +
                        " fuse.dsfs ro,allow_other,cache_size=8G,nofail,x-systemd.automount 0 0\n");

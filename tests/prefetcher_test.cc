@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cerrno>
 #include <map>
 #include <mutex>
@@ -27,15 +29,16 @@ class PrefetcherTest : public ::testing::Test {
     WriteFile(dir_ / "src/b/empty", "");
     PackOptions o;
     o.chunk_bytes = 8192;
-    std::shared_ptr<MemTable> table;
     std::unique_ptr<Store> plain;
-    ASSERT_TRUE(PackToMemory(dir_ / "src", o, &table, &plain).ok());
+    ASSERT_TRUE(PackToMemory(dir_ / "src", o, &table_, &plain).ok());
     cache_ = std::make_shared<ByteCache>(1 << 20, 4);
     std::unique_ptr<Store> store;
-    ASSERT_TRUE(Store::Open(NewMemReader(table), &store, cache_).ok());
+    ASSERT_TRUE(Store::Open(NewMemReader(table_), &store, cache_).ok());
     fs_ = std::make_unique<Filesystem>(std::move(store), FsOptions{}, cache_);
     store_ = &fs_->store();
   }
+
+  std::shared_ptr<MemTable> table_;
 
   uint32_t Ino(const std::string& path, InodeRecord* rec = nullptr) {
     uint32_t ino;
@@ -169,12 +172,56 @@ TEST_F(PrefetcherTest, PreloadFillsTheCacheWithinBudget) {
   p.WaitIdle();
   Prefetcher::Stats st = p.stats();
   EXPECT_TRUE(st.preload_done);
+  EXPECT_STREQ(st.preload_state, "done");
   EXPECT_EQ(st.preload_total_files, 52u);
   EXPECT_EQ(st.preload_files, 52u);  // 150 KB fits the 1 MiB cache
+  EXPECT_GT(st.preload_total_bytes, 0u);
+  EXPECT_EQ(st.preload_bytes, st.preload_total_bytes);
+  EXPECT_GE(st.preload_seconds, 0.0);
   EXPECT_LE(cache_->stats().bytes, 1u << 20);
   InodeRecord r;
   Ino("a/f120", &r);
   EXPECT_TRUE(store_->ChunkCached(r, 0));
+}
+
+// Preload's progress as `dsfs stats` shows it (Filesystem::StatsObject): off until asked for;
+// then its state, how far of the totals, for how long; a cache too small for the tree stops
+// it, and the stats say so.
+TEST_F(PrefetcherTest, PreloadProgressIsInTheStats) {
+  Prefetcher::Options o;
+  {
+    Prefetcher idle(store_, cache_.get(), fs_->inode_space(), o, nullptr);
+    fs_->SetPrefetcher(&idle);
+    nlohmann::json j = nlohmann::json::parse(fs_->StatsJson());
+    EXPECT_EQ(j["preload"]["state"], "off") << j.dump();
+    fs_->SetPrefetcher(nullptr);
+  }
+  Prefetcher p(store_, cache_.get(), fs_->inode_space(), o, nullptr);
+  fs_->SetPrefetcher(&p);
+  p.Preload(Store::kRootIno);
+  p.WaitIdle();
+  nlohmann::json j = nlohmann::json::parse(fs_->StatsJson());
+  fs_->SetPrefetcher(nullptr);
+  const nlohmann::json& pl = j["preload"];
+  EXPECT_EQ(pl["state"], "done") << j.dump();
+  EXPECT_EQ(pl["files"], 52) << j.dump();
+  EXPECT_EQ(pl["total_files"], 52) << j.dump();
+  EXPECT_EQ(pl["bytes"], pl["total_bytes"]) << j.dump();
+  EXPECT_EQ(pl["percent"], 100.0) << j.dump();
+  EXPECT_EQ(pl["seconds_left"], 0.0) << j.dump();
+  EXPECT_TRUE(pl.contains("seconds") && pl.contains("bytes_per_s")) << j.dump();
+  EXPECT_EQ(pl["done"], 1) << j.dump();
+
+  // A cache of 64 KiB for 150 KB of files: preload stops when it is nearly full.
+  auto small = std::make_shared<ByteCache>(64 << 10, 1);
+  std::unique_ptr<Store> store;
+  ASSERT_TRUE(Store::Open(NewMemReader(table_), &store, small).ok());
+  Prefetcher q(store.get(), small.get(), fs_->inode_space(), o, nullptr);
+  q.Preload(Store::kRootIno);
+  q.WaitIdle();
+  Prefetcher::Stats st = q.stats();
+  EXPECT_STREQ(st.preload_state, "stopped: cache full");
+  EXPECT_LT(st.preload_files, st.preload_total_files);
 }
 
 }  // namespace

@@ -128,7 +128,8 @@ TEST(SystemdUnitTest, LoopDevicesAllowedForKernelMounts) {
 }
 
 // `cmake --install` into a staging directory: the binary, the mount helper link (mount(8)
-// finds helpers in /sbin), the unit with the installed binary's path, the example config.
+// finds helpers in /sbin), the unit with the installed binary's path, the example config,
+// the man pages.
 TEST(InstallTest, InstallsBinaryHelperUnitsAndExample) {
   TempDir dest;
   CommandResult r = RunCommand({"env", "DESTDIR=" + dest.path(), CMAKE_COMMAND, "--install",
@@ -150,6 +151,13 @@ TEST(InstallTest, InstallsBinaryHelperUnitsAndExample) {
   EXPECT_EQ(unit.find(kBuildDir), std::string::npos) << "the build directory leaked into it";
   EXPECT_TRUE(std::filesystem::exists(root + "/opt/dsfs-test/share/doc/dsfs/dsfs.conf.example"))
       << r.out;
+  // The man pages, where pandoc built them (tests/man_test.py checks what they say).
+  if (std::filesystem::exists(std::string(kBuildDir) + "/man/dsfs.1")) {
+    EXPECT_TRUE(std::filesystem::exists(root + "/opt/dsfs-test/share/man/man1/dsfs.1")) << r.out;
+    EXPECT_TRUE(
+        std::filesystem::exists(root + "/opt/dsfs-test/share/man/man8/mount.fuse.dsfs.8"))
+        << r.out;
+  }
 }
 
 }  // namespace

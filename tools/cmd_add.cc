@@ -2,6 +2,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
@@ -10,6 +12,7 @@
 #include "fs/control_dir.h"
 #include "store/store.h"
 #include "tools/commands.h"
+#include "tools/progress.h"
 
 namespace dsfs {
 
@@ -23,16 +26,8 @@ Status RunAdd(const AddCommand& cmd, std::ostream& out, std::ostream& err) {
   DSFS_RETURN_IF_ERROR(NewKvUpdater(cmd.store, &writer));
   std::unique_ptr<Store> base;
   DSFS_RETURN_IF_ERROR(Store::Open(cmd.store, StoreOptions{}, &base));
-  bool bar = !cmd.quiet && ::isatty(STDERR_FILENO);
-  auto progress = [&](const PackProgress& p) {
-    if (!bar) return;
-    char line[160];
-    std::snprintf(line, sizeof(line), "\r%-11s %llu/%llu files  %s/%s  ", p.phase,
-                  static_cast<unsigned long long>(p.files_done),
-                  static_cast<unsigned long long>(p.files_total), FormatBytes(p.bytes_done).c_str(),
-                  FormatBytes(p.bytes_total).c_str());
-    err << line << std::flush;
-  };
+  ProgressLine bar(err, !cmd.quiet && ::isatty(STDERR_FILENO));
+  auto progress = [&](const PackProgress& p) { bar.Update(p); };
   AddOptions options = cmd.options;
   // Not added if it is inside SRC: the store (where a symlink leads) and its temporaries.
   std::unique_ptr<char, decltype(&std::free)> real(::realpath(cmd.store.c_str(), nullptr),
@@ -41,17 +36,19 @@ Status RunAdd(const AddCommand& cmd, std::ostream& out, std::ostream& err) {
   options.watch_root_names = {std::string(kControlDirName)};
   PackStats stats;
   Status s = AddDirectory(*base, cmd.src, options, writer.get(), progress, &stats);
-  if (bar) err << "\r\033[K" << std::flush;
+  bar.Clear();
   DSFS_RETURN_IF_ERROR(s);
   writer.reset();
   WarnIfControlDirStored(stats);
   char line[300];
+  double rate = stats.seconds > 0 ? static_cast<double>(stats.files) / stats.seconds : 0.0;
   std::snprintf(
       line, sizeof(line),
-      "added %llu files, %llu directories, %llu symlinks (%s, stored as %s) in %.1f s\n",
+      "added %llu files, %llu directories, %llu symlinks (%s, stored as %s) in %.1f s, %.0f "
+      "files/s\n",
       static_cast<unsigned long long>(stats.files), static_cast<unsigned long long>(stats.dirs),
       static_cast<unsigned long long>(stats.symlinks), FormatBytes(stats.bytes_in).c_str(),
-      FormatBytes(stats.payload_bytes).c_str(), stats.seconds);
+      FormatBytes(stats.payload_bytes).c_str(), stats.seconds, rate);
   out << line;
   if (stats.replaced) {
     out << "replaced " << stats.replaced << " entries of the store";
@@ -61,7 +58,7 @@ Status RunAdd(const AddCommand& cmd, std::ostream& out, std::ostream& err) {
   return Status::OK();
 }
 
-Status RunConvert(const ConvertCommand& cmd, std::ostream& out) {
+Status RunConvert(const ConvertCommand& cmd, std::ostream& out, std::ostream& err) {
   // Refuse anything that is not a readable dsfs store before creating the destination.
   std::unique_ptr<Store> check;
   DSFS_RETURN_IF_ERROR(Store::Open(cmd.src, StoreOptions{}, &check));
@@ -76,18 +73,46 @@ Status RunConvert(const ConvertCommand& cmd, std::ostream& out) {
   wo.expected_bytes = StoreBytes(cmd.src);
   std::unique_ptr<KvWriter> writer;
   DSFS_RETURN_IF_ERROR(NewKvWriter(cmd.dst, cmd.backend, wo, &writer));
-  // Records are copied as they are: payloads stay compressed, checksums stay valid.
+  // Records are copied as they are: payloads stay compressed, checksums stay valid. The
+  // progress counts records as "files" and their bytes against the size of SRC.
+  ProgressLine bar(err, !cmd.quiet && ::isatty(STDERR_FILENO));
+  PackProgress prog;
+  prog.phase = "copying";
+  prog.bytes_total = wo.expected_bytes;
+  auto start = std::chrono::steady_clock::now(), last = start;
   uint64_t records = 0, bytes = 0;
-  DSFS_RETURN_IF_ERROR(
-      ForEachRecord(reader.get(), "", [&](std::string_view key, std::string_view value) {
-        ++records;
-        bytes += value.size();
-        return writer->Put(key, value);
-      }));
-  DSFS_RETURN_IF_ERROR(writer->Commit());
+  Status s = ForEachRecord(reader.get(), "", [&](std::string_view key, std::string_view value) {
+    ++records;
+    bytes += value.size();
+    if (bar.enabled() && (records & 255) == 0) {
+      auto now = std::chrono::steady_clock::now();
+      if (now - last >= std::chrono::milliseconds(200)) {
+        last = now;
+        prog.files_done = records;
+        prog.bytes_done = std::min(bytes, prog.bytes_total);
+        bar.Update(prog);
+      }
+    }
+    return writer->Put(key, value);
+  });
+  if (s.ok()) {
+    prog.phase = "finishing";
+    prog.files_done = records;
+    prog.bytes_done = prog.bytes_total;
+    bar.Update(prog);
+    s = writer->Commit();
+  }
+  bar.Clear();
+  DSFS_RETURN_IF_ERROR(s);
   writer.reset();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  char rate[96];
+  std::snprintf(
+      rate, sizeof(rate), " in %.1f s, %s/s", seconds,
+      FormatBytes(seconds > 0 ? static_cast<uint64_t>(static_cast<double>(bytes) / seconds) : 0)
+          .c_str());
   out << "converted " << cmd.src << " (" << reader->Name() << ") -> " << cmd.dst << " ("
-      << cmd.backend << "): " << records << " records, " << FormatBytes(bytes) << "\n";
+      << cmd.backend << "): " << records << " records, " << FormatBytes(bytes) << rate << "\n";
   return Status::OK();
 }
 

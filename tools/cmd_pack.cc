@@ -9,6 +9,7 @@
 #include "fs/control_dir.h"
 #include "store/store.h"
 #include "tools/commands.h"
+#include "tools/progress.h"
 
 namespace dsfs {
 
@@ -41,26 +42,15 @@ Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err) {
   std::unique_ptr<KvWriter> writer;
   DSFS_RETURN_IF_ERROR(NewKvWriter(cmd.dst, cmd.backend, wo, &writer));
 
-  bool bar = !cmd.quiet && ::isatty(STDERR_FILENO);
-  auto progress = [&](const PackProgress& p) {
-    if (!bar) return;
-    char line[160];
-    double pct = p.bytes_total ? 100.0 * static_cast<double>(p.bytes_done) /
-                                     static_cast<double>(p.bytes_total)
-                               : 0.0;
-    std::snprintf(line, sizeof(line), "\r%-11s %llu/%llu files  %s/%s  %5.1f%%  ", p.phase,
-                  static_cast<unsigned long long>(p.files_done),
-                  static_cast<unsigned long long>(p.files_total), FormatBytes(p.bytes_done).c_str(),
-                  FormatBytes(p.bytes_total).c_str(), pct);
-    err << line << std::flush;
-  };
+  ProgressLine bar(err, !cmd.quiet && ::isatty(STDERR_FILENO));
+  auto progress = [&](const PackProgress& p) { bar.Update(p); };
   PackOptions options = cmd.options;
   options.store_path = cmd.dst;  // not packed if it is inside SRC
   options.watch_root_names = {std::string(kControlDirName)};
   PackStats stats;
   Status s = archive ? PackArchive(cmd.src, options, writer.get(), progress, &stats)
                      : PackDirectory(cmd.src, options, writer.get(), progress, &stats);
-  if (bar) err << "\r\033[K" << std::flush;
+  bar.Clear();
   DSFS_RETURN_IF_ERROR(s);
   writer.reset();
   WarnIfControlDirStored(stats);

@@ -107,7 +107,7 @@ constexpr const char* kServiceHelp = R"(Running as a service:
             STORE= and OPTIONS= from /etc/dsfs/INSTANCE.conf; systemctl start dsfs@mnt-ds
   by hand:  mount -t fuse.dsfs -o ro,cache_size=8G /data/ds.db /mnt/ds
   cmake --install puts bin/dsfs, /sbin/mount.fuse.dsfs (mount(8) looks in /sbin only) and
-  lib/systemd/system/dsfs@.service in place. See README.md, "Running as a service".)";
+  lib/systemd/system/dsfs@.service in place. See docs/service.md.)";
 
 const char* kHelperUsage =
     "usage: mount.fuse.dsfs STORE MOUNTPOINT [-s] [-f] [-n] [-v] [-o OPTIONS]\n"
@@ -201,6 +201,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   convert_cmd->add_option("DST", convert.dst, "store to create")->required();
   convert_cmd->add_option("--backend", convert.backend, "lmdb or rocksdb")->required();
   convert_cmd->add_flag("-f,--force", convert.force, "overwrite DST if it exists");
+  convert_cmd->add_flag("-q,--quiet", convert.quiet, "no progress line");
 
   MountConfig mount;
   std::vector<std::string> mount_opts;
@@ -288,7 +289,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   } else if (*add_cmd) {
     s = RunAdd(add, out, err);
   } else if (*convert_cmd) {
-    s = RunConvert(convert, out);
+    s = RunConvert(convert, out, err);
   } else if (*mount_cmd) {
     std::string joined;
     for (const auto& o : mount_opts) joined += (joined.empty() ? "" : ",") + o;

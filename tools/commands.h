@@ -43,10 +43,12 @@ struct ConvertCommand {
   std::string src, dst;
   std::string backend = "lmdb";
   bool force = false;
+  bool quiet = false;
 };
 // dsfs convert SRC DST --backend NAME: copies every record of SRC, byte for byte (payloads
-// are not decompressed), into a new store of another (or the same) backend.
-Status RunConvert(const ConvertCommand& cmd, std::ostream& out);
+// are not decompressed), into a new store of another (or the same) backend. On a terminal
+// (stderr) and without `quiet`, a progress line on `err`; one summary line on `out`.
+Status RunConvert(const ConvertCommand& cmd, std::ostream& out, std::ostream& err);
 
 // Parses a mount option list ("threads=2,allow_other,...") into `config`: the one place where
 // -o options are understood. InvalidArgument names an unknown or malformed option.

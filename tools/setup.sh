@@ -21,7 +21,8 @@ PKGS=(
   squashfs-tools squashfuse
   erofs-utils
   dataset-fashion-mnist
-  python3-torch python3-torchvision python3-numpy python3-pil
+  python3-torch python3-torchvision python3-numpy python3-pil python3-matplotlib
+  pandoc groff-base man-db
   psmisc procps util-linux mount
   clang-14 libclang-rt-14-dev llvm-14
 )

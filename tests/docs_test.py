@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""Checks of the documentation, on the sources alone (no build, no mount):
+
+  docs_test.py links  REPO   every relative link of README.md and docs/**/*.md resolves: the
+                             file exists and a #anchor names a heading of the file it points at
+  docs_test.py charts REPO   every chart (.svg) those pages link exists and was drawn from the
+                             data its results file holds now: bench/plot.py writes each source's
+                             sha256 into the SVG's metadata; so does every chart beside a .jsonl
+  docs_test.py redraw REPO   bench/plot.py, run again on the README chart's sources in a scratch
+                             directory, draws the committed bytes (deterministic SVGs: drawing
+                             again changes nothing); skipped (77) without python3-matplotlib
+
+Content hashes, not file times: on a fresh clone every file has the checkout's time. One line
+per problem, exit status 1 if any.
+"""
+import hashlib
+import os
+import re
+import sys
+
+LINK = re.compile(r"!?\[(?:[^\]\\]|\\.)*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+SOURCE = re.compile(r"([\w.-]+\.jsonl) sha256:([0-9a-f]{64})")
+
+
+def pages(repo):
+    out = [os.path.join(repo, "README.md")]
+    for root, _, files in os.walk(os.path.join(repo, "docs")):
+        out += [os.path.join(root, f) for f in sorted(files) if f.endswith(".md")]
+    return out
+
+
+def strip_code(text):
+    """The text outside fenced code blocks and inline code spans."""
+    text = re.sub(r"^```.*?^```[ \t]*$", "", text, flags=re.S | re.M)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def slug(heading):
+    """GitHub's anchor of a heading."""
+    s = heading.strip().lower()
+    s = re.sub(r"[^\w\- ]", "", s)
+    return s.replace(" ", "-")
+
+
+def anchors(path):
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    text = re.sub(r"^```.*?^```[ \t]*$", "", text, flags=re.S | re.M)
+    seen, out = {}, set()
+    for m in re.finditer(r"^#{1,6}\s+(.*?)\s*#*\s*$", text, re.M):
+        base = slug(m.group(1))
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+def links(path):
+    with open(path, encoding="utf-8") as f:
+        text = strip_code(f.read())
+    for m in LINK.finditer(text):
+        target = m.group(1)
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):  # http:, mailto:, ...
+            continue
+        yield target
+
+
+def check_links(repo):
+    problems = []
+    for page in pages(repo):
+        rel = os.path.relpath(page, repo)
+        for target in links(page):
+            file_part, _, anchor = target.partition("#")
+            dest = page if not file_part else os.path.normpath(
+                os.path.join(os.path.dirname(page), file_part))
+            if not os.path.exists(dest):
+                problems.append(f"{rel}: link to {target}: {os.path.relpath(dest, repo)} "
+                                "does not exist")
+                continue
+            if anchor and (not dest.endswith(".md") or anchor not in anchors(dest)):
+                problems.append(f"{rel}: link to {target}: no heading #{anchor} in "
+                                f"{os.path.relpath(dest, repo)}")
+    return problems
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def check_chart(repo, svg, why):
+    rel = os.path.relpath(svg, repo)
+    if not os.path.exists(svg):
+        return [f"{rel} ({why}) does not exist: run /usr/bin/python3 bench/plot.py"]
+    with open(svg, encoding="utf-8") as f:
+        sources = SOURCE.findall(f.read())
+    if not sources:
+        return [f"{rel} ({why}) names no sources: draw it with bench/plot.py"]
+    problems = []
+    for name, digest in sources:
+        data = os.path.join(os.path.dirname(svg), name)
+        if not os.path.exists(data):
+            problems.append(f"{rel}: its source {name} does not exist")
+        elif sha256(data) != digest:
+            problems.append(f"{rel} is older than {name} (drawn from other data): run "
+                            "/usr/bin/python3 bench/plot.py")
+    return problems
+
+
+def check_charts(repo):
+    problems, charts = [], {}
+    for page in pages(repo):
+        for target in links(page):
+            file_part = target.partition("#")[0]
+            if file_part.endswith(".svg"):
+                path = os.path.normpath(os.path.join(os.path.dirname(page), file_part))
+                charts.setdefault(path, f"linked from {os.path.relpath(page, repo)}")
+    if not charts:
+        problems.append("README.md and docs/ link no chart")
+    results = os.path.join(repo, "bench", "results")
+    for name in sorted(os.listdir(results)):
+        if name.endswith(".svg") and os.path.exists(os.path.join(results, name[:-4] + ".jsonl")):
+            charts.setdefault(os.path.join(results, name), "beside its .jsonl")
+    for path, why in sorted(charts.items()):
+        problems += check_chart(repo, path, why)
+    return problems
+
+
+def check_redraw(repo):
+    import shutil
+    import subprocess
+    import tempfile
+    results = os.path.join(repo, "bench", "results")
+    headline = os.path.join(results, "headline.svg")
+    with open(headline, encoding="utf-8") as f:
+        sources = [name for name, _ in SOURCE.findall(f.read())]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in os.listdir(results):
+            if name.endswith((".jsonl", ".md")):
+                shutil.copy(os.path.join(results, name), tmp)
+        drawn = [os.path.join(tmp, n) for n in sources if n.startswith("views-")]
+        p = subprocess.run([sys.executable, os.path.join(repo, "bench", "plot.py"), "--results",
+                            tmp] + drawn, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+        if "python3-matplotlib is not installed" in p.stdout:
+            print("skipped: python3-matplotlib is not installed (bash tools/setup.sh)")
+            sys.exit(77)
+        if p.returncode != 0:
+            return [f"bench/plot.py failed (status {p.returncode}): {p.stdout.strip()}"]
+        problems = []
+        for name in ["headline.svg"] + [os.path.basename(d)[:-6] + ".svg" for d in drawn]:
+            new, old = os.path.join(tmp, name), os.path.join(results, name)
+            if not os.path.exists(new):
+                problems.append(f"bench/plot.py drew no {name}")
+            elif sha256(new) != sha256(old):
+                problems.append(f"bench/results/{name}: drawn again from the same data it "
+                                "differs (not deterministic, or drawn by another plot.py)")
+        return problems
+
+
+def main():
+    modes = {"links": check_links, "charts": check_charts, "redraw": check_redraw}
+    if len(sys.argv) != 3 or sys.argv[1] not in modes:
+        print("usage: docs_test.py links|charts|redraw REPO", file=sys.stderr)
+        return 2
+    repo = os.path.abspath(sys.argv[2])
+    problems = modes[sys.argv[1]](repo)
+    for p in problems:
+        print(p)
+    if not problems:
+        print(f"docs_test {sys.argv[1]}: ok")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -32,6 +32,7 @@ import platform
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 
@@ -251,6 +252,8 @@ def main():
     with open(md, "w") as f:
         f.write("\n".join(lines))
     print("\n".join(lines))
+    subprocess.run([PY, os.path.join(REPO, "bench", "plot.py"),
+                    os.path.join(out_dir, f"kernel-{stamp}.jsonl")], check=False)
     return 0
 
 

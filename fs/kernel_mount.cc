@@ -492,6 +492,15 @@ Status UnmountKernel(const std::string& mountpoint, bool lazy, bool* handled) {
     }
     return Status::FromErrno(err, "cannot unmount " + mountpoint);
   }
+  // A bind mount of the same EROFS (or the mount this one was bound from) still holds it:
+  // nothing below is this mountpoint's to take down.
+  for (const MountEntry& e : Mounts()) {
+    if (e.fstype == "erofs" &&
+        (e.source == image || (!loop.empty() && LoopDeviceName(e.source) == loop))) {
+      Log()->info("{}: unmounted; the same EROFS stays mounted at {}", mountpoint, e.mountpoint);
+      return Status::OK();
+    }
+  }
   const bool alive = ProcessAlive(pid);
   // 2. EROFS lets go of the image (a loop device clears itself then: AUTOCLEAR). After a lazy
   // unmount with files open, a live daemon keeps serving them and cleans up after the last.

@@ -16,9 +16,12 @@ and drop_caches, epoch 2 hot. Readers:
   - dsfs classic: the original tree and `-o view=bmp`;
   - dsfs `-o kernel`: the original tree and `-o kernel,view=bmp`.
   - dsfs `-o kernel=loop`: the original tree over a loop device with direct I/O (what kernels
-    without file-backed EROFS mounts get).
+    without file-backed EROFS mounts get);
+  - dsfs classic over FUSE over io_uring (-o transport=uring, with the fuse module's
+    enable_uring set to Y for those mounts and put back): the original tree and the bmp view.
 Then, per data set, shuffled open+read+close of the --subset files with bench/readfiles.cc
-(dsfs-readbench, 1 and 4 threads; pass 1 after a fresh mount and drop_caches, pass 2 hot) on
+(dsfs-readbench, 1 and 4 threads; pass 1 after a fresh mount and drop_caches, then the median
+of 5 hot passes) on
 ext4, a tmpfs copy, dsfs classic and dsfs -o kernel. With --scale STORE..., for each store:
 `dsfs mount -o kernel` after drop_caches (seconds until it returns, the layout's own time and
 memory, the daemon's VmRSS/VmHWM), against a classic mount of the same store.
@@ -26,6 +29,7 @@ Writes bench/results/kernel-<date>.md and .jsonl (medians over rounds). Mounts o
 WORK/mnt and unmounts what it mounted, even on failure.
 """
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -47,7 +51,31 @@ READERS = (
     ("kernel", "dsfs -o kernel, original tree", ["-o", "kernel"]),
     ("kernel_bmp", "dsfs -o kernel,view=bmp", ["-o", "kernel,view=bmp"]),
     ("kernel_loop", "dsfs -o kernel=loop, original tree", ["-o", "kernel=loop"]),
+    ("uring", "dsfs FUSE over io_uring, original tree", ["-o", "transport=uring"]),
+    ("uring_bmp", "dsfs FUSE over io_uring, -o view=bmp", ["-o", "transport=uring,view=bmp"]),
 )
+ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
+
+
+class EnableUring:
+    """The fuse module's enable_uring set to Y while the io_uring readers mount, then put back
+    (the kernel offers the ring only to mounts made while it is Y)."""
+
+    def __enter__(self):
+        try:
+            with open(ENABLE_URING) as f:
+                self.saved = f.read().strip()
+            with open(ENABLE_URING, "w") as f:
+                f.write("Y\n")
+        except OSError:
+            self.saved = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            with open(ENABLE_URING, "w") as f:
+                f.write(self.saved + "\n")
+        return False
 FILES_READERS = (
     ("ext4", "source on ext4"),
     ("tmpfs", "tmpfs copy"),
@@ -57,8 +85,8 @@ FILES_READERS = (
 
 
 def readbench(tool, root, listing, threads):
-    """dsfs-readbench's JSON lines (pass 1, pass 2) over `listing`."""
-    r = sh([tool, root, "--list", listing, "--threads", str(threads), "--passes", "2"])
+    """dsfs-readbench's JSON lines over `listing`: pass 1 (cold), then 5 hot passes."""
+    r = sh([tool, root, "--list", listing, "--threads", str(threads), "--passes", "6"])
     if r.returncode != 0:
         raise SystemExit(f"dsfs-readbench {root}: {r.stderr.strip()}")
     return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
@@ -95,6 +123,8 @@ def main():
     ap.add_argument("--scale", nargs="*", default=[], metavar="STORE",
                     help="stores whose -o kernel mount time and memory to measure")
     ap.add_argument("--skip-imagefolder", action="store_true")
+    ap.add_argument("--readers", nargs="+", default=[k for k, _, _ in READERS],
+                    help="ImageFolder readers to run (ext4 always runs: the baseline)")
     a = ap.parse_args()
     dsfs = os.path.abspath(a.dsfs)
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -133,15 +163,23 @@ def main():
             os.rename(bmp_copy + ".partial", bmp_copy)
         for _ in range(0 if a.skip_imagefolder else a.rounds):
             for key, label, opts in READERS:
+                if key != "ext4" and key not in a.readers:
+                    continue
                 drop_caches()
                 if opts is None:
                     root = src if key == "ext4" else bmp_copy
                     rec(ds, key, imagefolder(root, a.subset, key))
                     continue
                 t0 = time.perf_counter()
-                with Mount(dsfs, store, mnt, opts):
+                with EnableUring() if key.startswith("uring") else contextlib.nullcontext(), \
+                        Mount(dsfs, store, mnt, opts) as m:
                     mount_s = time.perf_counter() - t0
                     drop_caches()
+                    if key.startswith("uring"):
+                        serving = m.stats().get("transport", {}).get("serving", "")
+                        if not serving.startswith("uring"):
+                            raise SystemExit(f"{key}: the mount is not served over io_uring: "
+                                             f"{serving}")
                     res = imagefolder(mnt, a.subset, key)
                     res["mount_s"] = round(mount_s, 3)
                     rec(ds, key, res)
@@ -174,8 +212,9 @@ def main():
                                 drop_caches()
                                 passes = readbench(a.readbench, mnt, listing, threads)
                         rec(ds, f"files_{key}_t{threads}",
-                            {"cold": passes[0]["files_per_s"], "hot": passes[1]["files_per_s"],
-                             "errors": passes[0]["errors"] + passes[1]["errors"]})
+                            {"cold": passes[0]["files_per_s"],
+                             "hot": statistics.median(p["files_per_s"] for p in passes[1:]),
+                             "errors": sum(p["errors"] for p in passes)})
         finally:
             sh(["umount", tmpfs])
 
@@ -240,6 +279,8 @@ def main():
                   "| reader | epoch 1 img/s | epoch 2 img/s | epoch 1 vs ext4 | epoch 2 vs ext4 "
                   "| mount s |", "|---|---|---|---|---|---|"]
         for key, label, opts in READERS:
+            if key not in r:
+                continue
             v = r[key]
             e1, e2 = med(v, "epoch1"), med(v, "epoch2")
             m = f"{med(v, 'mount_s'):.2f}" if opts is not None else ""

@@ -265,7 +265,11 @@ def plot_views(path):
 
 KERNEL_READERS = [("ext4", "ext4"), ("ext4_bmp", "ext4,\nBMP copy"), ("classic", "dsfs FUSE"),
                   ("classic_bmp", "dsfs FUSE,\nbmp view"), ("kernel", "dsfs\n-o kernel"),
-                  ("kernel_bmp", "dsfs -o kernel,\nbmp view")]
+                  ("kernel_bmp", "dsfs -o kernel,\nbmp view"),
+                  ("kernel_loop", "dsfs -o\nkernel=loop"), ("uring", "dsfs FUSE\nio_uring"),
+                  ("uring_bmp", "dsfs io_uring,\nbmp view")]
+KERNEL_FILES = [("ext4", "ext4"), ("tmpfs", "tmpfs copy"), ("classic", "dsfs FUSE"),
+                ("kernel", "dsfs\n-o kernel")]
 
 
 def plot_kernel(path):
@@ -273,14 +277,27 @@ def plot_kernel(path):
     dss = [d for d in DATASETS if any((d, k) in idx for k, _ in KERNEL_READERS)]
     if not dss:
         return None
-    fig, axes = plt.subplots(1, len(dss), figsize=(7 * len(dss), 3.8), squeeze=False)
+    files = [d for d in dss if (d, "files_ext4_t1") in idx]
+    rows = 2 if files else 1
+    fig, axes = plt.subplots(rows, len(dss), figsize=(7 * len(dss), 3.8 * rows), squeeze=False)
     for i, ds in enumerate(dss):
         readers = [(k, n) for k, n in KERNEL_READERS if (ds, k) in idx]
         bars(axes[0][i], [n for _, n in readers], [
             ("epoch 1 (cold)", [idx[(ds, k)].get("epoch1") for k, _ in readers]),
             ("epoch 2", [idx[(ds, k)].get("epoch2") for k, _ in readers])], unit="images/s")
         axes[0][i].set_title(f"{ds}: unmodified ImageFolder, images/s", fontsize=9)
-    fig.tight_layout(rect=(0, 0.14, 1, 1))
+        if rows == 2:
+            ax = axes[1][i]
+            if ds not in files:
+                ax.axis("off")
+                continue
+            got = [(k, n) for k, n in KERNEL_FILES if (ds, f"files_{k}_t1") in idx]
+            bars(ax, [n for _, n in got], [
+                (f"{when}, {t} thread{'s' if t > 1 else ''}",
+                 [idx[(ds, f"files_{k}_t{t}")].get(when) for k, _ in got])
+                for t in (1, 4) for when in ("cold", "hot")], log=True, unit="files/s (log scale)")
+            ax.set_title(f"{ds}: shuffled open+read+close, files/s", fontsize=9)
+    fig.tight_layout(rect=(0, 0.14 / rows, 1, 1))
     out = path[:-len(".jsonl")] + ".svg"
     save(fig, out, [path], caption([path], dss))
     return out

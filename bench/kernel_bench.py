@@ -156,7 +156,7 @@ def main():
         rec(ds, "pack", {"seconds": round(time.perf_counter() - t0, 2),
                          "bytes": os.path.getsize(store)})
         # The bmp view's files on ext4: the ceiling of the bmp view without FUSE.
-        bmp_copy = os.path.join(a.work, f"{ds}.bmp-copy")
+        bmp_copy = src + ".bmp-copy"
         if not os.path.isdir(bmp_copy):
             with Mount(dsfs, store, mnt, ["-o", "view=bmp"]):
                 shutil.copytree(mnt, bmp_copy + ".partial", ignore=shutil.ignore_patterns(".dsfs"))

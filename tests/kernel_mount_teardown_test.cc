@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,32 @@ TEST_F(KernelMountTest, KilledDaemonWithAnOpenFileThenLazyUmountCleansUp) {
   EXPECT_TRUE(WaitUntil([&] { return static_cast<bool>(LayersGone(mp_, km.prefix())); },
                         milliseconds(5000)));
   EXPECT_TRUE(LayersGone(mp_, km.prefix()));
+}
+
+// A bind mount of a -o kernel mount is a second EROFS mount of the same superblock: unmounting
+// it must leave the first one served, with its private image mount and its `dsfs stats`.
+TEST_F(KernelMountTest, UmountOfABindMountLeavesTheMountServed) {
+  Put(src_ + "/a", "a\n");
+  Put(src_ + "/b", "b\n");
+  Pack();
+  KernelMount km(mp_);
+  CommandResult r = km.Mount(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const std::string bind = dir_ / "bind";
+  std::filesystem::create_directories(bind);
+  r = RunCommand({"mount", "--bind", mp_, bind}, 30);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  r = Dsfs({"umount", bind});
+  if (!FsType(bind).empty()) RunCommand({"umount", "-l", bind}, 30);
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.err.find("daemon still runs"), std::string::npos) << Describe(r);
+  EXPECT_EQ(FsType(bind), "");
+  EXPECT_EQ(FsType(mp_), "erofs");
+  EXPECT_TRUE(MountedUnder(km.private_dir())) << "the private image mount was taken away";
+  EXPECT_FALSE(WaitChild(km.pid(), milliseconds(0))) << "the daemon still serves " << mp_;
+  r = Dsfs({"stats", mp_});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(ReadFile(mp_ + "/b"), "b\n");
 }
 
 TEST_F(KernelMountTest, PlainUmountEndsTheDaemonWhichClearsItsLayers) {

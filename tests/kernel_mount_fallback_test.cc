@@ -37,11 +37,12 @@ TEST_F(KernelMountTest, WithoutLoopDevicesKernelLoopFallsBackToFuseSayingWhyOnce
   // In the namespace: /dev without loop devices; the mount in the foreground, logging to
   // `log`; once it answers, its type and tree; then dsfs umount and the daemon's exit. The
   // script ends its daemon whatever happens (and the namespace then ends with it).
+  const std::string mknods =
+      "mknod -m 0666 /dev/fuse " + fuse + " && mknod -m 0666 /dev/null " + null + " || exit 91\n";
   const std::string script =
       "set -u\n"
-      "mount -t tmpfs -o mode=0755,size=1m dsfs-test-dev /dev || exit 90\n"
-      "mknod -m 0666 /dev/fuse " + fuse + " && mknod -m 0666 /dev/null " + null +
-      " || exit 91\n"
+      "mount -t tmpfs -o mode=0755,size=1m dsfs-test-dev /dev || exit 90\n" +
+      mknods +
       "[ ! -e /dev/loop-control ] || exit 92\n"
       "\"$0\" mount -f -o kernel=loop,log_level=info \"$1\" \"$2\" >\"$3\" 2>&1 &\n"
       "pid=$!\n"

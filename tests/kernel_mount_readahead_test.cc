@@ -72,8 +72,8 @@ TEST_F(KernelMountTest, ReadingOneFileStoresItsDirectoryInThePageCache) {
     return;
   }
   // The root's children (cls's entries) and cls's: its 200 files, whole.
-  ASSERT_TRUE(WaitUntil([&] { return ReadaheadStored(mp_, 2, TotalBytes(files)); },
-                        milliseconds(20000)))
+  ASSERT_TRUE(
+      WaitUntil([&] { return ReadaheadStored(mp_, 2, TotalBytes(files)); }, milliseconds(20000)))
       << Describe(Dsfs({"stats", mp_}));
   EXPECT_GE(KernelStat(mp_, "kernel.readahead.dirs"), 1u);
   EXPECT_EQ(KernelStat(mp_, "kernel.readahead.failures"), 0u);

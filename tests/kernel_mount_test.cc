@@ -7,6 +7,8 @@
 // kernel_mount_teardown_test.cc, the readahead and damaged records in
 // kernel_mount_readahead_test.cc, the fallback to FUSE in kernel_mount_fallback_test.cc.
 
+#include "fs/kernel_mount.h"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -24,7 +26,6 @@
 #include <thread>
 #include <vector>
 
-#include "fs/kernel_mount.h"
 #include "tests/kernel_mount_util.h"
 #include "tools/commands.h"
 

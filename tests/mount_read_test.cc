@@ -275,7 +275,8 @@ void MountedTreeTest::CheckStatfsDescribesTheStore() {
   struct statfs sf;
   ASSERT_EQ(::statfs((mnt() + "/deep/d00").c_str(), &sf), 0) << ErrnoName(errno);
   // A -o kernel mount is EROFS's (EROFS_SUPER_MAGIC_V1), a classic one FUSE's.
-  EXPECT_EQ(static_cast<long>(sf.f_type), KernelMountUnderTest() ? kErofsSuperMagic : kFuseSuperMagic);
+  EXPECT_EQ(static_cast<long>(sf.f_type),
+            KernelMountUnderTest() ? kErofsSuperMagic : kFuseSuperMagic);
 }
 
 namespace {

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "fs/kernel_mount.h"
 #include "tests/mount_util.h"
 
 namespace dsfs::testing {
@@ -123,7 +124,16 @@ TEST(MountOptionsTest, PathsWithSpacesAndUtf8) {
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   std::vector<MountEntry> entries = MountsAt(mp);
   ASSERT_EQ(entries.size(), 1u);
-  EXPECT_EQ(entries[0].source, store);
+  std::string private_stats;
+  if (KernelMountUnderTest() && KernelStatsPath(mp, &private_stats)) {
+    // EROFS's source is the image; the store's name is the private image mount's source.
+    std::string dir = private_stats.substr(0, private_stats.rfind('/'));
+    std::vector<MountEntry> image = MountsAt(dir);
+    ASSERT_EQ(image.size(), 1u) << dir;
+    EXPECT_EQ(image[0].source, "dsfs-image:" + store);
+  } else {
+    EXPECT_EQ(entries[0].source, store);
+  }
   std::string data, error;
   ASSERT_TRUE(ReadAll(mp + "/a.txt", &data, &error)) << error;
   EXPECT_EQ(data, "small store\n");
@@ -227,31 +237,60 @@ TEST(MountOptionsTest, AllowOtherViewsRevealNoMoreThanTheFilesThemselves) {
   MakeDir(mp);
   CommandResult r = Dsfs({"pack", "-q", src, store});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  MountGuard guard(mp);
-  r = guard.MountBackground(store, {"-o", "allow_other"});
-  ASSERT_EQ(r.exit_code, 0) << Describe(r);
   auto as_nobody = [](const std::string& path) {
     return RunCommand({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat", path},
                       30);
   };
-  r = as_nobody(mp + "/pubcls/img0.png");
-  EXPECT_EQ(r.exit_code, 0) << Describe(r);
-  for (const char* path :
-       {"/privcls/img0.png", "/.dsfs/bmp/privcls/img0.png", "/.dsfs/npy/privcls/img0.png.npy",
-        "/.dsfs/tensor/images.npy", "/.dsfs/tensor/labels.npy", "/.dsfs/tensor/files.txt",
-        "/.dsfs/tensor/classes.txt"}) {
-    r = as_nobody(mp + path);
-    EXPECT_NE(r.exit_code, 0) << path << " was readable by another user";
-    EXPECT_EQ(r.out, "") << path;
-    EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << path << ": " << Describe(r);
+  // By view ("": the original tree), what another user may not read and what they may.
+  struct ViewChecks {
+    std::string view;
+    std::vector<std::string> denied, allowed;
+  };
+  const std::vector<ViewChecks> checks = {
+      {"", {"/privcls/img0.png"}, {"/pubcls/img0.png"}},
+      {"bmp", {"/privcls/img0.png"}, {"/pubcls/img0.png"}},
+      {"npy", {"/privcls/img0.png.npy"}, {"/pubcls/img0.png.npy"}},
+      {"tensor",
+       {"/images.npy", "/labels.npy", "/files.txt", "/classes.txt"},
+       {"/pubcls/images.npy"}}};
+  // A classic mount shows every view under MOUNT/.dsfs; with -o kernel each view is a tree of
+  // its own, mounted with view=NAME, where the kernel applies the same modes.
+  const bool kernel = KernelMountUnderTest();
+  MountGuard guard(mp);
+  if (!kernel) {
+    r = guard.MountBackground(store, {"-o", "allow_other"});
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
   }
-  // The public class's own aggregate is everyone's, and the owner reads them all.
-  r = as_nobody(mp + "/.dsfs/tensor/pubcls/images.npy");
-  EXPECT_EQ(r.exit_code, 0) << Describe(r);
-  std::string data, error;
-  EXPECT_TRUE(ReadAll(mp + "/.dsfs/tensor/images.npy", &data, &error)) << error;
-  EXPECT_EQ(ReadFile(mp + "/.dsfs/tensor/files.txt"),
-            "privcls/img0.png\nprivcls/img1.png\npubcls/img0.png\npubcls/img1.png\n");
+  for (const ViewChecks& c : checks) {
+    SCOPED_TRACE(c.view.empty() ? "original" : c.view);
+    std::string root = mp;
+    if (kernel) {
+      r = guard.MountBackground(
+          store, {"-o", c.view.empty() ? "allow_other" : "allow_other,view=" + c.view});
+      ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    } else if (!c.view.empty()) {
+      root = mp + "/.dsfs/" + c.view;
+    }
+    for (const std::string& path : c.denied) {
+      r = as_nobody(root + path);
+      EXPECT_NE(r.exit_code, 0) << path << " was readable by another user";
+      EXPECT_EQ(r.out, "") << path;
+      EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << path << ": " << Describe(r);
+    }
+    // The public class's own files (and its own aggregate) are everyone's.
+    for (const std::string& path : c.allowed) {
+      r = as_nobody(root + path);
+      EXPECT_EQ(r.exit_code, 0) << path << ": " << Describe(r);
+    }
+    if (c.view == "tensor") {
+      // The owner reads them all.
+      std::string data, error;
+      EXPECT_TRUE(ReadAll(root + "/images.npy", &data, &error)) << error;
+      EXPECT_EQ(ReadFile(root + "/files.txt"),
+                "privcls/img0.png\nprivcls/img1.png\npubcls/img0.png\npubcls/img1.png\n");
+    }
+    if (kernel) guard.Release();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "fs/kernel_mount.h"
 #include "tests/mount_util.h"
 
 namespace dsfs::testing {
@@ -62,19 +63,26 @@ void StressReader(const std::string& mp, const StressData& d, uint32_t seed,
     ++c->errors;
     if (c->first_error.empty()) c->first_error = what + ": " + ErrnoName(errno);
   };
-  // Half the reads bypass the kernel's page cache (O_DIRECT), so they reach the daemon.
+  // Half the reads bypass the kernel's page cache (O_DIRECT), so they reach the daemon. A
+  // -o kernel mount (EROFS) refuses O_DIRECT at odd offsets and shows no .dsfs views: its
+  // readers read, stat and list the original tree only, through the page cache.
+  const bool kernel = KernelMountUnderTest();
+  const int direct = kernel ? 0 : O_DIRECT;
   auto pread_at = [&](const std::string& path, uint64_t off, size_t n, ssize_t* got) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (rng() % 2 ? O_DIRECT : 0));
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (rng() % 2 ? direct : 0));
     if (fd < 0) return false;
     *got = ::pread(fd, buf.data(), std::min(n, buf.size()), static_cast<off_t>(off));
     ::close(fd);
     return *got >= 0;
   };
   static const char* kViews[] = {"", "/.dsfs/bmp", "/.dsfs/npy", "/.dsfs/tensor"};
+  const uint32_t views = kernel ? 1 : 4;
   while (!stop.load(std::memory_order_relaxed)) {
     ++c->requests;
     ssize_t got = 0;
-    switch (rng() % 8) {
+    uint32_t op = rng() % 8;
+    if (kernel && op >= 5) op = static_cast<uint32_t>(rng() % 3);  // no views: original bytes
+    switch (op) {
       case 0:
       case 1:
       case 2: {  // original bytes at a random place
@@ -92,13 +100,13 @@ void StressReader(const std::string& mp, const StressData& d, uint32_t seed,
       case 3: {  // stat in some view
         struct stat st;
         const std::string& rel = d.images[rng() % d.images.size()];
-        std::string path = mp + kViews[rng() % 4] + rel;
+        std::string path = mp + kViews[rng() % views] + rel;
         if (path.find("/npy/") != std::string::npos) path += ".npy";
         if (::stat(path.c_str(), &st) != 0) fail("stat " + path);
         break;
       }
       case 4: {  // a listing in some view
-        std::string path = mp + kViews[rng() % 4] + d.dirs[rng() % d.dirs.size()];
+        std::string path = mp + kViews[rng() % views] + d.dirs[rng() % d.dirs.size()];
         DIR* dir = ::opendir(path.c_str());
         if (!dir) {
           fail("opendir " + path);
@@ -242,14 +250,18 @@ TEST(StressTest, ReadersInManyThreadsAndProcessesSeeNoErrorAndUnmountIsPrompt) {
     if (first_error.empty() && err) first_error = msg;
   }
   // What the daemon itself served (the kernel answers many reads from its page cache).
-  std::string stats, stats_error;
-  ASSERT_TRUE(ReadAll(mp + "/.dsfs/stats", &stats, &stats_error)) << stats_error;
+  // (Of a -o kernel mount: the image reads of its private mount's stats file, as `dsfs stats`.)
+  const bool kernel = KernelMountUnderTest();
+  std::string stats, stats_error, stats_path = mp + "/.dsfs/stats";
+  if (kernel) EXPECT_TRUE(KernelStatsPath(mp, &stats_path)) << mp;
+  ASSERT_TRUE(ReadAll(stats_path, &stats, &stats_error)) << stats_error;
   auto counter = [&](const std::string& key) {
     size_t at = stats.find("\"" + key + "\": ");
     return at == std::string::npos ? -1LL : std::atoll(stats.c_str() + at + key.size() + 4);
   };
-  const long long daemon_reads = counter("read"), daemon_lookups = counter("lookup"),
-                  daemon_errors = counter("read_errors");
+  const long long daemon_reads = counter(kernel ? "image_reads" : "read"),
+                  daemon_lookups = counter("lookup"),
+                  daemon_errors = counter(kernel ? "image_read_errors" : "read_errors");
   // Unmount while the 64 threads still read: errors from here on are the unmount's.
   const uint64_t peak_kb = ProcStatusKb(daemon, "VmHWM");
   unmounting = true;
@@ -284,7 +296,9 @@ TEST(StressTest, ReadersInManyThreadsAndProcessesSeeNoErrorAndUnmountIsPrompt) {
               daemon_reads, daemon_lookups, daemon_errors);
   EXPECT_EQ(errors, 0u) << first_error;
   EXPECT_EQ(daemon_errors, 0);
-  EXPECT_GT(daemon_reads, 100);
+  // EROFS asks for the image in large requests (and its readahead stores whole directories):
+  // fewer, larger reads than the classic mount's, whose O_DIRECT reads each reach the daemon.
+  EXPECT_GT(daemon_reads, kernel ? 0 : 100);
   EXPECT_GT(requests, 1000u);
   RecordProperty("requests", static_cast<int>(std::min<uint64_t>(requests, INT32_MAX)));
   RecordProperty("peak_rss_kb", static_cast<int>(peak_kb));

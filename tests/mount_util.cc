@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "fs/kernel_mount.h"
 #include "fs/mount.h"
 
 namespace dsfs::testing {
@@ -159,6 +160,7 @@ void MountGuard::ExpectTheTransportUnderTest() {
   // Everything the child needs is prepared before fork: only exec follows it.
   std::vector<std::string> argv = {DsfsBinary(), "mount", "-f", store, mp_};
   AddTestTransport(&argv);
+  AddTestMount(&argv);
   std::vector<char*> cargv;
   for (auto& a : argv) cargv.push_back(a.data());
   cargv.push_back(nullptr);
@@ -260,7 +262,10 @@ std::map<std::string, std::string> StatsOf(const std::string& mp) {
 }
 
 uint64_t StatsField(const std::string& mp, const std::string& key) {
-  std::string stats = ReadFile(mp + "/.dsfs/stats");
+  // A -o kernel mount has no MP/.dsfs: the same JSON is its private mount's stats file.
+  std::string path = mp + "/.dsfs/stats";
+  KernelStatsPath(mp, &path);
+  std::string stats = ReadFile(path);
   size_t at = stats.find("\"" + key + "\": ");
   return at == std::string::npos ? UINT64_MAX : std::stoull(stats.substr(at + key.size() + 4));
 }

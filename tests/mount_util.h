@@ -28,6 +28,8 @@ using std::chrono::milliseconds;
 inline constexpr uid_t kNobody = 65534;
 // statfs(2) f_type of every FUSE mount.
 inline constexpr long kFuseSuperMagic = 0x65735546;
+// And of every EROFS mount (a -o kernel mount).
+inline constexpr long kErofsSuperMagic = 0xE0F5E1E2;
 
 // Reads the whole file through read(2) calls of `chunk_bytes`; false (and `error`) on failure.
 bool ReadAll(const std::string& path, std::string* data, std::string* error,
@@ -117,7 +119,8 @@ struct SmallStore {
 
 // `dsfs stats MP` as "key" -> "value".
 std::map<std::string, std::string> StatsOf(const std::string& mp);
-// A counter of MP/.dsfs/stats (JSON); UINT64_MAX if it is not there.
+// A counter of MP/.dsfs/stats (JSON; of a -o kernel mount, its private mount's stats file, as
+// `dsfs stats` reads it); UINT64_MAX if it is not there.
 uint64_t StatsField(const std::string& mp, const std::string& key);
 
 }  // namespace dsfs::testing

@@ -173,12 +173,23 @@ void AddTestTransport(std::vector<std::string>* mount_args) {
   mount_args->insert(mount_args->end(), {"-o", "transport=" + t});
 }
 
+void AddTestMount(std::vector<std::string>* mount_args) {
+  if (!KernelMountUnderTest()) return;
+  for (const std::string& a : *mount_args) {
+    if (a.find("kernel") != std::string::npos) return;
+  }
+  mount_args->insert(mount_args->end(), {"-o", "kernel"});
+}
+
 CommandResult Dsfs(std::vector<std::string> args, int timeout_s) {
   if (!args.empty() && args[0] == "pack" &&
       std::find(args.begin(), args.end(), "--backend") == args.end()) {
     args.insert(args.begin() + 1, {"--backend", TestBackend()});
   }
-  if (!args.empty() && args[0] == "mount") AddTestTransport(&args);
+  if (!args.empty() && args[0] == "mount") {
+    AddTestTransport(&args);
+    AddTestMount(&args);
+  }
   args.insert(args.begin(), DsfsBinary());
   return RunCommand(args, timeout_s);
 }
@@ -395,6 +406,11 @@ std::string TestBackend() {
 std::string TestTransport() {
   const char* t = std::getenv("DSFS_TEST_TRANSPORT");
   return t ? t : "";
+}
+
+bool KernelMountUnderTest() {
+  const char* m = std::getenv("DSFS_TEST_MOUNT");
+  return m != nullptr && std::string(m) == "kernel";
 }
 
 namespace {

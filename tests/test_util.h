@@ -74,11 +74,15 @@ bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds time
 
 // Runs the dsfs binary as a subprocess. `pack` writes to the backend under test
 // ($DSFS_TEST_BACKEND, see TestBackend) unless the arguments name one; `mount` uses the
-// transport under test ($DSFS_TEST_TRANSPORT, see TestTransport) unless they name one.
+// transport under test ($DSFS_TEST_TRANSPORT, see TestTransport) unless they name one, and
+// `-o kernel` in the kernel.* run (AddTestMount).
 CommandResult Dsfs(std::vector<std::string> args, int timeout_s = 120);
 // Adds `-o transport=$DSFS_TEST_TRANSPORT` to the arguments of `dsfs mount` (ctest's uring.*
 // run), unless they name a transport themselves.
 void AddTestTransport(std::vector<std::string>* mount_args);
+// Adds `-o kernel` to the arguments of `dsfs mount` in ctest's kernel.* run of the real-mount
+// suite ($DSFS_TEST_MOUNT=kernel, see KernelMountUnderTest), unless they name kernel themselves.
+void AddTestMount(std::vector<std::string>* mount_args);
 // A command's exit code, stdout and stderr, for failure messages.
 std::string Describe(const CommandResult& r);
 // The CLI's error contract: a non-zero exit (exactly `exit_code`) and exactly one line on
@@ -154,6 +158,12 @@ std::string TestBackend();
 // The FUSE transport the mount tests ask for: $DSFS_TEST_TRANSPORT ("auto", "uring",
 // "classic"), "" (dsfs's default) when unset; ctest's uring.* run sets "uring".
 std::string TestTransport();
+
+// True in ctest's kernel.* run of the real-mount suite ($DSFS_TEST_MOUNT=kernel): the tests'
+// mounts are `-o kernel` mounts (EROFS over the image of a private dsfs mount), and checks of
+// what only a FUSE mount has (the .dsfs directory, fuse.dsfs, request counters) check the
+// EROFS mount's equivalent instead.
+bool KernelMountUnderTest();
 
 // The fuse module parameter that lets new mounts use FUSE over io_uring.
 inline constexpr char kEnableUringPath[] = "/sys/module/fuse/parameters/enable_uring";

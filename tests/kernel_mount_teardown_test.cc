@@ -1,0 +1,235 @@
+// Teardown and crashes of `dsfs mount -o kernel` (fs/kernel_mount.h), over the backing under
+// test (kernel_mount_util.h): dsfs umount, umount(8), a killed daemon, a busy mount and
+// --lazy, the mount helper, a foreground daemon's signal, and what dsfs umount must refuse.
+// After every test no EROFS mount, loop device, private mount or directory of its
+// mountpoint is left (KernelMount checks it on destruction).
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "fs/kernel_mount.h"
+#include "tests/kernel_mount_util.h"
+
+namespace dsfs::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST_F(KernelMountTest, KilledDaemonThenUmountCleansUpAndMountsAgain) {
+  Put(src_ + "/a", "a\n");
+  Pack();
+  KernelMount km(mp_);
+  CommandResult r = km.Mount(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  ASSERT_GT(km.pid(), 0);
+  EXPECT_TRUE(HasTheBackingUnderTest(mp_, km.private_dir()));
+  ASSERT_EQ(::kill(km.pid(), SIGKILL), 0);
+  km.WaitDaemon();
+  EXPECT_EQ(FsType(mp_), "erofs") << "EROFS stays until dsfs umount";
+  r = Dsfs({"stats", mp_});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("daemon is gone"), std::string::npos) << Describe(r);
+  EXPECT_NE(r.err.find("dsfs umount"), std::string::npos) << Describe(r);
+  r = Dsfs({"umount", mp_});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(LayersGone(mp_, km.prefix()));
+  r = km.Mount(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(ReadFile(mp_ + "/a"), "a\n");
+}
+
+// A killed daemon with a file open on the mount and its data cached: dsfs umount (EBUSY) asks
+// for --lazy, which clears every layer although the file stays open.
+TEST_F(KernelMountTest, KilledDaemonWithAnOpenFileThenLazyUmountCleansUp) {
+  Put(src_ + "/a", "a\n");
+  Pack();
+  KernelMount km(mp_);
+  CommandResult r = km.Mount(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  int fd = ::open((mp_ + "/a").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  char buf[8];
+  EXPECT_EQ(::pread(fd, buf, sizeof(buf), 0), 2);
+  ASSERT_EQ(::kill(km.pid(), SIGKILL), 0);
+  km.WaitDaemon();
+  r = Dsfs({"umount", mp_});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--lazy"), std::string::npos) << Describe(r);
+  r = Dsfs({"umount", "--lazy", mp_});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  ::close(fd);
+  EXPECT_TRUE(WaitUntil([&] { return static_cast<bool>(LayersGone(mp_, km.prefix())); },
+                        milliseconds(5000)));
+  EXPECT_TRUE(LayersGone(mp_, km.prefix()));
+}
+
+// A bind mount of a -o kernel mount is a second EROFS mount of the same superblock: unmounting
+// it must leave the first one served, with its private image mount and its `dsfs stats`.
+TEST_F(KernelMountTest, UmountOfABindMountLeavesTheMountServed) {
+  Put(src_ + "/a", "a\n");
+  Put(src_ + "/b", "b\n");
+  Pack();
+  KernelMount km(mp_);
+  CommandResult r = km.Mount(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const std::string bind = dir_ / "bind";
+  std::filesystem::create_directories(bind);
+  r = RunCommand({"mount", "--bind", mp_, bind}, 30);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  r = Dsfs({"umount", bind});
+  if (!FsType(bind).empty()) RunCommand({"umount", "-l", bind}, 30);
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.err.find("daemon still runs"), std::string::npos) << Describe(r);
+  EXPECT_EQ(FsType(bind), "");
+  EXPECT_EQ(FsType(mp_), "erofs");
+  EXPECT_TRUE(MountedUnder(km.private_dir())) << "the private image mount was taken away";
+  EXPECT_FALSE(WaitChild(km.pid(), milliseconds(0))) << "the daemon still serves " << mp_;
+  r = Dsfs({"stats", mp_});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(ReadFile(mp_ + "/b"), "b\n");
+}
+
+TEST_F(KernelMountTest, PlainUmountEndsTheDaemonWhichClearsItsLayers) {
+  Put(src_ + "/a", "a\n");
+  Pack();
+  KernelMount km(mp_);
+  CommandResult r = km.Mount(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  r = RunCommand({"umount", mp_}, 30);  // umount(8), as systemd or a user would
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  km.WaitDaemon();
+  EXPECT_TRUE(LayersGone(mp_, km.prefix()));
+}
+
+TEST_F(KernelMountTest, KilledDaemonAfterPlainUmountLeavesWhatUmountClears) {
+  Put(src_ + "/a", "a\n");
+  Pack();
+  KernelMount km(mp_);
+  CommandResult r = km.Mount(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  ASSERT_EQ(::kill(km.pid(), SIGKILL), 0);
+  km.WaitDaemon();
+  RunCommand({"umount", mp_}, 30);
+  EXPECT_FALSE(PrivateDirs(km.prefix()).empty());
+  r = Dsfs({"umount", mp_});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(LayersGone(mp_, km.prefix()));
+}
+
+// fstab and `mount -t fuse.dsfs` run the helper with the options as mount(8) passes them.
+TEST_F(KernelMountTest, MountHelperPassesKernelThroughAndUmount8EndsIt) {
+  Put(src_ + "/a", "a\n");
+  Pack();
+  const std::string helper = dir_ / "mount.fuse.dsfs";
+  ASSERT_EQ(::symlink(DsfsBinary().c_str(), helper.c_str()), 0);
+  KernelMount km(mp_);
+  CommandResult r =
+      RunCommand({helper, store_, mp_, "-o", "ro," + KernelOption() + ",nofail,x-systemd.a=b"}, 60);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(FsType(mp_), "erofs");
+  EXPECT_EQ(ReadFile(mp_ + "/a"), "a\n");
+  auto dirs = PrivateDirs(km.prefix());
+  ASSERT_EQ(dirs.size(), 1u);
+  EXPECT_TRUE(HasTheBackingUnderTest(mp_, dirs[0]));
+  const pid_t pid = static_cast<pid_t>(std::atol(dirs[0].c_str() + km.prefix().size()));
+  r = RunCommand({"umount", mp_}, 30);
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(WaitChild(pid, milliseconds(5000)));
+  EXPECT_TRUE(LayersGone(mp_, km.prefix()));
+}
+
+// Busy: refused without --lazy; with it, the open file is still served (also the bytes no
+// read has brought into the page cache yet) until it is closed, then the daemon clears every
+// layer.
+TEST_F(KernelMountTest, BusyMountNeedsLazyWhichServesOpenFilesUntilClosed) {
+  const std::string data = RandomBytes(3 << 20, 5);
+  Put(src_ + "/big", data);
+  Pack();
+  KernelMount km(mp_);
+  // push=0: nothing of the file is in the image's page cache before the lazy unmount.
+  CommandResult r = km.Mount(store_, "push=0");
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  int fd = ::open((mp_ + "/big").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  r = Dsfs({"umount", mp_});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--lazy"), std::string::npos) << Describe(r);
+  EXPECT_EQ(FsType(mp_), "erofs");
+  r = Dsfs({"umount", "--lazy", mp_});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(FsType(mp_), "");
+  std::string got(data.size(), '\0');
+  EXPECT_EQ(::pread(fd, got.data(), got.size(), 0), static_cast<ssize_t>(data.size()));
+  EXPECT_TRUE(got == data) << "the open file is still served";
+  EXPECT_FALSE(WaitChild(km.pid(), milliseconds(0))) << "the daemon serves until the close";
+  EXPECT_FALSE(PrivateDirs(km.prefix()).empty());
+  ::close(fd);
+  EXPECT_TRUE(WaitChild(km.pid(), milliseconds(5000)));
+  EXPECT_TRUE(LayersGone(mp_, km.prefix()));
+}
+
+TEST_F(KernelMountTest, ForegroundDaemonUnmountsOnSigterm) {
+  Put(src_ + "/a", "a\n");
+  Pack();
+  KernelMount km(mp_);
+  const std::string bin = DsfsBinary(), option = KernelOption();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    ::execl(bin.c_str(), bin.c_str(), "mount", "-f", store_.c_str(), mp_.c_str(), "-o",
+            option.c_str(), nullptr);
+    _exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(WaitUntil([&] { return FsType(mp_) == "erofs"; }, milliseconds(15000)));
+  EXPECT_EQ(ReadFile(mp_ + "/a"), "a\n");
+  EXPECT_TRUE(HasTheBackingUnderTest(mp_, km.prefix() + std::to_string(pid)));
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  int st = 0;
+  ASSERT_TRUE(WaitUntil([&] { return ::waitpid(pid, &st, WNOHANG) == pid; }, milliseconds(10000)));
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  EXPECT_TRUE(LayersGone(mp_, km.prefix()));
+}
+
+TEST_F(KernelMountTest, NonRootIsRefusedWithAClearMessage) {
+  Put(src_ + "/a", "a\n");
+  Pack();
+  ::chown(mp_.c_str(), 65534, 65534);
+  CommandResult r = RunCommand({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                DsfsBinary(), "mount", store_, mp_, "-o", KernelOption()},
+                               30);
+  EXPECT_TRUE(IsOneLineError(r, {"needs root"})) << Describe(r);
+  EXPECT_EQ(FsType(mp_), "");
+}
+
+TEST_F(KernelMountTest, OtherErofsMountsAreRefused) {
+  // An EROFS image of our own, mounted with plain tools: dsfs umount must leave it alone.
+  Put(src_ + "/a", "a\n");
+  std::string img = dir_ / "plain.erofs";
+  CommandResult r = RunCommand({"mkfs.erofs", "--quiet", img, src_}, 60);
+  if (r.exit_code != 0) GTEST_SKIP() << "SKIPPED: mkfs.erofs not usable: " << Describe(r);
+  // Over a loop device, or the file itself (what -o kernel does by default).
+  const std::string how = LoopBackingUnderTest() ? "loop,ro" : "ro";
+  r = RunCommand({"mount", "-t", "erofs", "-o", how, img, mp_}, 30);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  r = Dsfs({"umount", mp_});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("did not make"), std::string::npos) << Describe(r);
+  EXPECT_EQ(FsType(mp_), "erofs");
+  RunCommand({"umount", mp_}, 30);
+}
+
+}  // namespace
+}  // namespace dsfs::testing

@@ -497,7 +497,9 @@ Status UnmountKernel(const std::string& mountpoint, bool lazy, bool* handled) {
   for (const MountEntry& e : Mounts()) {
     if (e.fstype == "erofs" &&
         (e.source == image || (!loop.empty() && LoopDeviceName(e.source) == loop))) {
-      Log()->info("{}: unmounted; the same EROFS stays mounted at {}", mountpoint, e.mountpoint);
+      Log()->warn("{}: unmounted, but its daemon still runs: the same EROFS is still mounted "
+                  "at {}",
+                  mountpoint, e.mountpoint);
       return Status::OK();
     }
   }

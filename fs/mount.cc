@@ -175,6 +175,13 @@ Status CheckMountpoint(const std::string& mountpoint) {
     return Status::InvalidArgument("mountpoint " + mountpoint + " is not a directory");
   }
   if (IsMountpoint(mountpoint)) {
+    // EROFS answers statfs itself: a -o kernel mount shows its dead daemon by its image mount.
+    std::string stats;
+    if (KernelStatsPath(mountpoint, &stats) && ::access(stats.c_str(), R_OK) != 0) {
+      return Status::Busy("mountpoint " + mountpoint +
+                          " is a dead -o kernel mount (its daemon is gone); clear it with: "
+                          "dsfs umount " + mountpoint);
+    }
     return Status::Busy("mountpoint " + mountpoint + " is already mounted");
   }
   return Status::OK();

@@ -253,7 +253,9 @@ TEST(StressTest, ReadersInManyThreadsAndProcessesSeeNoErrorAndUnmountIsPrompt) {
   // (Of a -o kernel mount: the image reads of its private mount's stats file, as `dsfs stats`.)
   const bool kernel = KernelMountUnderTest();
   std::string stats, stats_error, stats_path = mp + "/.dsfs/stats";
-  if (kernel) EXPECT_TRUE(KernelStatsPath(mp, &stats_path)) << mp;
+  if (kernel) {
+    EXPECT_TRUE(KernelStatsPath(mp, &stats_path)) << mp;
+  }
   ASSERT_TRUE(ReadAll(stats_path, &stats, &stats_error)) << stats_error;
   auto counter = [&](const std::string& key) {
     size_t at = stats.find("\"" + key + "\": ");

@@ -47,26 +47,6 @@ std::string Findmnt(const std::string& column, const std::string& mp) {
   return t;
 }
 
-// Mountinfo lines as (mountpoint, fstype, source), unescaped.
-std::vector<MountEntry> AllMounts() {
-  std::vector<MountEntry> out;
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string id, parent, dev, root;
-    MountEntry e;
-    if (!(ls >> id >> parent >> dev >> root >> e.mountpoint >> e.mount_options)) continue;
-    std::string field;
-    while (ls >> field && field != "-") {
-    }
-    ls >> e.fstype >> e.source;
-    e.mountpoint = UnescapeMountinfo(e.mountpoint);
-    e.source = UnescapeMountinfo(e.source);
-    out.push_back(e);
-  }
-  return out;
-}
 }  // namespace
 
 std::string FsType(const std::string& mp) { return Findmnt("FSTYPE", mp); }

@@ -51,8 +51,8 @@ std::string GradientPng(uint32_t w, uint32_t h, int seed) {
   return EncodePng(w, h, PNG_FORMAT_RGB, std::move(rgb));
 }
 
-std::vector<MountEntry> MountsAt(const std::string& path) {
-  std::vector<MountEntry> found;
+std::vector<MountEntry> AllMounts() {
+  std::vector<MountEntry> out;
   std::ifstream in("/proc/self/mountinfo");
   std::string line;
   while (std::getline(in, line)) {
@@ -66,7 +66,15 @@ std::vector<MountEntry> MountsAt(const std::string& path) {
     ls >> e.fstype >> e.source;
     e.mountpoint = UnescapeMountinfo(e.mountpoint);
     e.source = UnescapeMountinfo(e.source);
-    if (e.mountpoint == path) found.push_back(e);
+    out.push_back(e);
+  }
+  return out;
+}
+
+std::vector<MountEntry> MountsAt(const std::string& path) {
+  std::vector<MountEntry> found;
+  for (MountEntry& e : AllMounts()) {
+    if (e.mountpoint == path) found.push_back(std::move(e));
   }
   return found;
 }

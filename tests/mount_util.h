@@ -46,6 +46,8 @@ std::string GradientPng(uint32_t w, uint32_t h, int seed);
 struct MountEntry {
   std::string mountpoint, mount_options, fstype, source;
 };
+// Every entry of /proc/self/mountinfo, unescaped.
+std::vector<MountEntry> AllMounts();
 // Entries of /proc/self/mountinfo whose mountpoint is `path` (absolute, not resolved further).
 std::vector<MountEntry> MountsAt(const std::string& path);
 bool IsMounted(const std::string& path);

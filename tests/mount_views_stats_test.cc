@@ -80,7 +80,9 @@ TEST(ViewsMountTest, LargeImagesAreDecodedOnceOrServedAsTheyAre) {
     EXPECT_EQ(StatsField(mp, "images_decoded"), 0u);
     EXPECT_LT(all_ms, 5000);
     uint64_t hwm_kb = ProcStatusKb(pid, "VmHWM");
-    if (!kSanitized) EXPECT_LT(hwm_kb, (16u + 48u) << 10) << "daemon peak RSS in kB";
+    if (!kSanitized) {
+      EXPECT_LT(hwm_kb, (16u + 48u) << 10) << "daemon peak RSS in kB";
+    }
   }
   {
     // 1G: 64 MB per entry, the images fit: four readers of one image decode it once.
@@ -118,7 +120,9 @@ TEST(ViewsMountTest, LargeImagesAreDecodedOnceOrServedAsTheyAre) {
     auto other_ms = std::chrono::duration_cast<milliseconds>(Clock::now() - t1).count();
     for (auto& t : readers) t.join();
     EXPECT_EQ(StatsField(mp, "images_decoded"), 4u);
-    if (!kSanitized) EXPECT_LT(other_ms, 100) << "an unrelated file waited behind the decodes";
+    if (!kSanitized) {
+      EXPECT_LT(other_ms, 100) << "an unrelated file waited behind the decodes";
+    }
   }
 }
 

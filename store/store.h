@@ -26,6 +26,9 @@ struct StoreOptions {
   // shared with the other clients whoever assembles the mount gives it to; the Store keeps a
   // reference).
   std::shared_ptr<ByteCache> cache;
+  // For a store in object storage: the local disk cache (KvReaderOptions).
+  std::string cache_dir;
+  uint64_t cache_disk_bytes = 0;
 };
 
 // Where the bytes of a read live: a cached chunk (pinned here), the store's memory map, or

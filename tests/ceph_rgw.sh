@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A single-host Ceph cluster serving S3 (RADOS Gateway) on 127.0.0.1, for the tests:
-#   tests/ceph_rgw.sh start DIR   starts it under DIR (which must be empty or missing) and
-#                                 prints, one per line: endpoint=URL access_key=K secret_key=S
-#                                 pids=PID... (also kept in DIR/pids)
+#   tests/ceph_rgw.sh start DIR [OWNER]   starts it under DIR (which must be empty or missing)
+#                                 and prints, one per line: endpoint=URL access_key=K
+#                                 secret_key=S pids=PID... (also kept in DIR/pids). With OWNER
+#                                 (a PID), a watchdog stops it all once OWNER is gone, so a test
+#                                 binary that crashes leaves no Ceph behind.
 #   tests/ceph_rgw.sh stop DIR    ends the processes listed in DIR/pids (by PID) and removes DIR
 #   tests/ceph_rgw.sh stop-rgw DIR / start-rgw DIR   stops / restarts only the gateway (fault tests)
 # One monitor, one OSD on memstore, no manager, radosgw with the beast frontend; no cephx
@@ -34,12 +36,14 @@ start_rgw() {
   wait_for 60 curl -sf -o /dev/null "$endpoint/" || die "radosgw did not answer on $endpoint (see $dir/rgw.log)"
 }
 
-stop_rgw() {
+stop_rgw() {  # killed, as a crash or an outage would: the fault tests' "endpoint goes away"
   local dir=$1 pid
   pid=$(cat "$dir/rgw.pid" 2>/dev/null) || return 0
-  kill "$pid" 2>/dev/null || true
-  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
   kill -9 "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.02; done
+  # Its PID may be reused by anyone: it leaves the list of what stop ends.
+  grep -vx "$pid" "$dir/pids" >"$dir/pids.new" || true
+  mv "$dir/pids.new" "$dir/pids"
   rm -f "$dir/rgw.pid"
 }
 
@@ -121,16 +125,25 @@ EOF
 stop() {
   local dir=$1 pid
   [[ -f $dir/pids ]] || { rm -rf "$dir"; return 0; }
+  # memstore keeps nothing worth a clean shutdown: a second's grace, then SIGKILL.
   for pid in $(tac "$dir/pids"); do kill "$pid" 2>/dev/null || true; done
   for pid in $(cat "$dir/pids"); do
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
     kill -9 "$pid" 2>/dev/null || true
   done
   rm -rf "$dir"
 }
 
 case "${1:-}" in
-  start) [[ $# == 2 ]] || die "usage: $0 start DIR"; start "$2" ;;
+  start)
+    [[ $# == 2 || $# == 3 ]] || die "usage: $0 start DIR [OWNER_PID]"
+    start "$2"
+    if [[ $# == 3 ]]; then
+      dir=$(cd "$2" && pwd)
+      (trap '' HUP; while kill -0 "$3" 2>/dev/null && [[ -f $dir/pids ]]; do sleep 1; done
+       "$0" stop "$dir") </dev/null >/dev/null 2>&1 &
+    fi
+    ;;
   stop) [[ $# == 2 ]] || die "usage: $0 stop DIR"; stop "$2" ;;
   stop-rgw) stop_rgw "$2" ;;
   start-rgw) start_rgw "$(cd "$2" && pwd)" ;;

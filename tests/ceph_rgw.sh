@@ -36,11 +36,15 @@ start_rgw() {
   wait_for 60 curl -sf -o /dev/null "$endpoint/" || die "radosgw did not answer on $endpoint (see $dir/rgw.log)"
 }
 
+# Whether PID runs (a zombie does not: a test binary that is a child subreaper may reap the
+# gateway it restarted only later).
+alive() { [[ -e /proc/$1/stat ]] && [[ $(sed 's/.*) //' "/proc/$1/stat" | cut -c1) != Z ]]; }
+
 stop_rgw() {  # killed, as a crash or an outage would: the fault tests' "endpoint goes away"
   local dir=$1 pid
   pid=$(cat "$dir/rgw.pid" 2>/dev/null) || return 0
   kill -9 "$pid" 2>/dev/null || true
-  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.02; done
+  for _ in $(seq 100); do alive "$pid" || break; sleep 0.02; done
   # Its PID may be reused by anyone: it leaves the list of what stop ends.
   grep -vx "$pid" "$dir/pids" >"$dir/pids.new" || true
   mv "$dir/pids.new" "$dir/pids"
@@ -80,6 +84,9 @@ mon allow pool size one = true
 mon max pg per osd = 1000
 mon allow pool delete = true
 paxos propose interval = 0.05
+# A killed gateway's watches on its notify objects expire after this; the next one's
+# metadata writes (bucket creation) wait for them (30 s by default).
+osd client watch timeout = 3
 osd crush chooseleaf type = 0
 osd data = $dir/osd/\$name
 mon data = $dir/mon/\$name
@@ -128,7 +135,7 @@ stop() {
   # memstore keeps nothing worth a clean shutdown: a second's grace, then SIGKILL.
   for pid in $(tac "$dir/pids"); do kill "$pid" 2>/dev/null || true; done
   for pid in $(cat "$dir/pids"); do
-    for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    for _ in $(seq 20); do alive "$pid" || break; sleep 0.05; done
     kill -9 "$pid" 2>/dev/null || true
   done
   rm -rf "$dir"

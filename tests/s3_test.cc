@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "backend/aws_credentials.h"
@@ -113,6 +114,98 @@ struct PackedTree {
   TempDir dir;
   std::string src, store;
 };
+
+// Sets environment variables for one scope and puts the old values back.
+class ScopedEnv {
+ public:
+  void Set(const char* name, const char* value) {
+    const char* old = std::getenv(name);
+    saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+    if (value) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+      if (it->second) {
+        ::setenv(it->first.c_str(), it->second->c_str(), 1);
+      } else {
+        ::unsetenv(it->first.c_str());
+      }
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+TEST(AwsSettingsTest, EnvironmentFirstThenTheProfileFiles) {
+  TempDir dir;
+  WriteFile(dir / "credentials",
+            "[default]\naws_access_key_id = DEFKEY\naws_secret_access_key = defsecret\n"
+            "[ml]\naws_access_key_id=MLKEY\naws_secret_access_key=mlsecret\n"
+            "aws_session_token = tok\n");
+  WriteFile(dir / "config", "[profile ml]\nregion = eu-west-3\nendpoint_url = http://rgw:7480/\n");
+  ScopedEnv env;
+  env.Set("AWS_SHARED_CREDENTIALS_FILE", (dir / "credentials").c_str());
+  env.Set("AWS_CONFIG_FILE", (dir / "config").c_str());
+  for (const char* v : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                        "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL",
+                        "AWS_ENDPOINT_URL_S3", "AWS_PROFILE"}) {
+    env.Set(v, nullptr);
+  }
+  AwsSettings s;
+  ASSERT_TRUE(LoadAwsSettings(&s).ok());
+  EXPECT_EQ(s.access_key_id, "DEFKEY");
+  EXPECT_EQ(s.secret_access_key, "defsecret");
+  EXPECT_EQ(s.region, "us-east-1");
+  EXPECT_EQ(s.endpoint, "https://s3.us-east-1.amazonaws.com");
+  env.Set("AWS_PROFILE", "ml");
+  s = {};
+  ASSERT_TRUE(LoadAwsSettings(&s).ok());
+  EXPECT_EQ(s.access_key_id, "MLKEY");
+  EXPECT_EQ(s.session_token, "tok");
+  EXPECT_EQ(s.region, "eu-west-3");
+  EXPECT_EQ(s.endpoint, "http://rgw:7480");
+  env.Set("AWS_ACCESS_KEY_ID", "ENVKEY");
+  env.Set("AWS_SECRET_ACCESS_KEY", "envsecret");
+  env.Set("AWS_REGION", "ap-south-1");
+  env.Set("AWS_ENDPOINT_URL", "http://127.0.0.1:9000");
+  s = {};
+  ASSERT_TRUE(LoadAwsSettings(&s).ok());
+  EXPECT_EQ(s.access_key_id, "ENVKEY");
+  EXPECT_EQ(s.session_token, "");
+  EXPECT_EQ(s.region, "ap-south-1");
+  EXPECT_EQ(s.endpoint, "http://127.0.0.1:9000");
+  // Half a key pair, no keys at all, a bad endpoint: one line that names no secret.
+  env.Set("AWS_SECRET_ACCESS_KEY", nullptr);
+  Status st = LoadAwsSettings(&s);
+  EXPECT_NE(st.message().find("set together"), std::string::npos) << st.ToString();
+  env.Set("AWS_ACCESS_KEY_ID", nullptr);
+  env.Set("AWS_PROFILE", "nobody");
+  st = LoadAwsSettings(&s);
+  EXPECT_NE(st.message().find("none found"), std::string::npos) << st.ToString();
+  EXPECT_EQ(st.message().find("mlsecret"), std::string::npos);
+  env.Set("AWS_PROFILE", "ml");
+  env.Set("AWS_ENDPOINT_URL", "ftp://x");
+  st = LoadAwsSettings(&s);
+  EXPECT_NE(st.message().find("not an http"), std::string::npos) << st.ToString();
+}
+
+TEST(S3UrlTest, BucketAndPrefix) {
+  S3Url u;
+  ASSERT_TRUE(ParseS3Url("s3://my-bucket.1/a/b/", &u).ok());
+  EXPECT_EQ(u.bucket, "my-bucket.1");
+  EXPECT_EQ(u.prefix, "a/b");
+  EXPECT_EQ(u.ToString(), "s3://my-bucket.1/a/b");
+  ASSERT_TRUE(ParseS3Url("s3://abc", &u).ok());
+  EXPECT_EQ(u.prefix, "");
+  for (const char* bad : {"s3://", "s3://ab", "s3://Upper/x", "s3://a_b/x", "s3://abc/x//y", "/x"}) {
+    EXPECT_FALSE(ParseS3Url(bad, &u).ok()) << bad;
+  }
+}
 
 TEST(S3ClientTest, PutGetRangeHeadListDeleteAndMultipart) {
   SKIP_WITHOUT_CEPH();

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <list>
+#include <map>
+#include <tuple>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -502,24 +504,87 @@ class S3Reader : public KvReader {
   }
 
   // GETs the whole blocks around the value (its neighbours come along: one request for a
-  // directory's files), keeps them on disk and returns the value, checked.
+  // directory's files), keeps them on disk and returns the value, checked. Threads missing the
+  // same blocks at once share one fetch; a span of many blocks (the metadata tables at mount,
+  // large chunks) is fetched in pieces of kPieceBytes, several at once.
   Status Fetch(const Entry& e, std::string* out) {
     const uint64_t object_size = index_.object_sizes[e.object];
-    uint64_t begin = e.offset / kS3BlockBytes * kS3BlockBytes;
-    uint64_t end = std::min(object_size, (e.offset + e.length + kS3BlockBytes - 1) / kS3BlockBytes *
-                                             kS3BlockBytes);
-    std::string bytes;
-    const std::string key = DataKey(url_.prefix, index_.id, e.object);
-    if (end > begin) DSFS_RETURN_IF_ERROR(client_->Get(url_.bucket, key, &bytes, begin, end - begin));
-    if (bytes.size() != end - begin) {
-      return Status::IOError(url_.ToString() + ": data object " + key + " is shorter than its index says");
+    const uint64_t begin = e.offset / kS3BlockBytes * kS3BlockBytes;
+    const uint64_t end = std::min(
+        object_size, (e.offset + e.length + kS3BlockBytes - 1) / kS3BlockBytes * kS3BlockBytes);
+    const FlightKey fk{e.object, begin, end};
+    std::shared_ptr<Flight> flight;
+    bool leader = false;
+    {
+      std::lock_guard<std::mutex> lock(flights_mu_);
+      auto& slot = flights_[fk];
+      if (!slot) {
+        slot = std::make_shared<Flight>();
+        leader = true;
+      }
+      flight = slot;
     }
-    *out = bytes.substr(e.offset - begin, e.length);
+    if (leader) {
+      flight->status = FetchSpan(e.object, begin, end, &flight->bytes);
+      if (flight->status.ok() && disk_) disk_->Write(e.object, begin, flight->bytes);
+      {
+        std::lock_guard<std::mutex> lock(flights_mu_);
+        flights_.erase(fk);
+      }
+      std::lock_guard<std::mutex> lock(flight->mu);
+      flight->done = true;
+      flight->cv.notify_all();
+    } else {
+      std::unique_lock<std::mutex> lock(flight->mu);
+      flight->cv.wait(lock, [&] { return flight->done; });
+    }
+    DSFS_RETURN_IF_ERROR(flight->status);
+    *out = flight->bytes.substr(e.offset - begin, e.length);
     if (XXH3_64bits(out->data(), out->size()) != e.sum) {
-      return Status::Corruption(url_.ToString() + ": data object " + key +
+      return Status::Corruption(url_.ToString() + ": data object " +
+                                DataKey(url_.prefix, index_.id, e.object) +
                                 " does not match its index (checksum)");
     }
-    if (disk_) disk_->Write(e.object, begin, bytes);
+    return Status::OK();
+  }
+
+  Status FetchSpan(uint32_t object, uint64_t begin, uint64_t end, std::string* bytes) {
+    const std::string key = DataKey(url_.prefix, index_.id, object);
+    const uint64_t n = end - begin;
+    constexpr uint64_t kPieceBytes = 8 << 20;
+    constexpr int kMaxThreads = 8;
+    if (n <= kPieceBytes) {
+      if (n > 0) DSFS_RETURN_IF_ERROR(client_->Get(url_.bucket, key, bytes, begin, n));
+    } else {
+      bytes->assign(n, '\0');
+      const uint64_t pieces = (n + kPieceBytes - 1) / kPieceBytes;
+      std::atomic<uint64_t> next{0};
+      std::mutex mu;
+      Status first_error;
+      auto work = [&] {
+        std::string piece;
+        for (uint64_t i; (i = next.fetch_add(1)) < pieces;) {
+          uint64_t off = i * kPieceBytes, len = std::min(kPieceBytes, n - off);
+          Status s = client_->Get(url_.bucket, key, &piece, begin + off, len);
+          if (s.ok() && piece.size() != len) s = Status::IOError(key + ": short answer");
+          if (!s.ok()) {
+            std::lock_guard<std::mutex> lock(mu);
+            if (first_error.ok()) first_error = s;
+            next.store(pieces);
+            return;
+          }
+          std::memcpy(bytes->data() + off, piece.data(), len);
+        }
+      };
+      std::vector<std::thread> threads;
+      for (uint64_t t = 0; t < std::min<uint64_t>(pieces, kMaxThreads); ++t) threads.emplace_back(work);
+      for (auto& t : threads) t.join();
+      DSFS_RETURN_IF_ERROR(first_error);
+    }
+    if (bytes->size() != n) {
+      return Status::IOError(url_.ToString() + ": data object " + key +
+                             " is shorter than its index says");
+    }
     return Status::OK();
   }
 
@@ -543,9 +608,25 @@ class S3Reader : public KvReader {
     if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) ::unlink(tmp.c_str());
   }
 
+  struct FlightKey {
+    uint64_t object, begin, end;
+    bool operator<(const FlightKey& o) const {
+      return std::tie(object, begin, end) < std::tie(o.object, o.begin, o.end);
+    }
+  };
+  struct Flight {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;  // guarded by mu; status and bytes are set before it, read after
+    Status status;
+    std::string bytes;
+  };
+
   S3Url url_;
   std::unique_ptr<S3Client> client_;
   Index index_;
+  std::mutex flights_mu_;  // guards flights_
+  std::map<FlightKey, std::shared_ptr<Flight>> flights_;
   std::unique_ptr<DiskCache> disk_;
   std::atomic<uint64_t> disk_hits_{0}, disk_misses_{0};
 };

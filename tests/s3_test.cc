@@ -411,6 +411,71 @@ TEST(S3StoreTest, DiskCacheServesASecondReaderWithoutGetsAndIsChecked) {
   EXPECT_GT(third.gets, 1u);
 }
 
+TEST(S3StoreTest, LargeValuesComeInParallelPiecesAndConcurrentMissesShareOneGet) {
+  SKIP_WITHOUT_CEPH();
+  TempDir dir;
+  std::string big = RandomBytes(20 << 20, 3);
+  WriteFile(dir / "src/big.bin", big);
+  for (int i = 0; i < 8; ++i) WriteFile(dir / ("src/s/f" + std::to_string(i)), RandomBytes(5000, i));
+  CommandResult r = Dsfs({"pack", "-q", "--backend", "rocksdb", "--chunk-size", "16M",
+                          dir / "src", dir / "store"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  std::string url = "s3://" + NewBucket() + "/l";
+  ASSERT_EQ(Dsfs({"push", "-q", dir / "store", url}).exit_code, 0);
+  TempDir cache;
+  KvReaderOptions ko;
+  ko.cache_dir = cache.path();
+  ko.cache_disk_bytes = 1ull << 30;
+  std::unique_ptr<KvReader> kv;
+  ASSERT_TRUE(OpenKvReader(url, ko, &kv).ok());
+  // Every thread reads the 16 MiB value at once: one fetch (two 8 MiB GETs), shared.
+  std::string first_key;
+  PinnedValue v;
+  ASSERT_TRUE(kv->Seek("P", &first_key, &v).ok());
+  S3ReaderStats before;
+  ASSERT_TRUE(GetS3ReaderStats(kv.get(), &before));
+  std::vector<std::thread> threads;
+  std::vector<std::string> got(8);
+  std::string big_key;
+  // The largest value of the store: the first chunk of big.bin.
+  std::string key = "P";
+  size_t largest = 0;
+  for (;;) {
+    std::string found;
+    PinnedValue pv;
+    if (!kv->Seek(key, &found, &pv).ok()) break;
+    if (pv.size() > largest) {
+      largest = pv.size();
+      big_key = found;
+    }
+    key = found + std::string(1, '\0');
+  }
+  ASSERT_GT(largest, 8u << 20);
+  kv.reset();
+  ASSERT_TRUE(OpenKvReader(url, {}, &kv).ok());  // no disk cache: nothing found there
+  kv.reset();
+  std::filesystem::remove_all(cache.path());
+  ASSERT_TRUE(OpenKvReader(url, ko, &kv).ok());
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      PinnedValue pv;
+      if (kv->Get(big_key, &pv).ok()) got[i] = std::string(pv.data());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 1; i < 8; ++i) EXPECT_EQ(got[i], got[0]);
+  EXPECT_EQ(got[0].size(), largest);
+  S3ReaderStats after;
+  ASSERT_TRUE(GetS3ReaderStats(kv.get(), &after));
+  // The index, then the value's 1 MiB blocks (17 or 18 of them: it is not aligned) in 8 MiB
+  // pieces: 3, once, whatever the number of threads.
+  EXPECT_EQ(after.gets, 1u + 3u);
+  kv.reset();
+  std::unique_ptr<Store> local;
+  ASSERT_TRUE(Store::Open(dir / "store", StoreOptions{}, &local).ok());
+  EXPECT_EQ(ListingOf(url, ko), StoreListing(*local));
+}
+
 uint64_t AllocatedBytes(const std::string& dir) {
   uint64_t total = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {

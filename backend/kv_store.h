@@ -17,6 +17,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 
@@ -73,6 +75,9 @@ class KvReader {
   // Hints that the bytes of `range` (inside a value this reader returned) are about to be
   // read, so a backend reading from a cold file can fetch them in one request. Thread-safe.
   virtual void WillNeed(std::string_view range) {}
+  // Counters of a backend that fetches over a network (requests, bytes, its disk cache), by
+  // name, for the mount's stats; empty for local backends. Thread-safe.
+  virtual std::vector<std::pair<std::string, uint64_t>> Counters() const { return {}; }
 };
 
 // For memory-mapped backends: asks the kernel to read `range` of a mapping opened for random

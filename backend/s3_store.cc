@@ -474,6 +474,17 @@ class S3Reader : public KvReader {
 
   std::string_view Name() const override { return "s3"; }
 
+  std::vector<std::pair<std::string, uint64_t>> Counters() const override {
+    const auto& c = client_->counters();
+    return {{"remote_gets", c.gets.load()},
+            {"remote_get_bytes", c.get_bytes.load()},
+            {"remote_retries", c.retries.load()},
+            {"remote_failures", c.failures.load()},
+            {"disk_cache_hits", disk_hits_.load()},
+            {"disk_cache_misses", disk_misses_.load()},
+            {"disk_cache_evicted_blocks", disk_ ? disk_->evicted() : 0}};
+  }
+
   S3ReaderStats Stats() const {
     S3ReaderStats st;
     st.gets = client_->counters().gets.load();

@@ -56,6 +56,8 @@ class Store {
 
   const StoreHeader& header() const { return header_; }
   std::string_view backend_name() const { return kv_->Name(); }
+  // The backend's own counters (KvReader::Counters): empty for local stores.
+  std::vector<std::pair<std::string, uint64_t>> backend_counters() const { return kv_->Counters(); }
   uint64_t inode_count() const { return header_.inode_count; }
 
   // Copies out the record of inode `ino`. NotFound if no such inode; Corruption if its

@@ -620,6 +620,11 @@ TEST(S3MountTest, ThreeMountsOfOneStoreReadAlikeInParallelAndARemountNeedsNoGet)
   }
   for (auto& t : readers) t.join();
   for (int i = 0; i < 3; ++i) EXPECT_EQ(got[i], want) << "mount " << i;
+  // Each mount fetched the store itself; the stats say so.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_GT(StatsField(mounts[i]->mountpoint(), "remote_gets"), 1u);
+    EXPECT_GT(StatsField(mounts[i]->mountpoint(), "remote_get_bytes"), 3u << 20);
+  }
   // Mount 0 again with its cache kept, and with the gateway down: every byte from the disk.
   std::string mp0 = mounts[0]->mountpoint();
   mounts[0].reset();
@@ -630,6 +635,9 @@ TEST(S3MountTest, ThreeMountsOfOneStoreReadAlikeInParallelAndARemountNeedsNoGet)
     EXPECT_EQ(r.exit_code, 0) << Describe(r);
     if (r.exit_code == 0) {
       EXPECT_EQ(TreeListing(mp0), want);
+      EXPECT_EQ(StatsField(mp0, "remote_gets"), 1u) << "only the index, which failed";
+      EXPECT_EQ(StatsField(mp0, "disk_cache_misses"), 0u);
+      EXPECT_GT(StatsField(mp0, "disk_cache_hits"), 10u);
     }
   }
   StartRgw();

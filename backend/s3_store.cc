@@ -1,6 +1,7 @@
 #include "backend/s3_store.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -310,19 +311,29 @@ class DiskCache {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) return Status::IOError(dir + ": cannot create the S3 disk cache: " + ec.message());
-    fds_.assign(index.object_sizes.size(), -1);
-    for (size_t i = 0; i < fds_.size(); ++i) {
-      char name[32];
-      std::snprintf(name, sizeof(name), "%06zu", i);
-      std::string path = dir + "/" + name;
-      fds_[i] = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-      if (fds_[i] < 0) return Status::FromErrno(errno, path);
-      // What earlier mounts left: every allocated block joins the LRU (oldest first).
+    // Files are opened when first used (a store of 1 TB has ~16,000 data objects), but what
+    // earlier mounts left is found now: every allocated block joins the LRU (oldest first).
+    fds_ = std::make_unique<std::atomic<int>[]>(index.object_sizes.size());
+    objects_ = index.object_sizes.size();
+    // One descriptor per cache file in use: room for all of them beside the daemon's own.
+    struct rlimit rl;
+    if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < objects_ + 1024) {
+      rl.rlim_cur = std::min<rlim_t>(rl.rlim_max, objects_ + 1024);
+      ::setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    for (size_t i = 0; i < objects_; ++i) fds_[i].store(-1);
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      char* end = nullptr;
+      const std::string name = e.path().filename().string();
+      unsigned long long i = std::strtoull(name.c_str(), &end, 10);
+      if (name.size() != 6 || *end != '\0' || i >= objects_) continue;
+      int fd = Fd(i);
+      if (fd < 0) continue;
       off_t size = static_cast<off_t>(index.object_sizes[i]);
       for (off_t pos = 0; pos < size;) {
-        off_t data = ::lseek(fds_[i], pos, SEEK_DATA);
+        off_t data = ::lseek(fd, pos, SEEK_DATA);
         if (data < 0 || data >= size) break;
-        off_t hole = ::lseek(fds_[i], data, SEEK_HOLE);
+        off_t hole = ::lseek(fd, data, SEEK_HOLE);
         if (hole < 0) hole = size;
         for (uint64_t b = static_cast<uint64_t>(data) / kS3BlockBytes;
              b * kS3BlockBytes < static_cast<uint64_t>(hole); ++b) {
@@ -334,15 +345,16 @@ class DiskCache {
     return Status::OK();
   }
   ~DiskCache() {
-    for (int fd : fds_) {
-      if (fd >= 0) ::close(fd);
+    for (size_t i = 0; i < objects_; ++i) {
+      if (fds_[i] >= 0) ::close(fds_[i]);
     }
   }
 
   // The value at [offset, offset + length) of `object` if the file holds it verified.
   bool Read(uint32_t object, uint64_t offset, uint64_t length, uint64_t sum, std::string* out) {
     out->resize(length);
-    if (!PreadAll(fds_[object], out->data(), length, offset)) return false;
+    int fd = Fd(object);
+    if (fd < 0 || !PreadAll(fd, out->data(), length, offset)) return false;
     if (XXH3_64bits(out->data(), out->size()) != sum) return false;
     std::lock_guard<std::mutex> lock(mu_);
     for (uint64_t b = offset / kS3BlockBytes; b * kS3BlockBytes < offset + length; ++b) {
@@ -355,7 +367,9 @@ class DiskCache {
   // Keeps `bytes`, fetched from `offset` of `object` (whole blocks, the last maybe short).
   void Write(uint32_t object, uint64_t offset, std::string_view bytes) {
     if (budget_ < kS3BlockBytes) return;
-    ssize_t n = ::pwrite(fds_[object], bytes.data(), bytes.size(), static_cast<off_t>(offset));
+    int fd = Fd(object);
+    if (fd < 0) return;
+    ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset));
     if (n != static_cast<ssize_t>(bytes.size())) return;  // disk full: a fetch next time
     std::vector<uint64_t> evict;
     {
@@ -370,7 +384,7 @@ class DiskCache {
       }
     }
     for (uint64_t blk : evict) {
-      ::fallocate(fds_[blk >> 32], FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+      ::fallocate(Fd(blk >> 32), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                   static_cast<off_t>((blk & 0xffffffffu) * kS3BlockBytes), kS3BlockBytes);
       evicted_.fetch_add(1, std::memory_order_relaxed);
     }
@@ -379,6 +393,28 @@ class DiskCache {
 
  private:
   static uint64_t Block(uint64_t object, uint64_t block) { return object << 32 | block; }
+  // The cache file of `object`, opened (created) on first use; -1 if it cannot be (the value
+  // is then fetched, not cached: a full or read-only cache disk is no read error).
+  int Fd(uint64_t object) {
+    int fd = fds_[object].load(std::memory_order_acquire);
+    if (fd >= 0) return fd;
+    char name[32];
+    std::snprintf(name, sizeof(name), "/%06llu", static_cast<unsigned long long>(object));
+    fd = ::open((dir_ + name).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      std::call_once(warned_, [&] {
+        Log()->warn("{}: S3 disk cache unusable ({}); fetching without it", dir_,
+                    std::strerror(errno));
+      });
+      return -1;
+    }
+    int expected = -1;
+    if (!fds_[object].compare_exchange_strong(expected, fd)) {
+      ::close(fd);  // another thread opened it first
+      return expected;
+    }
+    return fd;
+  }
   // REQUIRES: mu_ held (or the constructor).
   void Touch(uint64_t blk) {
     auto it = where_.find(blk);
@@ -403,7 +439,9 @@ class DiskCache {
 
   std::string dir_;
   uint64_t budget_ = 0;
-  std::vector<int> fds_;
+  std::unique_ptr<std::atomic<int>[]> fds_;
+  size_t objects_ = 0;
+  std::once_flag warned_;
   std::mutex mu_;  // guards lru_ and where_
   std::list<uint64_t> lru_;  // blocks, least recently used first
   std::unordered_map<uint64_t, std::list<uint64_t>::iterator> where_;

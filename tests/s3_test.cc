@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -597,6 +598,85 @@ TEST(S3MountTest, OutageGivesEioAfterTheRetryBudgetCachedFilesServeAndReadsRecov
   StartRgw();
 }
 
+// A network namespace of this test whose loopback delays every packet by 1 ms (tc netem), with
+// a relay (tests/netns_proxy.py) from its 127.0.0.1:8000 to the gateway: another node, 1 ms away
+// each way. No address outside the namespace. Removed, and the relay ended by PID, at the end.
+class NetnsNode {
+ public:
+  NetnsNode() : name_("dsfs-s3-" + std::to_string(::getpid())) {
+    CommandResult r = RunCommand({"ip", "netns", "add", name_});
+    if (r.exit_code != 0) {
+      error_ = "ip netns add: " + Describe(r);
+      return;
+    }
+    made_ = true;
+    r = RunCommand({"ip", "-n", name_, "link", "set", "lo", "up"});
+    if (r.exit_code != 0) {
+      error_ = "lo up: " + Describe(r);
+      return;
+    }
+    r = RunCommand({"tc", "-n", name_, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"});
+    delayed_ = r.exit_code == 0;
+    if (!delayed_) std::printf("no netem delay (%s): the namespace is used without it\n", r.err.c_str());
+    const std::string port = g_ceph->endpoint.substr(g_ceph->endpoint.rfind(':') + 1);
+    proxy_ = ::fork();
+    if (proxy_ == 0) {
+      int log = ::open(("/tmp/" + name_ + ".proxy.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      if (log >= 0) {
+        ::dup2(log, 1);
+        ::dup2(log, 2);
+      }
+      std::string script = std::string(DSFS_SOURCE_DIR) + "/tests/netns_proxy.py";
+      ::execl("/usr/bin/python3", "python3", script.c_str(), name_.c_str(), "8000", port.c_str(),
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    // Listening once the namespace shows the port.
+    if (!WaitUntil(
+            [&] {
+              return RunCommand({"nsenter", "--net=/run/netns/" + name_, "ss", "-ltnH",
+                                 "sport = :8000"})
+                         .out.find("8000") != std::string::npos;
+            },
+            std::chrono::seconds(20))) {
+      error_ = "netns_proxy.py did not start: " + ReadFile("/tmp/" + name_ + ".proxy.log");
+    }
+  }
+  ~NetnsNode() {
+    if (proxy_ > 0) {
+      ::kill(proxy_, SIGKILL);
+      ::waitpid(proxy_, nullptr, 0);
+    }
+    if (made_) RunCommand({"ip", "netns", "del", name_});
+    std::error_code ec;
+    std::filesystem::remove("/tmp/" + name_ + ".proxy.log", ec);
+  }
+  const std::string& error() const { return error_; }
+  bool delayed() const { return delayed_; }
+  // `dsfs mount` run inside the namespace (its daemon stays there), reaching the gateway
+  // through the relay.
+  CommandResult Mount(MountGuard* g, const std::string& url, const std::string& options) {
+    CommandResult r = RunCommand({"nsenter", "--net=/run/netns/" + name_, "env",
+                                  "AWS_ENDPOINT_URL=http://127.0.0.1:8000", DsfsBinary(), "mount",
+                                  url, g->mountpoint(), "-o", options});
+    g->Adopt();
+    if (r.exit_code != 0) {
+      int st = 0;
+      pid_t gone = ::waitpid(proxy_, &st, WNOHANG);
+      r.err += "[relay " + std::string(gone == proxy_ ? "exited " + std::to_string(st) : "runs") +
+               ": " + ReadFile("/tmp/" + name_ + ".proxy.log") + "]";
+      r.err += "[listening in " + name_ + ": " +
+               RunCommand({"nsenter", "--net=/run/netns/" + name_, "ss", "-ltnp"}).out + "]";
+    }
+    return r;
+  }
+
+ private:
+  std::string name_, error_;
+  bool made_ = false, delayed_ = false;
+  pid_t proxy_ = -1;
+};
+
 TEST(S3MountTest, ThreeMountsOfOneStoreReadAlikeInParallelAndARemountNeedsNoGet) {
   SKIP_WITHOUT_CEPH();
   SKIP_UNLESS_CAN_MOUNT();
@@ -605,12 +685,16 @@ TEST(S3MountTest, ThreeMountsOfOneStoreReadAlikeInParallelAndARemountNeedsNoGet)
   ASSERT_EQ(Dsfs({"push", "-q", tree.store, url}).exit_code, 0);
   auto want = TreeListing(tree.src);
   std::vector<std::unique_ptr<MountGuard>> mounts;
+  // Mount 2 is another node: its own network namespace, 1 ms away from the gateway.
+  NetnsNode node;
+  ASSERT_EQ(node.error(), "");
   for (int i = 0; i < 3; ++i) {
     std::string mp = tree.dir / ("mnt" + std::to_string(i));
     MakeDir(mp);
     mounts.push_back(std::make_unique<MountGuard>(mp));
-    CommandResult r = mounts.back()->MountBackground(
-        url, {"-o", "cache_dir=" + (tree.dir / ("cache" + std::to_string(i)))});
+    const std::string cache_opt = "cache_dir=" + (tree.dir / ("cache" + std::to_string(i)));
+    CommandResult r = i == 2 ? node.Mount(mounts.back().get(), url, cache_opt)
+                             : mounts.back()->MountBackground(url, {"-o", cache_opt});
     ASSERT_EQ(r.exit_code, 0) << Describe(r);
   }
   std::vector<std::map<std::string, std::string>> got(3);

@@ -313,6 +313,19 @@ TEST(S3StoreTest, PushThenReadEveryFileAlikeAndPushRules) {
   ASSERT_TRUE(Store::Open(tree.store, StoreOptions{}, &local).ok());
   auto want = StoreListing(*local);
   EXPECT_EQ(ListingOf(url), want);
+  // The inspecting commands take the URL like a path.
+  r = Dsfs({"cat", url, "d1/f1"});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(r.out, ReadFile(tree.src + "/d1/f1"));
+  r = Dsfs({"ls", url, "d2"});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("f2"), std::string::npos) << Describe(r);
+  r = Dsfs({"verify", url});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  r = Dsfs({"info", url});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("s3"), std::string::npos) << Describe(r);
+  EXPECT_TRUE(IsOneLineError(Dsfs({"add", url, tree.src}), {"not updated in place"}));
   // A second push is refused without --force, in one line.
   EXPECT_TRUE(IsOneLineError(Dsfs({"push", tree.store, url}), {"already there"}));
   // Again with --force: the same store, so every data object is found and skipped (resume).

@@ -9,7 +9,7 @@ PKGS=(
   liburing-dev
   liblmdb-dev lmdb-utils
   libcurl4-openssl-dev
-  ceph-mon ceph-osd radosgw ceph-common
+  ceph-mon ceph-osd radosgw ceph-common iproute2
   librocksdb-dev
   libzstd-dev
   libspdlog-dev libfmt-dev

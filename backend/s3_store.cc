@@ -27,7 +27,10 @@ namespace dsfs {
 namespace {
 
 constexpr char kIndexMagic[8] = {'D', 'S', 'F', 'S', 'S', '3', 'I', 'X'};
-constexpr uint32_t kIndexVersion = 1;
+constexpr uint32_t kIndexVersion = 2;
+// Values of at least this size (the metadata tables: names and inode records are stored raw in
+// the format) are stored zstd-compressed when that saves a tenth: less to fetch at mount.
+constexpr size_t kCompressFromBytes = 1 << 20;
 constexpr size_t kIndexHeaderBytes = 8 + 4 + 4 + 8 * 5;
 
 void PutU64(std::string* s, uint64_t v) { s->append(reinterpret_cast<const char*>(&v), 8); }
@@ -99,11 +102,23 @@ class S3Writer : public KvWriter {
     }
     if (entries_ == 0) id_ = XXH3_64bits(value.data(), value.size());  // the header record
     last_key_.assign(key);
+    std::string z;
+    uint64_t raw_length = 0;  // 0: stored as is
+    if (value.size() >= kCompressFromBytes) {
+      z.resize(ZSTD_compressBound(value.size()));
+      size_t n = ZSTD_compress(z.data(), z.size(), value.data(), value.size(), 3);
+      if (!ZSTD_isError(n) && n < value.size() - value.size() / 10) {
+        z.resize(n);
+        raw_length = value.size();
+        value = z;
+      }
+    }
     PutVarint(&list_, key.size());
     list_.append(key);
     PutVarint(&list_, object_sizes_.size());
     PutVarint(&list_, buffer_.size());
     PutVarint(&list_, value.size());
+    PutVarint(&list_, raw_length);
     PutU64(&list_, XXH3_64bits(value.data(), value.size()));
     ++entries_;
     buffer_.append(value);
@@ -233,7 +248,8 @@ struct Entry {
   uint32_t object;
   uint64_t offset;
   uint64_t length;
-  uint64_t sum;
+  uint64_t raw_length;  // 0: stored as is; else zstd-compressed from this many bytes
+  uint64_t sum;         // of the stored bytes
 };
 
 struct Index {
@@ -253,7 +269,7 @@ Status ParseIndex(const std::string& name, std::string_view bytes, Index* index)
   std::memcpy(&version, bytes.data() + 8, 4);
   if (version != kIndexVersion) {
     return Status::NotSupported(name + ": S3 index version " + std::to_string(version) +
-                                " (this dsfs reads version 1)");
+                                " (this dsfs reads version " + std::to_string(kIndexVersion) + ")");
   }
   index->id = GetU64(bytes.data() + 16);
   uint64_t objects = GetU64(bytes.data() + 24), entries = GetU64(bytes.data() + 32);
@@ -277,7 +293,9 @@ Status ParseIndex(const std::string& name, std::string_view bytes, Index* index)
     e.key_len = static_cast<uint32_t>(klen);
     index->keys.append(in.substr(0, klen));
     in.remove_prefix(klen);
-    if (!GetVarint(&in, &obj) || !GetVarint(&in, &off) || !GetVarint(&in, &len) || in.size() < 8) {
+    uint64_t raw_len;
+    if (!GetVarint(&in, &obj) || !GetVarint(&in, &off) || !GetVarint(&in, &len) ||
+        !GetVarint(&in, &raw_len) || in.size() < 8 || raw_len > (uint64_t{1} << 36)) {
       return bad("entry");
     }
     e.sum = GetU64(in.data());
@@ -288,6 +306,7 @@ Status ParseIndex(const std::string& name, std::string_view bytes, Index* index)
     e.object = static_cast<uint32_t>(obj);
     e.offset = off;
     e.length = len;
+    e.raw_length = raw_len;
     index->entries.push_back(e);
   }
   for (size_t i = 1; i < index->entries.size(); ++i) {
@@ -546,6 +565,14 @@ class S3Reader : public KvReader {
     } else {
       if (disk_) disk_misses_.fetch_add(1, std::memory_order_relaxed);
       DSFS_RETURN_IF_ERROR(Fetch(e, &pin->bytes));
+    }
+    if (e.raw_length != 0) {
+      std::string raw(e.raw_length, '\0');
+      size_t n = ZSTD_decompress(raw.data(), raw.size(), pin->bytes.data(), pin->bytes.size());
+      if (ZSTD_isError(n) || n != raw.size()) {
+        return Status::Corruption(url_.ToString() + ": a compressed value does not decompress");
+      }
+      pin->bytes = std::move(raw);
     }
     std::string_view data = pin->bytes;
     value->Set(data, std::move(pin));

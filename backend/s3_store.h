@@ -11,10 +11,12 @@
 // the same store again finds its data objects already there and skips them (a resumed push);
 // a changed store gets new objects, and caches keyed by ID never serve stale bytes.
 //
-// Index: "DSFSS3IX", u32 version (1), u32 0, u64 id, u64 objects, u64 entries, u64 raw bytes of
+// Index: "DSFSS3IX", u32 version (2), u32 0, u64 id, u64 objects, u64 entries, u64 raw bytes of
 // the entry list, u64 xxh3-64 of everything after the header, u64 size of each object, then the
 // entry list zstd-compressed: per key (in order) varint key length, key, varint object, varint
-// offset, varint length, u64 xxh3-64 of the value. All integers little-endian.
+// offset, varint length, varint raw length (0: the value is stored as is; else it is stored
+// zstd-compressed, as values of 1 MiB or more are where that saves a tenth: the metadata
+// tables), u64 xxh3-64 of the stored bytes. All integers little-endian.
 //
 // Disk cache (KvReaderOptions::cache_dir): DIR/s3-HASH/ (HASH of endpoint and URL) holds the
 // last index read and ID/NNNNNN, sparse files mirroring the data objects: what was fetched is

@@ -490,6 +490,45 @@ TEST(S3StoreTest, LargeValuesComeInParallelPiecesAndConcurrentMissesShareOneGet)
   EXPECT_EQ(ListingOf(url, ko), StoreListing(*local));
 }
 
+TEST(S3StoreTest, LargeCompressibleValuesAreStoredCompressed) {
+  SKIP_WITHOUT_CEPH();
+  std::string bucket = NewBucket();
+  std::string url = "s3://" + bucket + "/z";
+  std::string table = TextBytes(4 << 20, 5), random = RandomBytes(2 << 20, 6);
+  {
+    std::unique_ptr<KvWriter> w;
+    ASSERT_TRUE(NewKvWriter(url, "s3", KvWriterOptions{}, &w).ok());
+    ASSERT_TRUE(w->Put("H", "header").ok());
+    ASSERT_TRUE(w->Put("N", table).ok());
+    ASSERT_TRUE(w->Put("P1", random).ok());
+    ASSERT_TRUE(w->Commit().ok());
+  }
+  uint64_t size = 0;
+  std::vector<std::string> keys;
+  ASSERT_TRUE(Client()->List(bucket, "z/data/", &keys).ok());
+  ASSERT_EQ(keys.size(), 1u);
+  ASSERT_TRUE(Client()->Head(bucket, keys[0], &size).ok());
+  EXPECT_LT(size, table.size() / 2 + random.size() + 100) << "the text table is not compressed";
+  EXPECT_GE(size, random.size()) << "random bytes cannot shrink";
+  for (bool cached : {false, true, true}) {
+    TempDir cache;
+    KvReaderOptions ko;
+    if (cached) {
+      ko.cache_dir = cache.path();
+      ko.cache_disk_bytes = 1 << 30;
+    }
+    std::unique_ptr<KvReader> kv;
+    ASSERT_TRUE(OpenKvReader(url, ko, &kv).ok());
+    PinnedValue v;
+    ASSERT_TRUE(kv->Get("N", &v).ok());
+    EXPECT_TRUE(v.data() == table);
+    ASSERT_TRUE(kv->Get("P1", &v).ok());
+    EXPECT_TRUE(v.data() == random);
+    ASSERT_TRUE(kv->Get("N", &v).ok());  // from the disk cache when there is one
+    EXPECT_TRUE(v.data() == table);
+  }
+}
+
 uint64_t AllocatedBytes(const std::string& dir) {
   uint64_t total = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {

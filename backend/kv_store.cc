@@ -16,6 +16,7 @@
 
 #include "backend/lmdb_store.h"
 #include "backend/rocksdb_store.h"
+#include "backend/s3_store.h"
 #include "common/log.h"
 
 namespace dsfs {
@@ -39,7 +40,13 @@ void WillNeedFile(int fd, uint64_t offset, uint64_t length) {
   }
 }
 
+bool IsRemoteStore(std::string_view source) { return IsS3Url(source); }
+
 Status DetectBackend(const std::string& path, std::string* backend) {
+  if (IsS3Url(path)) {
+    *backend = "s3";
+    return Status::OK();
+  }
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return Status::FromErrno(errno, path);
   if (S_ISREG(st.st_mode) && LooksLikeLmdb(path)) {
@@ -56,6 +63,7 @@ Status OpenKvReader(const std::string& path, const KvReaderOptions& options,
                     std::unique_ptr<KvReader>* reader) {
   std::string backend;
   DSFS_RETURN_IF_ERROR(DetectBackend(path, &backend));
+  if (backend == "s3") return OpenS3Reader(path, options, reader);
   if (backend == "rocksdb") return OpenRocksdbReader(path, options, reader);
   return OpenLmdbReader(path, options, reader);
 }
@@ -252,6 +260,12 @@ ValueSizing BackendValueSizing(std::string_view backend) {
 
 Status NewKvWriter(const std::string& path, std::string_view backend,
                    const KvWriterOptions& options, std::unique_ptr<KvWriter>* writer) {
+  if (IsS3Url(path) || backend == "s3") {
+    if (!IsS3Url(path) || backend != "s3") {
+      return Status::InvalidArgument(path + ": the s3 backend writes to s3://BUCKET/PREFIX, and an s3:// destination takes only the s3 backend");
+    }
+    return NewS3Writer(path, options, S3WriterOptions{}, writer);
+  }
   // The store is built beside `path` and renamed into place: name a missing directory as the
   // user wrote it, not by the temporary name.
   std::string dir = std::filesystem::path(path).parent_path().string();
@@ -271,10 +285,13 @@ Status NewKvWriter(const std::string& path, std::string_view backend,
   if (backend == "lmdb") return NewLmdbWriter(path, options, writer);
   if (backend == "rocksdb") return NewRocksdbWriter(path, options, writer);
   return Status::InvalidArgument("unknown backend '" + std::string(backend) +
-                                 "' (known: lmdb, rocksdb)");
+                                 "' (known: lmdb, rocksdb, s3)");
 }
 
 Status NewKvUpdater(const std::string& path_in, std::unique_ptr<KvWriter>* writer) {
+  if (IsS3Url(path_in)) {
+    return Status::NotSupported(path_in + ": a store in S3 is not updated in place (add to the local store, then push it again)");
+  }
   // Through a symlink, the store it names is updated (an LMDB update renames its new version
   // over the store: over the link, it would replace the link and leave the store as it was).
   std::unique_ptr<char, decltype(&std::free)> real(::realpath(path_in.c_str(), nullptr),
@@ -287,6 +304,7 @@ Status NewKvUpdater(const std::string& path_in, std::unique_ptr<KvWriter>* write
 }
 
 uint64_t StoreBytes(const std::string& path) {
+  if (IsS3Url(path)) return 0;
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(path, ec)) {

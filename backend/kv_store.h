@@ -6,8 +6,9 @@
 // destination) and then served read-only by a KvReader. An updater (NewKvUpdater) adds keys to
 // an existing store in one atomic step; readers opened before keep the version they opened.
 //
-// Backends: "lmdb" (one file) and "rocksdb" (a directory). Readers detect the backend from
-// what is on disk; writers are created by name.
+// Backends: "lmdb" (one file), "rocksdb" (a directory) and "s3" (objects under
+// s3://BUCKET/PREFIX, backend/s3_store.h; read-only once written). Readers detect the backend
+// from what is on disk (or the s3:// of the source); writers are created by name.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +17,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 
@@ -72,6 +75,9 @@ class KvReader {
   // Hints that the bytes of `range` (inside a value this reader returned) are about to be
   // read, so a backend reading from a cold file can fetch them in one request. Thread-safe.
   virtual void WillNeed(std::string_view range) {}
+  // Counters of a backend that fetches over a network (requests, bytes, its disk cache), by
+  // name, for the mount's stats; empty for local backends. Thread-safe.
+  virtual std::vector<std::pair<std::string, uint64_t>> Counters() const { return {}; }
 };
 
 // For memory-mapped backends: asks the kernel to read `range` of a mapping opened for random
@@ -172,7 +178,8 @@ inline constexpr std::string_view kDefaultBackend = "lmdb";
 // The ValueSizing of `backend`'s writers (KvWriter::value_sizing), for writers that mimic one
 // (the tests' in-memory store mimics LMDB). One record per value for an unknown backend.
 ValueSizing BackendValueSizing(std::string_view backend);
-// Creates a writer for a new store of `backend` ("lmdb" or "rocksdb") at `path`.
+// Creates a writer for a new store of `backend` ("lmdb", "rocksdb" or "s3", the last only at
+// an s3:// `path`, and the only one there) at `path`.
 // InvalidArgument names the backends if `backend` is not one of them.
 Status NewKvWriter(const std::string& path, std::string_view backend,
                    const KvWriterOptions& options, std::unique_ptr<KvWriter>* writer);
@@ -203,7 +210,17 @@ Status ForEachRecord(KvReader* reader, std::string_view from,
 
 struct KvReaderOptions {
   bool random_access = true;  // disable OS readahead on the data file (MDB_NORDAHEAD)
+  // Remote stores (IsRemoteStore): what was fetched is kept under cache_dir (a directory of
+  // the backend's own, keyed by the store's identity; survives the reader) within
+  // cache_disk_bytes. Empty or 0: no disk cache. Local backends ignore both.
+  std::string cache_dir;
+  uint64_t cache_disk_bytes = 0;
 };
+
+// True if `source` names a store in object storage ("s3://BUCKET/PREFIX") rather than a path:
+// such a source is opened and written like a path, but is not a file (no stat, no absolute
+// form).
+bool IsRemoteStore(std::string_view source);
 
 // Opens the store at `path` read-only, detecting its backend from what is on disk.
 // NotFound if nothing is there; InvalidArgument ("not a dsfs store") if it is not a known backend.

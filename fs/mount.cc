@@ -191,12 +191,15 @@ Status MountStore(const MountConfig& config_in) {
   MountConfig config = config_in;
   if (config.kernel) DSFS_RETURN_IF_ERROR(CheckKernelMountAllowed());
   DSFS_RETURN_IF_ERROR(CheckMountpoint(config.mountpoint));
-  struct stat st;
-  if (::stat(config.store_path.c_str(), &st) != 0) {
-    return Status::FromErrno(errno, config.store_path);
+  // A store in object storage (s3://...) is no path: the backend checks it when it opens.
+  if (!IsRemoteStore(config.store_path)) {
+    struct stat st;
+    if (::stat(config.store_path.c_str(), &st) != 0) {
+      return Status::FromErrno(errno, config.store_path);
+    }
+    // The daemon changes to "/": make both paths absolute first.
+    config.store_path = AbsolutePath(config.store_path);
   }
-  // The daemon changes to "/": make both paths absolute first.
-  config.store_path = AbsolutePath(config.store_path);
   config.mountpoint = AbsolutePath(config.mountpoint);
   if (config.foreground) {
     // The process that serves is the one systemd started (Type=notify): it reports readiness.
@@ -256,6 +259,7 @@ Status MountStore(const MountConfig& config_in) {
     return Status::IOError("the mount daemon exited before mounting");
   }
   // Returns once the daemon answers: this stat is a request to it.
+  struct stat st;
   if (::stat(config.mountpoint.c_str(), &st) != 0) {
     return Status::FromErrno(errno, "mounted, but " + config.mountpoint + " does not answer");
   }

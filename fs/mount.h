@@ -29,7 +29,10 @@ struct MountConfig {
   FuseOptions fuse;
   FsOptions fs;
   StoreOptions store;
+  // -o cache_disk given (else a remote store gets kDefaultCacheDiskBytes; tools/cmd_mount.cc).
+  bool cache_disk_set = false;
 };
+inline constexpr uint64_t kDefaultCacheDiskBytes = 8ull << 30;
 
 // OK if `mountpoint` is an existing directory that nothing is mounted on. Otherwise NotFound,
 // InvalidArgument (not a directory) or Busy (already mounted, or a dead FUSE mount left behind

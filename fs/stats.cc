@@ -100,6 +100,13 @@ nlohmann::ordered_json Filesystem::StatsObject() const {
   j["views"] = {{"images_decoded", n(images_decoded_)},
                 {"decode_seconds", StatsSeconds(static_cast<double>(n(image_decode_ns_)) / 1e9)},
                 {"tensor_indexes", tensor_indexes}};
+  // A remote store's requests and disk cache (local backends have none: no key).
+  auto backend = store_->backend_counters();
+  if (!backend.empty()) {
+    nlohmann::ordered_json b = {{"name", std::string(store_->backend_name())}};
+    for (const auto& [name, value] : backend) b[name] = value;
+    j["backend"] = std::move(b);
+  }
   const StoreHeader& h = store_->header();
   j["store"] = {
       {"files", h.file_count}, {"directories", h.dir_count}, {"file_bytes", h.file_bytes}};

@@ -27,6 +27,8 @@ Status Store::Open(const std::string& path, const StoreOptions& options,
                    std::unique_ptr<Store>* store) {
   KvReaderOptions kv_options;
   kv_options.random_access = options.random_access;
+  kv_options.cache_dir = options.cache_dir;
+  kv_options.cache_disk_bytes = options.cache_disk_bytes;
   std::unique_ptr<KvReader> kv;
   DSFS_RETURN_IF_ERROR(OpenKvReader(path, kv_options, &kv));
   Status s = Open(std::move(kv), store, options.cache);

@@ -26,6 +26,9 @@ struct StoreOptions {
   // shared with the other clients whoever assembles the mount gives it to; the Store keeps a
   // reference).
   std::shared_ptr<ByteCache> cache;
+  // For a store in object storage: the local disk cache (KvReaderOptions).
+  std::string cache_dir;
+  uint64_t cache_disk_bytes = 0;
 };
 
 // Where the bytes of a read live: a cached chunk (pinned here), the store's memory map, or
@@ -53,6 +56,8 @@ class Store {
 
   const StoreHeader& header() const { return header_; }
   std::string_view backend_name() const { return kv_->Name(); }
+  // The backend's own counters (KvReader::Counters): empty for local stores.
+  std::vector<std::pair<std::string, uint64_t>> backend_counters() const { return kv_->Counters(); }
   uint64_t inode_count() const { return header_.inode_count; }
 
   // Copies out the record of inode `ino`. NotFound if no such inode; Corruption if its

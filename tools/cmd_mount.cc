@@ -1,6 +1,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 
@@ -95,6 +96,16 @@ Status ParseMountOptions(const std::string& list, MountConfig* config) {
       uint64_t bytes;
       DSFS_RETURN_IF_ERROR(ParseSize(value, &bytes).WithContext("mount option push"));
       config->push_bytes = bytes;
+    } else if (key == "cache_dir") {
+      if (value.empty()) return Status::InvalidArgument("mount option cache_dir needs a path");
+      // The daemon changes to "/": a relative path is taken from the caller's directory.
+      config->store.cache_dir =
+          std::filesystem::absolute(std::string(value)).lexically_normal().string();
+    } else if (key == "cache_disk") {
+      uint64_t bytes;
+      DSFS_RETURN_IF_ERROR(ParseSize(value, &bytes).WithContext("mount option cache_disk"));
+      config->store.cache_disk_bytes = bytes;
+      config->cache_disk_set = true;
     } else if (key == "preload") {
       config->fuse.preload_path = value.empty() ? "/" : std::string(value);
     } else if (key == "timeout") {
@@ -255,9 +266,20 @@ Status ParseMountHelperArgs(const std::vector<std::string>& args, MountHelperArg
   return ParseFstabMountOptions(options, sloppy, &out->config, &out->ignored);
 }
 
-Status RunMount(const MountConfig& config) {
+Status RunMount(const MountConfig& config_in) {
+  MountConfig config = config_in;
   if (!config.log_file.empty()) DSFS_RETURN_IF_ERROR(LogToFile(config.log_file));
   if (!config.log_level.empty()) SetLogLevel(config.log_level);
+  if (IsRemoteStore(config.store_path)) {
+    // A store in object storage keeps what it fetched on the local disk unless told otherwise.
+    if (!config.cache_disk_set) config.store.cache_disk_bytes = kDefaultCacheDiskBytes;
+    if (config.store.cache_dir.empty() && config.store.cache_disk_bytes > 0) {
+      const char* xdg = std::getenv("XDG_CACHE_HOME");
+      const char* home = std::getenv("HOME");
+      config.store.cache_dir = xdg && *xdg ? std::string(xdg) + "/dsfs"
+                               : std::string(home && *home ? home : "/root") + "/.cache/dsfs";
+    }
+  }
   return MountStore(config);
 }
 

@@ -70,6 +70,9 @@ constexpr const char* kMountOptionsHelp = R"(Mount options (-o, comma-separated;
   cache_size=SIZE       RAM cache of decompressed data (default: 1/8 of RAM)
   push=SIZE             push listed directories' files into the page cache, up to SIZE
                         (default: 1/4 of RAM; 0 = off)
+  cache_dir=DIR         a store in S3 (s3://BUCKET/PREFIX): keep what was fetched under DIR
+                        (default: ~/.cache/dsfs), shared by later mounts of the same store
+  cache_disk=SIZE       ... within SIZE of disk (default: 8G; 0: no disk cache)
   preload[=PATH]        decompress PATH (default: all) into the RAM cache after mounting
   threads=N             FUSE session threads (default 2)
   nice=N                their nice value, so readers' requests are served first (default -10)
@@ -199,9 +202,22 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       "convert", "copy store SRC into a new store DST of another backend (no recompression)");
   convert_cmd->add_option("SRC", convert.src, "existing store")->required();
   convert_cmd->add_option("DST", convert.dst, "store to create")->required();
-  convert_cmd->add_option("--backend", convert.backend, "lmdb or rocksdb")->required();
+  convert_cmd->add_option("--backend", convert.backend, "lmdb, rocksdb or s3 (DST s3://BUCKET/PREFIX)")->required();
   convert_cmd->add_flag("-f,--force", convert.force, "overwrite DST if it exists");
   convert_cmd->add_flag("-q,--quiet", convert.quiet, "no progress line");
+
+  PushCommand push;
+  auto* push_cmd = app.add_subcommand(
+      "push", "upload store SRC to object storage as s3://BUCKET/PREFIX, for dsfs mount s3://...");
+  push_cmd->add_option("SRC", push.src, "existing store")->required();
+  push_cmd->add_option("DST", push.dst, "s3://BUCKET/PREFIX")->required();
+  push_cmd->add_flag("-f,--force", push.force, "replace a store already at DST");
+  push_cmd->add_flag("-q,--quiet", push.quiet, "no progress");
+  push_cmd->footer(
+      "Credentials and endpoint the AWS way: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,\n"
+      "AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL, AWS_PROFILE and ~/.aws/credentials\n"
+      "(never on the command line). A push that stops leaves nothing mountable; running it\n"
+      "again skips the data objects already uploaded. See docs/s3.md.");
 
   MountConfig mount;
   std::vector<std::string> mount_opts;
@@ -290,6 +306,8 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     s = RunAdd(add, out, err);
   } else if (*convert_cmd) {
     s = RunConvert(convert, out, err);
+  } else if (*push_cmd) {
+    s = RunPush(push, out, err);
   } else if (*mount_cmd) {
     std::string joined;
     for (const auto& o : mount_opts) joined += (joined.empty() ? "" : ",") + o;

@@ -50,6 +50,15 @@ struct ConvertCommand {
 // (stderr) and without `quiet`, a progress line on `err`; one summary line on `out`.
 Status RunConvert(const ConvertCommand& cmd, std::ostream& out, std::ostream& err);
 
+struct PushCommand {
+  std::string src, dst;
+  bool force = false;
+  bool quiet = false;
+};
+// dsfs push SRC s3://BUCKET/PREFIX: uploads every record of SRC (as convert does) into a store
+// in S3 object storage (backend/s3_store.h), with progress on `err`.
+Status RunPush(const PushCommand& cmd, std::ostream& out, std::ostream& err);
+
 // Parses a mount option list ("threads=2,allow_other,...") into `config`: the one place where
 // -o options are understood. InvalidArgument names an unknown or malformed option.
 Status ParseMountOptions(const std::string& list, MountConfig* config);

@@ -8,6 +8,8 @@ PKGS=(
   libfuse3-dev fuse3
   liburing-dev
   liblmdb-dev lmdb-utils
+  libcurl4-openssl-dev
+  ceph-mon ceph-osd radosgw ceph-common iproute2
   librocksdb-dev
   libzstd-dev
   libspdlog-dev libfmt-dev

@@ -1,0 +1,475 @@
+#include "backend/s3_client.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "common/log.h"
+
+namespace dsfs {
+
+Status ParseS3Url(std::string_view s, S3Url* url) {
+  if (!IsS3Url(s)) return Status::InvalidArgument(std::string(s) + ": not an s3://BUCKET/PREFIX URL");
+  std::string_view rest = s.substr(5);
+  size_t slash = rest.find('/');
+  std::string bucket(rest.substr(0, slash));
+  std::string prefix(slash == std::string_view::npos ? "" : rest.substr(slash + 1));
+  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
+  bool ok = bucket.size() >= 3 && bucket.size() <= 63;
+  for (char c : bucket) {
+    if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
+          c == '-' || c == '.')) {
+      ok = false;
+    }
+  }
+  if (!ok) {
+    return Status::InvalidArgument(std::string(s) +
+                                   ": bad bucket name (3 to 63 characters: a-z, 0-9, '-', '.')");
+  }
+  if (prefix.find("//") != std::string::npos) {
+    return Status::InvalidArgument(std::string(s) + ": empty component in the prefix");
+  }
+  url->bucket = bucket;
+  url->prefix = prefix;
+  return Status::OK();
+}
+
+namespace {
+
+// Percent-encodes everything but RFC 3986's unreserved characters (and '/' if keep_slash), as
+// SigV4's canonical form wants it.
+std::string UriEncode(std::string_view s, bool keep_slash) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+// A query string as curl 7.88's signer needs it: sorted by name, values encoded, "name=".
+std::string Query(std::vector<std::pair<std::string, std::string>> params) {
+  std::sort(params.begin(), params.end());
+  std::string q;
+  for (const auto& [k, v] : params) {
+    if (!q.empty()) q += '&';
+    q += UriEncode(k, false) + "=" + UriEncode(v, false);
+  }
+  return q;
+}
+
+std::string XmlUnescape(std::string s) {
+  static const std::pair<std::string_view, char> kEntities[] = {
+      {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    bool done = false;
+    if (s[i] == '&') {
+      for (const auto& [e, c] : kEntities) {
+        if (s.compare(i, e.size(), e) == 0) {
+          out += c;
+          i += e.size() - 1;
+          done = true;
+          break;
+        }
+      }
+    }
+    if (!done) out += s[i];
+  }
+  return out;
+}
+
+// The text of every <tag>...</tag> in `xml`, from `from`.
+std::vector<std::string> XmlAll(std::string_view xml, std::string_view tag) {
+  std::vector<std::string> out;
+  std::string open = "<" + std::string(tag) + ">", close = "</" + std::string(tag) + ">";
+  size_t pos = 0;
+  while ((pos = xml.find(open, pos)) != std::string_view::npos) {
+    pos += open.size();
+    size_t end = xml.find(close, pos);
+    if (end == std::string_view::npos) break;
+    out.push_back(XmlUnescape(std::string(xml.substr(pos, end - pos))));
+    pos = end + close.size();
+  }
+  return out;
+}
+
+std::string XmlFirst(std::string_view xml, std::string_view tag) {
+  auto all = XmlAll(xml, tag);
+  return all.empty() ? std::string() : all.front();
+}
+
+size_t OnBody(char* data, size_t size, size_t n, void* user) {
+  static_cast<std::string*>(user)->append(data, size * n);
+  return size * n;
+}
+
+struct Upload {
+  std::string_view data;
+  size_t pos = 0;
+};
+
+size_t OnRead(char* buf, size_t size, size_t n, void* user) {
+  auto* u = static_cast<Upload*>(user);
+  size_t k = std::min(size * n, u->data.size() - u->pos);
+  std::memcpy(buf, u->data.data() + u->pos, k);
+  u->pos += k;
+  return k;
+}
+
+struct CurlInit {
+  CurlInit() { curl_global_init(CURL_GLOBAL_DEFAULT); }
+};
+
+}  // namespace
+
+struct S3Client::Request {
+  std::string method = "GET";
+  std::string bucket, key, query;
+  std::vector<std::string> headers;
+  std::string_view body;
+  bool has_body = false;
+  std::string what;  // for messages: "GET s3://b/k"
+};
+
+struct S3Client::Response {
+  long status = 0;
+  std::string body;
+  std::map<std::string, std::string> headers;  // names lower case
+};
+
+namespace {
+size_t OnHeader(char* data, size_t size, size_t n, void* user) {
+  auto* headers = static_cast<std::map<std::string, std::string>*>(user);
+  std::string line(data, size * n);
+  size_t colon = line.find(':');
+  if (colon != std::string::npos) {
+    std::string name = line.substr(0, colon);
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
+    std::string value = line.substr(colon + 1);
+    size_t b = value.find_first_not_of(" \t");
+    size_t e = value.find_last_not_of(" \t\r\n");
+    (*headers)[name] = b == std::string::npos ? "" : value.substr(b, e - b + 1);
+  } else if (line.rfind("HTTP/", 0) == 0) {
+    headers->clear();  // a new response (after 100 Continue or a redirect)
+  }
+  return size * n;
+}
+}  // namespace
+
+S3Client::S3Client(AwsSettings settings, RetryPolicy policy)
+    : settings_(std::move(settings)), policy_(policy) {
+  static CurlInit init;
+  sigv4_ = "aws:amz:" + settings_.region + ":s3";
+  userpwd_ = settings_.access_key_id + ":" + settings_.secret_access_key;
+}
+
+S3Client::~S3Client() {
+  for (void* h : idle_) curl_easy_cleanup(static_cast<CURL*>(h));
+}
+
+void* S3Client::TakeHandle() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!idle_.empty()) {
+      void* h = idle_.back();
+      idle_.pop_back();
+      return h;
+    }
+  }
+  return curl_easy_init();
+}
+
+void S3Client::GiveBack(void* handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  idle_.push_back(handle);
+}
+
+std::string S3Client::Url(const std::string& bucket, const std::string& key,
+                          const std::string& query) const {
+  std::string url = settings_.endpoint + "/" + UriEncode(bucket, false);
+  if (!key.empty()) url += "/" + UriEncode(key, true);
+  if (!query.empty()) url += "?" + query;
+  return url;
+}
+
+Status S3Client::Perform(const Request& req, Response* resp) {
+  const std::string url = Url(req.bucket, req.key, req.query);
+  std::mt19937 rng(std::random_device{}());
+  int backoff_ms = policy_.first_backoff_ms;
+  std::string last_error;
+  for (int attempt = 1;; ++attempt) {
+    CURL* h = static_cast<CURL*>(TakeHandle());
+    if (h == nullptr) return Status::IOError(req.what + ": cannot create a curl handle");
+    curl_easy_reset(h);  // keeps the connection cache
+    resp->status = 0;
+    resp->body.clear();
+    resp->headers.clear();
+    curl_slist* headers = nullptr;
+    headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    if (!settings_.session_token.empty()) {
+      headers = curl_slist_append(headers,
+                                  ("x-amz-security-token: " + settings_.session_token).c_str());
+    }
+    for (const auto& hd : req.headers) headers = curl_slist_append(headers, hd.c_str());
+    curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(policy_.connect_timeout_ms));
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(policy_.low_speed_timeout_s));
+    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4_.c_str());
+    curl_easy_setopt(h, CURLOPT_USERPWD, userpwd_.c_str());
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, OnBody);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &resp->body);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, OnHeader);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &resp->headers);
+    Upload upload{req.body, 0};
+    if (req.method == "HEAD") {
+      curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    } else if (req.method == "PUT") {
+      curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+      curl_easy_setopt(h, CURLOPT_READFUNCTION, OnRead);
+      curl_easy_setopt(h, CURLOPT_READDATA, &upload);
+      curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
+    } else if (req.method == "POST") {
+      curl_easy_setopt(h, CURLOPT_POST, 1L);
+      curl_easy_setopt(h, CURLOPT_POSTFIELDS, req.body.data());
+      curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
+    } else if (req.method != "GET") {
+      curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method.c_str());
+    }
+    CURLcode rc = curl_easy_perform(h);
+    if (rc == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp->status);
+    curl_slist_free_all(headers);
+    if (rc == CURLE_OK) {
+      GiveBack(h);
+    } else {
+      curl_easy_cleanup(h);  // a broken connection is not reused
+    }
+    bool retry = false;
+    if (rc != CURLE_OK) {
+      last_error = curl_easy_strerror(rc);
+      retry = true;  // refused, reset, timed out, name lookup: the endpoint may come back
+    } else if (resp->status >= 500 || resp->status == 429) {
+      last_error = "HTTP " + std::to_string(resp->status);
+      std::string code = XmlFirst(resp->body, "Code");
+      if (!code.empty()) last_error += " " + code;
+      retry = true;
+    } else if (resp->status >= 300) {
+      std::string code = XmlFirst(resp->body, "Code");
+      std::string detail = "HTTP " + std::to_string(resp->status) + (code.empty() ? "" : " " + code);
+      const std::string name = "s3://" + req.bucket + (req.key.empty() ? "" : "/" + req.key);
+      counters_.failures.fetch_add(1, std::memory_order_relaxed);
+      if (resp->status == 404) return Status::NotFound(name + ": not found (" + detail + ")");
+      if (resp->status == 403) {
+        return Status::IOError(name + ": access denied (" + detail +
+                               "): check the credentials and the bucket's permissions");
+      }
+      return Status::IOError(req.what + ": " + detail);
+    } else {
+      return Status::OK();
+    }
+    if (retry && attempt >= policy_.attempts) {
+      counters_.failures.fetch_add(1, std::memory_order_relaxed);
+      return Status::IOError(req.what + " at " + settings_.endpoint + ": " + last_error +
+                             " (gave up after " + std::to_string(attempt) + " tries)");
+    }
+    counters_.retries.fetch_add(1, std::memory_order_relaxed);
+    int sleep_ms = std::uniform_int_distribution<int>(backoff_ms / 2, backoff_ms)(rng);
+    std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+    backoff_ms = std::min(backoff_ms * 2, policy_.max_backoff_ms);
+  }
+}
+
+Status S3Client::Get(const std::string& bucket, const std::string& key, std::string* out,
+                     uint64_t offset, uint64_t length) {
+  Request req;
+  req.bucket = bucket;
+  req.key = key;
+  req.what = "GET s3://" + bucket + "/" + key;
+  if (offset != 0 || length != 0) {
+    std::string range = "Range: bytes=" + std::to_string(offset) + "-";
+    if (length != 0) range += std::to_string(offset + length - 1);
+    req.headers.push_back(range);
+  }
+  Response resp;
+  counters_.gets.fetch_add(1, std::memory_order_relaxed);
+  Status s = Perform(req, &resp);
+  if (!s.ok()) return s;
+  if ((offset != 0 || length != 0) && resp.status != 206) {
+    // A server that ignored the range sent the whole object.
+    if (resp.status == 200 && offset < resp.body.size()) {
+      resp.body = resp.body.substr(offset, length ? length : std::string::npos);
+    } else {
+      return Status::IOError(req.what + ": range not served (HTTP " + std::to_string(resp.status) + ")");
+    }
+  }
+  counters_.get_bytes.fetch_add(resp.body.size(), std::memory_order_relaxed);
+  *out = std::move(resp.body);
+  return Status::OK();
+}
+
+Status S3Client::Head(const std::string& bucket, const std::string& key, uint64_t* size,
+                      std::map<std::string, std::string>* meta) {
+  Request req;
+  req.method = "HEAD";
+  req.bucket = bucket;
+  req.key = key;
+  req.what = "HEAD s3://" + bucket + "/" + key;
+  Response resp;
+  DSFS_RETURN_IF_ERROR(Perform(req, &resp));
+  *size = std::strtoull(resp.headers["content-length"].c_str(), nullptr, 10);
+  if (meta) {
+    meta->clear();
+    for (const auto& [k, v] : resp.headers) {
+      if (k.rfind("x-amz-meta-", 0) == 0) (*meta)[k.substr(11)] = v;
+    }
+  }
+  return Status::OK();
+}
+
+Status S3Client::Put(const std::string& bucket, const std::string& key, std::string_view data,
+                     const std::map<std::string, std::string>& meta) {
+  Request req;
+  req.method = "PUT";
+  req.bucket = bucket;
+  req.key = key;
+  req.body = data;
+  req.what = "PUT s3://" + bucket + "/" + key;
+  for (const auto& [k, v] : meta) req.headers.push_back("x-amz-meta-" + k + ": " + v);
+  Response resp;
+  counters_.puts.fetch_add(1, std::memory_order_relaxed);
+  DSFS_RETURN_IF_ERROR(Perform(req, &resp));
+  counters_.put_bytes.fetch_add(data.size(), std::memory_order_relaxed);
+  return Status::OK();
+}
+
+Status S3Client::Delete(const std::string& bucket, const std::string& key) {
+  Request req;
+  req.method = "DELETE";
+  req.bucket = bucket;
+  req.key = key;
+  req.what = "DELETE s3://" + bucket + "/" + key;
+  Response resp;
+  return Perform(req, &resp);
+}
+
+Status S3Client::CreateBucket(const std::string& bucket) {
+  Request req;
+  req.method = "PUT";
+  req.bucket = bucket;
+  req.what = "PUT s3://" + bucket;
+  Response resp;
+  return Perform(req, &resp);
+}
+
+Status S3Client::List(const std::string& bucket, const std::string& prefix,
+                      std::vector<std::string>* keys) {
+  keys->clear();
+  std::string token;
+  for (;;) {
+    std::vector<std::pair<std::string, std::string>> params = {{"list-type", "2"},
+                                                               {"prefix", prefix}};
+    if (!token.empty()) params.emplace_back("continuation-token", token);
+    Request req;
+    req.bucket = bucket;
+    req.query = Query(params);
+    req.what = "LIST s3://" + bucket + "/" + prefix;
+    Response resp;
+    DSFS_RETURN_IF_ERROR(Perform(req, &resp));
+    for (auto& k : XmlAll(resp.body, "Key")) keys->push_back(std::move(k));
+    if (XmlFirst(resp.body, "IsTruncated") != "true") break;
+    token = XmlFirst(resp.body, "NextContinuationToken");
+    if (token.empty()) break;
+  }
+  return Status::OK();
+}
+
+Status S3Client::StartMultipart(const std::string& bucket, const std::string& key,
+                                const std::map<std::string, std::string>& meta,
+                                std::string* upload_id) {
+  Request req;
+  req.method = "POST";
+  req.bucket = bucket;
+  req.key = key;
+  req.query = Query({{"uploads", ""}});
+  req.what = "multipart start s3://" + bucket + "/" + key;
+  for (const auto& [k, v] : meta) req.headers.push_back("x-amz-meta-" + k + ": " + v);
+  Response resp;
+  DSFS_RETURN_IF_ERROR(Perform(req, &resp));
+  *upload_id = XmlFirst(resp.body, "UploadId");
+  if (upload_id->empty()) return Status::IOError(req.what + ": no UploadId in the answer");
+  return Status::OK();
+}
+
+Status S3Client::UploadPart(const std::string& bucket, const std::string& key,
+                            const std::string& upload_id, int part, std::string_view data,
+                            std::string* etag) {
+  Request req;
+  req.method = "PUT";
+  req.bucket = bucket;
+  req.key = key;
+  req.body = data;
+  req.query = Query({{"partNumber", std::to_string(part)}, {"uploadId", upload_id}});
+  req.what = "multipart part " + std::to_string(part) + " of s3://" + bucket + "/" + key;
+  Response resp;
+  counters_.puts.fetch_add(1, std::memory_order_relaxed);
+  DSFS_RETURN_IF_ERROR(Perform(req, &resp));
+  counters_.put_bytes.fetch_add(data.size(), std::memory_order_relaxed);
+  *etag = resp.headers["etag"];
+  if (etag->empty()) return Status::IOError(req.what + ": no ETag in the answer");
+  return Status::OK();
+}
+
+Status S3Client::CompleteMultipart(const std::string& bucket, const std::string& key,
+                                   const std::string& upload_id,
+                                   const std::vector<std::string>& etags) {
+  std::string xml = "<CompleteMultipartUpload>";
+  for (size_t i = 0; i < etags.size(); ++i) {
+    xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags[i] +
+           "</ETag></Part>";
+  }
+  xml += "</CompleteMultipartUpload>";
+  Request req;
+  req.method = "POST";
+  req.bucket = bucket;
+  req.key = key;
+  req.body = xml;
+  req.query = Query({{"uploadId", upload_id}});
+  req.what = "multipart complete s3://" + bucket + "/" + key;
+  Response resp;
+  DSFS_RETURN_IF_ERROR(Perform(req, &resp));
+  // The answer to a complete can be 200 with an error inside.
+  if (resp.body.find("<Error>") != std::string::npos) {
+    return Status::IOError(req.what + ": " + XmlFirst(resp.body, "Code"));
+  }
+  return Status::OK();
+}
+
+Status S3Client::AbortMultipart(const std::string& bucket, const std::string& key,
+                                const std::string& upload_id) {
+  Request req;
+  req.method = "DELETE";
+  req.bucket = bucket;
+  req.key = key;
+  req.query = Query({{"uploadId", upload_id}});
+  req.what = "multipart abort s3://" + bucket + "/" + key;
+  Response resp;
+  return Perform(req, &resp);
+}
+
+}  // namespace dsfs

@@ -1,0 +1,116 @@
+// A small S3 client over libcurl: what dsfs needs of object storage (ranged GET, PUT,
+// multipart upload, HEAD, DELETE, listing), path-style URLs (Ceph RGW, MinIO, AWS).
+//
+// Requests are signed with SigV4 by libcurl itself (CURLOPT_AWS_SIGV4, curl >= 7.75); the
+// payload is sent unsigned (x-amz-content-sha256: UNSIGNED-PAYLOAD, which RGW requires and
+// curl 7.88 does not add). curl 7.88 signs the query string as written, so every query built
+// here has its parameters sorted, their values encoded and an '=' after each name.
+//
+// Connections: a pool of curl easy handles, one taken per request and given back after, so a
+// thread issuing requests one after another keeps reusing one connection (keep-alive) and
+// threads issuing them at once each have their own. Every request has a connect timeout and a
+// low-speed timeout (no hang when the endpoint goes away mid-transfer); 5xx, 429 and
+// transport failures (refused, reset, timed out) are retried with exponential backoff and
+// jitter until RetryPolicy::attempts, then IOError. 404 is NotFound, 403 an IOError saying
+// access was denied; neither is retried.
+//
+// Thread safety: every method may be called from any number of threads at once.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/aws_credentials.h"
+#include "common/status.h"
+
+namespace dsfs {
+
+// "s3://BUCKET/PREFIX": PREFIX may be empty; a trailing '/' is dropped.
+struct S3Url {
+  std::string bucket;
+  std::string prefix;
+  std::string ToString() const { return "s3://" + bucket + (prefix.empty() ? "" : "/" + prefix); }
+};
+inline bool IsS3Url(std::string_view s) { return s.rfind("s3://", 0) == 0; }
+// InvalidArgument for anything that is not s3://BUCKET[/PREFIX] with a valid bucket name.
+[[nodiscard]] Status ParseS3Url(std::string_view s, S3Url* url);
+
+class S3Client {
+ public:
+  struct RetryPolicy {
+    int attempts = 5;          // tries per request, the first included
+    int first_backoff_ms = 100;
+    int max_backoff_ms = 2000;
+    int connect_timeout_ms = 3000;
+    int low_speed_timeout_s = 10;  // a transfer under 1 byte/s for this long is dropped
+  };
+  // Requests made, bytes received in GET bodies and sent in PUT bodies, retries.
+  struct Counters {
+    std::atomic<uint64_t> gets{0}, get_bytes{0}, puts{0}, put_bytes{0}, retries{0}, failures{0};
+  };
+
+  S3Client(AwsSettings settings, RetryPolicy policy);
+  S3Client(const S3Client&) = delete;
+  S3Client& operator=(const S3Client&) = delete;
+  ~S3Client();
+
+  // The whole object, or `length` bytes from `offset` (length 0: to the end). A range past the
+  // end is InvalidArgument; a shorter answer than asked (object ends) is returned as is.
+  [[nodiscard]] Status Get(const std::string& bucket, const std::string& key, std::string* out,
+                           uint64_t offset = 0, uint64_t length = 0);
+  // Size and the user metadata (x-amz-meta-NAME, names lower case without the prefix).
+  [[nodiscard]] Status Head(const std::string& bucket, const std::string& key, uint64_t* size,
+                            std::map<std::string, std::string>* meta = nullptr);
+  [[nodiscard]] Status Put(const std::string& bucket, const std::string& key,
+                           std::string_view data,
+                           const std::map<std::string, std::string>& meta = {});
+  [[nodiscard]] Status Delete(const std::string& bucket, const std::string& key);
+  [[nodiscard]] Status CreateBucket(const std::string& bucket);
+  // Keys under `prefix`, in order.
+  [[nodiscard]] Status List(const std::string& bucket, const std::string& prefix,
+                            std::vector<std::string>* keys);
+
+  // Multipart upload: Start, UploadPart (1-based numbers, any order, any threads; every part
+  // but the last >= 5 MiB), Complete with the parts' ETags in order, or Abort.
+  [[nodiscard]] Status StartMultipart(const std::string& bucket, const std::string& key,
+                                      const std::map<std::string, std::string>& meta,
+                                      std::string* upload_id);
+  [[nodiscard]] Status UploadPart(const std::string& bucket, const std::string& key,
+                                  const std::string& upload_id, int part, std::string_view data,
+                                  std::string* etag);
+  [[nodiscard]] Status CompleteMultipart(const std::string& bucket, const std::string& key,
+                                         const std::string& upload_id,
+                                         const std::vector<std::string>& etags);
+  Status AbortMultipart(const std::string& bucket, const std::string& key,
+                        const std::string& upload_id);
+
+  const Counters& counters() const { return counters_; }
+  const std::string& endpoint() const { return settings_.endpoint; }
+
+ private:
+  struct Request;
+  struct Response;
+  // Sends `req` with retries. Fills *resp (status, body, headers) for any HTTP answer below 300;
+  // turns the others and transport failures into a Status naming `what`.
+  Status Perform(const Request& req, Response* resp);
+  void* TakeHandle();
+  void GiveBack(void* handle);
+  std::string Url(const std::string& bucket, const std::string& key,
+                  const std::string& query) const;
+
+  AwsSettings settings_;
+  RetryPolicy policy_;
+  std::string sigv4_;   // "aws:amz:REGION:s3"
+  std::string userpwd_;  // "KEY:SECRET", given to curl only
+  std::mutex mu_;        // guards idle_
+  std::vector<void*> idle_;
+  Counters counters_;
+};
+
+}  // namespace dsfs

@@ -1,0 +1,69 @@
+// A store in S3 object storage: written once by `dsfs push` (an S3KvWriter), read by mounts
+// over ranged GETs with a persistent local disk cache.
+//
+// Objects under s3://BUCKET/PREFIX:
+//   PREFIX/dsfs-index            the index: written LAST, so a push that did not finish leaves
+//                                nothing mountable (a previous push's index stays valid, its
+//                                data objects are only removed after the new index is in place)
+//   PREFIX/data/ID/NNNNNN        data objects of ~object_bytes holding the values in key order
+//                                (a directory's files are adjacent: one GET fetches many)
+// ID is the store's identity (16 hex digits, from the hash of its header record): a push of
+// the same store again finds its data objects already there and skips them (a resumed push);
+// a changed store gets new objects, and caches keyed by ID never serve stale bytes.
+//
+// Index: "DSFSS3IX", u32 version (2), u32 0, u64 id, u64 objects, u64 entries, u64 raw bytes of
+// the entry list, u64 xxh3-64 of everything after the header, u64 size of each object, then the
+// entry list zstd-compressed: per key (in order) varint key length, key, varint object, varint
+// offset, varint length, varint raw length (0: the value is stored as is; else it is stored
+// zstd-compressed, as values of 1 MiB or more are where that saves a tenth: the metadata
+// tables), u64 xxh3-64 of the stored bytes. All integers little-endian.
+//
+// Disk cache (KvReaderOptions::cache_dir): DIR/s3-HASH/ (HASH of endpoint and URL) holds the
+// last index read and ID/NNNNNN, sparse files mirroring the data objects: what was fetched is
+// written at its offset. A value read back is checked with its xxh3 from the index (a hole
+// reads as zeros and fails it: the checksum is the presence test, so nothing is trusted that
+// was not verified). Fetches are whole blocks of kS3BlockBytes (adjacent values coalesced into
+// one GET); eviction punches least recently used blocks once the files take more than
+// cache_disk_bytes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "backend/kv_store.h"
+#include "backend/s3_client.h"
+
+namespace dsfs {
+
+inline constexpr uint64_t kS3BlockBytes = 1 << 20;
+inline constexpr std::string_view kS3IndexName = "dsfs-index";
+
+struct S3WriterOptions {
+  uint64_t object_bytes = 64 << 20;  // data objects close after this many bytes
+  uint64_t part_bytes = 16 << 20;    // multipart part size (objects above it are multipart)
+  int threads = 4;                   // parts uploaded at once
+  // Called after each data object and at the end: bytes uploaded (or found already there) so
+  // far, objects done, objects skipped because a previous push left them complete.
+  std::function<void(uint64_t bytes, uint64_t objects, uint64_t skipped)> progress;
+};
+
+// A writer of a store at `url` (s3://BUCKET/PREFIX). Without options.overwrite, an index
+// already there is Exists. Settings from LoadAwsSettings.
+[[nodiscard]] Status NewS3Writer(const std::string& url, const KvWriterOptions& options,
+                                 const S3WriterOptions& s3_options,
+                                 std::unique_ptr<KvWriter>* writer);
+
+// Opens the store at `url` read-only (see the file comment for the cache).
+[[nodiscard]] Status OpenS3Reader(const std::string& url, const KvReaderOptions& options,
+                                  std::unique_ptr<KvReader>* reader);
+
+// Counters of an S3 reader (tests, stats): GETs made and bytes fetched, values served from
+// the disk cache. False if `reader` is not an S3 reader.
+struct S3ReaderStats {
+  uint64_t gets = 0, get_bytes = 0, disk_hits = 0, disk_misses = 0, evicted_blocks = 0;
+};
+bool GetS3ReaderStats(KvReader* reader, S3ReaderStats* stats);
+
+}  // namespace dsfs

@@ -1,0 +1,166 @@
+#!/usr/bin/python3
+"""A store read from S3 object storage (Ceph RGW) against the same store on local disk (issue 17).
+
+  /usr/bin/python3 bench/s3_bench.py [--dsfs BUILD/dsfs] [--src TREE] [--work /var/tmp/dsfs-s3-bench]
+                                     [--subset 20000] [--scale-files N]
+
+Starts its own single-host Ceph cluster (tests/ceph_rgw.sh, 127.0.0.1, memstore) and stops it at
+the end. Packs TREE (default: the core benchmark's fmnist_20000 ImageFolder tree, built by
+bench/datasets.py) into an LMDB store, times `dsfs push` to s3://bench/ds, then runs an unmodified
+torchvision ImageFolder + DataLoader (bench/imagefolder_read.py: 2 workers, batch 256, --subset
+images, epochs 1 and 2) over
+  local    the store on local disk, mounted after drop_caches
+  s3-cold  s3://bench/ds with an empty disk cache, after drop_caches
+  s3-warm  s3://bench/ds mounted again after drop_caches, its disk cache kept from s3-cold
+and records mount times and the mount's GET count and bytes (.dsfs/stats "backend").
+--scale-files N (e.g. 1000000): a store of N files from `dsfs-gentar --files N | dsfs pack -`,
+pushed, then `dsfs mount s3://...` with an empty disk cache, 3 times (time until the mount
+answers, a stat and a listing of the root; daemon RSS after).
+No network delay between client and gateway yet (both on 127.0.0.1; the netem variant is still
+to be done). Writes bench/results/s3-<date>.md and .jsonl. Mounts only under WORK/mnt.
+"""
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+from views_bench import Mount, drop_caches, imagefolder, sh  # noqa: E402
+
+
+def timed(argv, env=None):
+    t0 = time.monotonic()
+    r = sh(argv, env=env, timeout=3600)
+    dt = time.monotonic() - t0
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {r.stderr.strip()[-500:]}")
+    return dt, r
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dsfs", default=os.path.join(REPO, "build", "dsfs"))
+    ap.add_argument("--src", default="/var/tmp/dsfs-bench/fmnist_20000")
+    ap.add_argument("--work", default="/var/tmp/dsfs-s3-bench")
+    ap.add_argument("--subset", type=int, default=20000)
+    ap.add_argument("--scale-files", type=int, default=0)
+    ap.add_argument("--gentar", default=os.path.join(REPO, "build", "bench", "dsfs-gentar"))
+    a = ap.parse_args()
+    if not os.path.isdir(a.src):
+        sys.exit(f"s3_bench: {a.src} missing (bench/datasets.py builds it)")
+    shutil.rmtree(a.work, ignore_errors=True)
+    os.makedirs(a.work)
+    ceph_dir = os.path.join(a.work, "ceph")
+    script = os.path.join(REPO, "tests", "ceph_rgw.sh")
+    t0 = time.monotonic()
+    r = sh([script, "start", ceph_dir, str(os.getpid())], timeout=180)
+    ceph_start_s = time.monotonic() - t0
+    if r.returncode != 0:
+        sys.exit(f"s3_bench: Ceph did not start: {r.stderr.strip()}")
+    fields = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
+    env = dict(os.environ, AWS_ENDPOINT_URL=fields["endpoint"],
+               AWS_ACCESS_KEY_ID=fields["access_key"], AWS_SECRET_ACCESS_KEY=fields["secret_key"])
+    os.environ.update(env)  # the mounts' daemons inherit it
+    rows = []
+    try:
+        subprocess.run(["curl", "-sf", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user",
+                        f"{fields['access_key']}:{fields['secret_key']}", "-H",
+                        "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-X", "PUT",
+                        fields["endpoint"] + "/bench"], check=True, stdout=subprocess.DEVNULL)
+        store = os.path.join(a.work, "ds.dsfs")
+        pack_s, _ = timed([a.dsfs, "pack", "-q", a.src, store])
+        store_bytes = os.path.getsize(store)
+        push_s, _ = timed([a.dsfs, "push", "-q", store, "s3://bench/ds"], env=env)
+        rows.append({"what": "push", "store_bytes": store_bytes, "seconds": round(push_s, 3),
+                     "mb_per_s": round(store_bytes / push_s / 1e6, 1), "pack_s": round(pack_s, 3),
+                     "ceph_start_s": round(ceph_start_s, 2)})
+        print(json.dumps(rows[-1]), flush=True)
+        mnt = os.path.join(a.work, "mnt")
+        cache = os.path.join(a.work, "cache")
+        runs = [("local", store, []),
+                ("s3-cold", "s3://bench/ds", ["-o", f"cache_dir={cache}"]),
+                ("s3-warm", "s3://bench/ds", ["-o", f"cache_dir={cache}"])]
+        for label, source, opts in runs:
+            drop_caches()
+            t0 = time.monotonic()
+            with Mount(a.dsfs, source, mnt, opts) as m:
+                mount_s = time.monotonic() - t0
+                res = imagefolder(mnt, a.subset, label)
+                backend = m.stats().get("backend", {})
+            row = {"what": label, "mount_s": round(mount_s, 3), **res, **backend}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        if a.scale_files:
+            big = os.path.join(a.work, "scale.dsfs")
+            t0 = time.monotonic()
+            p = subprocess.run(f"{a.gentar} --files {a.scale_files} | {a.dsfs} pack -q - {big}",
+                               shell=True, stderr=subprocess.PIPE, text=True)
+            if p.returncode != 0:
+                raise RuntimeError(f"scale pack: {p.stderr[-300:]}")
+            scale_pack_s = time.monotonic() - t0
+            scale_push_s, _ = timed([a.dsfs, "push", "-q", big, "s3://bench/scale"], env=env)
+            for i in range(3):
+                shutil.rmtree(os.path.join(a.work, "scale-cache"), ignore_errors=True)
+                drop_caches()
+                t0 = time.monotonic()
+                with Mount(a.dsfs, "s3://bench/scale", mnt,
+                           ["-o", f"cache_dir={os.path.join(a.work, 'scale-cache')}"]) as m:
+                    os.listdir(mnt)
+                    mount_s = time.monotonic() - t0
+                    rss_kb = None
+                    for pid in sh(["pgrep", "-f", "dsfs mount s3://bench/scale"]).stdout.split():
+                        with open(f"/proc/{pid}/status") as f:
+                            rss_kb = next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+                    backend = m.stats().get("backend", {})
+                row = {"what": "scale-mount", "files": a.scale_files, "run": i,
+                       "store_bytes": os.path.getsize(big), "pack_s": round(scale_pack_s, 1),
+                       "push_s": round(scale_push_s, 2), "mount_s": round(mount_s, 3),
+                       "rss_mb": round(rss_kb / 1024, 1) if rss_kb else None, **backend}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    finally:
+        sh([script, "stop", ceph_dir], timeout=60)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = os.path.join(REPO, "bench", "results", f"s3-{stamp}")
+    with open(out + ".jsonl", "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    local = next(r for r in rows if r["what"] == "local")
+    with open(out + ".md", "w") as f:
+        f.write(f"# S3 (Ceph RGW on 127.0.0.1) against local disk, {stamp}\n\n")
+        f.write(f"Host: {platform.node()}, {os.cpu_count()} cores. Tree: {a.src}; "
+                f"ImageFolder + DataLoader, 2 workers, batch 256, {a.subset} images per epoch. "
+                "No network delay (the netem variant is still to be done).\n\n")
+        p = rows[0]
+        f.write(f"Ceph serving after {p['ceph_start_s']} s. Store {p['store_bytes'] / 1e6:.1f} MB; "
+                f"push {p['seconds']} s ({p['mb_per_s']} MB/s).\n\n")
+        f.write("| run | mount s | epoch 1 img/s | vs local | epoch 2 img/s | vs local | GETs | "
+                "GET MB | disk cache hits / misses |\n|---|---|---|---|---|---|---|---|---|\n")
+        for r in rows[1:]:
+            if r["what"] == "scale-mount":
+                continue
+            f.write(f"| {r['what']} | {r['mount_s']} | {r['epoch1']:.0f} | "
+                    f"{r['epoch1'] / local['epoch1']:.2f}x | {r['epoch2']:.0f} | "
+                    f"{r['epoch2'] / local['epoch2']:.2f}x | {r.get('remote_gets', '-')} | "
+                    f"{r.get('remote_get_bytes', 0) / 1e6:.1f} | "
+                    f"{r.get('disk_cache_hits', '-')} / {r.get('disk_cache_misses', '-')} |\n")
+        scale = [r for r in rows if r["what"] == "scale-mount"]
+        if scale:
+            s0 = scale[0]
+            f.write(f"\nA store of {s0['files']} files ({s0['store_bytes'] / 1e6:.0f} MB, packed in "
+                    f"{s0['pack_s']} s, pushed in {s0['push_s']} s), mounted from S3 with an empty "
+                    "disk cache after drop_caches (until the root is listed):\n\n"
+                    "| run | mount s | daemon RSS MB | GETs | GET MB |\n|---|---|---|---|---|\n")
+            for r in scale:
+                f.write(f"| {r['run']} | {r['mount_s']} | {r['rss_mb']} | {r.get('remote_gets')} | "
+                        f"{r.get('remote_get_bytes', 0) / 1e6:.1f} |\n")
+    print(f"wrote {out}.md", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -4,7 +4,7 @@
   /usr/bin/python3 bench/plot.py [--results bench/results] [FILE.jsonl ...]
 
 For every results file of a kind it knows (core-*, views-*, kernel-*, backends-*,
-sample-costs-*) it writes FILE.svg next to FILE.jsonl; it also writes headline.svg, the chart
+sample-costs-*, gpu-*) it writes FILE.svg next to FILE.jsonl; it also writes headline.svg, the chart
 the README shows (the newest full core run and the newest views run, photo32). With FILE
 arguments only those files' charts (and the headline) are drawn. Every chart names the machine,
 the data set, the date and, where the run recorded one, the commit, taken from the results
@@ -395,8 +395,40 @@ def plot_headline(results):
     return out
 
 
+# --- gpu-*.jsonl (bench/gpu_run.sh: bench/gpu_train.py's lines) ---------------------------
+
+GPU_READERS = [("JPEG on local disk", "JPEG,\nlocal disk"), ("dsfs original tree", "dsfs\noriginal"),
+               ("dsfs bmp view", "dsfs\nbmp view"),
+               ("dsfs -o kernel original tree", "dsfs -o kernel\noriginal"),
+               ("dsfs -o kernel,view=bmp", "dsfs -o kernel\nbmp view")]
+
+
+def plot_gpu(path):
+    rows = [r for r in load(path) if "images_per_s" in r and "label" in r]
+    if not rows:
+        return None
+    by = {r["label"]: r["images_per_s"] for r in rows}
+    gpu, ram = by.get("GPU alone"), by.get("whole tree in one tensor on the GPU")
+    readers = [(k, n) for k, n in GPU_READERS
+               if any(f"ImageFolder, {k}, {w} workers" in by for w in (16, 4))]
+    fig, ax = plt.subplots(figsize=(8, 3.9))
+    bars(ax, [n for _, n in readers], [
+        (f"{w} workers", [by.get(f"ImageFolder, {k}, {w} workers") for k, _ in readers])
+        for w in (16, 4)], unit="images/s")
+    for value, name, style in ((gpu, "GPU alone", "--"), (ram, "whole tree in RAM", ":")):
+        if value:
+            ax.axhline(value, color="#444444", linestyle=style, linewidth=1)
+            ax.annotate(f"{name}: {value:,.0f}", (len(readers) - 0.5, value), ha="right",
+                        va="bottom", fontsize=7)
+    ax.set_title("ResNet-18 (bf16) end to end, photo32 32x32, images/s", fontsize=9)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    out = path[:-len(".jsonl")] + ".svg"
+    save(fig, out, [path], caption([path], ["photo32"]))
+    return out
+
+
 KINDS = [("core-", plot_core), ("views-", plot_views), ("kernel-", plot_kernel),
-         ("backends-", plot_backends), ("sample-costs-", plot_sample_costs)]
+         ("backends-", plot_backends), ("sample-costs-", plot_sample_costs), ("gpu-", plot_gpu)]
 
 
 def main():

@@ -279,6 +279,15 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
 
   // The dictionary is trained on the first small files of the stream (HeldTraining).
   std::string dict_bytes;
+  // What the writer's thread learns of each image, kept apart from the tree: the reader's
+  // thread is still adding nodes to it (its vector moves), so they are set once both are done.
+  struct ImageAttrs {
+    uint32_t handle;
+    uint8_t kind;
+    uint32_t width, height;
+    uint64_t pixels;
+  };
+  std::vector<ImageAttrs> images;
   run.progress().phase = "training";
   DSFS_RETURN_IF_ERROR(run.Compress(
       nullptr,
@@ -297,13 +306,17 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
         return Status::OK();
       },
       [&](const ImageResult& r, uint64_t pixels) {
-        TreeBuilder::Node& n = tree.node(r.handle);
-        n.image = static_cast<uint8_t>(r.kind);
-        n.width = r.width;
-        n.height = r.height;
-        n.pixels = pixels;
+        images.push_back({r.handle, static_cast<uint8_t>(r.kind), r.width, r.height, pixels});
       }));
   run.LogPhase("reading, training and compressing");
+  for (const ImageAttrs& i : images) {
+    TreeBuilder::Node& n = tree.node(i.handle);
+    n.image = i.kind;
+    n.width = i.width;
+    n.height = i.height;
+    n.pixels = i.pixels;
+  }
+  images = {};
   if (archive_read_close(a.get()) != ARCHIVE_OK) return ArchiveError(a.get(), name);
 
   std::vector<InodeRecord> inodes;

@@ -147,7 +147,7 @@ def check_redraw(repo):
             sys.exit(77)
         if p.returncode != 0:
             return [f"bench/plot.py failed (status {p.returncode}): {p.stdout.strip()}"]
-        problems = []
+        problems = check_gpu_chart(repo, tmp)
         for name in ["headline.svg"] + [os.path.basename(d)[:-6] + ".svg" for d in drawn]:
             new, old = os.path.join(tmp, name), os.path.join(results, name)
             if not os.path.exists(new):
@@ -156,6 +156,34 @@ def check_redraw(repo):
                 problems.append(f"bench/results/{name}: drawn again from the same data it "
                                 "differs (not deterministic, or drawn by another plot.py)")
         return problems
+
+
+def check_gpu_chart(repo, tmp):
+    """The GPU host's chart from lines as bench/gpu_run.sh writes them (no GPU results are
+    committed yet: made-up figures, in a temporary directory only)."""
+    import json
+    import subprocess
+    path = os.path.join(tmp, "gpu-20000101-000000.jsonl")
+    rows = [("gpu-only", "GPU alone", 0, 59435), ("ram", "whole tree in one tensor on the GPU", 0,
+                                                  60147)]
+    for w in (16, 4):
+        for name, v in (("JPEG on local disk", 43762), ("dsfs original tree", 38625),
+                        ("dsfs bmp view", 45195), ("dsfs -o kernel original tree", 44000),
+                        ("dsfs -o kernel,view=bmp", 57000)):
+            rows.append(("imagefolder", f"ImageFolder, {name}, {w} workers", w, v // (w // 4)))
+    with open(path, "w") as f:
+        for mode, label, workers, ips in rows:
+            f.write(json.dumps({"mode": mode, "label": label, "workers": workers,
+                                "images_per_s": ips}) + "\n")
+    p = subprocess.run([sys.executable, os.path.join(repo, "bench", "plot.py"), "--results", tmp,
+                        path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    svg = path[:-len(".jsonl")] + ".svg"
+    if p.returncode != 0 or not os.path.exists(svg):
+        return [f"bench/plot.py drew no chart of GPU results: {p.stdout.strip()}"]
+    with open(svg, encoding="utf-8") as f:
+        text = f.read()
+    return [f"the GPU chart lacks {want!r}" for want in ("GPU alone", "dsfs -o kernel", "16 workers")
+            if want not in text]
 
 
 def main():

@@ -1,4 +1,7 @@
 // dsfs push: a store uploaded to S3 object storage (backend/s3_store.h).
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 
 #include "backend/kv_store.h"
@@ -6,6 +9,7 @@
 #include "common/units.h"
 #include "store/store.h"
 #include "tools/commands.h"
+#include "tools/progress.h"
 
 namespace dsfs {
 
@@ -28,17 +32,21 @@ Status RunPush(const PushCommand& cmd, std::ostream& out, std::ostream& err) {
   KvWriterOptions wo;
   wo.overwrite = cmd.force;
   S3WriterOptions so;
-  if (!cmd.quiet) {
-    so.progress = [&](uint64_t bytes, uint64_t objects, uint64_t skipped) {
-      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      err << "push: " << FormatBytes(bytes) << " of ~" << FormatBytes(total) << ", " << objects
-          << " data objects" << (skipped ? " (" + std::to_string(skipped) + " already there)" : "")
-          << ", " << FormatBytes(static_cast<uint64_t>(bytes / std::max(s, 1e-3))) << "/s\n";
-    };
-  }
+  // On a terminal one line redrawn with the rate and the time left (tools/progress.h), after
+  // each data object; otherwise only the summary.
+  ProgressLine bar(err, !cmd.quiet && ::isatty(STDERR_FILENO));
+  PackProgress prog;
+  prog.phase = "pushing";
+  prog.bytes_total = total;
+  uint64_t records = 0, bytes = 0, skipped_objects = 0;
+  so.progress = [&](uint64_t done, uint64_t, uint64_t skipped) {
+    prog.files_done = records;
+    prog.bytes_done = std::min(done, total);
+    skipped_objects = skipped;
+    bar.Update(prog);
+  };
   std::unique_ptr<KvWriter> writer;
   DSFS_RETURN_IF_ERROR(NewS3Writer(cmd.dst, wo, so, &writer));
-  uint64_t records = 0, bytes = 0;
   DSFS_RETURN_IF_ERROR(
       ForEachRecord(reader.get(), "", [&](std::string_view key, std::string_view value) {
         ++records;
@@ -47,8 +55,15 @@ Status RunPush(const PushCommand& cmd, std::ostream& out, std::ostream& err) {
       }));
   DSFS_RETURN_IF_ERROR(writer->Commit());
   writer.reset();
+  bar.Clear();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out << "pushed " << cmd.src << " -> " << url.ToString() << ": " << records << " records, "
-      << FormatBytes(bytes) << "\n";
+      << FormatBytes(bytes) << " in " << FormatDuration(s) << ", "
+      << FormatBytes(static_cast<uint64_t>(static_cast<double>(bytes) / std::max(s, 1e-3)))
+      << "/s" << (skipped_objects ? " (" + std::to_string(skipped_objects) +
+                                        " data objects already there)"
+                                  : "")
+      << "\n";
   return Status::OK();
 }
 

@@ -432,7 +432,15 @@ def plot_gpu(path):
     ax.set_title("ResNet-18 (bf16) end to end, photo32 32x32, images/s", fontsize=9)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
     out = path[:-len(".jsonl")] + ".svg"
-    save(fig, out, [path], caption([path], ["photo32"]))
+    # The set carried to the host is a part of photo32: its report says which.
+    md = path[:-len(".jsonl")] + ".md"
+    what = "photo32 (a part of it: see the report beside this chart)"
+    if os.path.exists(md):
+        with open(md) as f:
+            m = re.search(r"(\d[\d,]* photo32 images)", f.read())
+        if m:
+            what = m.group(1)
+    save(fig, out, [path], caption([path], [what]))
     return out
 
 

@@ -179,6 +179,16 @@ struct ImageServerOps {
       s->counters_.reads.fetch_add(1, std::memory_order_relaxed);
       Status st = s->image_->Read(offset, len, buf.data());
       size_t good = len;
+      if (!st.ok() && s->page_cache_reader_.load(std::memory_order_relaxed)) {
+        // Read through the image's page cache (a file-backed EROFS mount): a short reply would
+        // tell the kernel the image ends there. EIO for the whole request: the kernel reads the
+        // page a reader waits for again on its own, so only the damaged file's pages fail.
+        s->counters_.errors.fetch_add(1, std::memory_order_relaxed);
+        LogRepeated(spdlog::level::err, "EROFS image read at {} (+{}): {}", offset, len,
+                    st.message());
+        fuse_reply_err(req, EIO);
+        return;
+      }
       if (!st.ok()) {
         // Find the first failing block: the bytes before it are answered as a short read
         // (the loop device asks again for the rest, which then fails alone).

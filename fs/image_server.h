@@ -9,9 +9,11 @@
 //
 // Reads of the image come from EROFS through the image's page cache (or from a loop device with
 // direct I/O): up to 1 MiB (the session's max_pages), answered in one go; each read also tells
-// the readahead (fs/image_readahead.h) which directory is being touched. A read that fails (a damaged
-// record under it) answers the bytes before the first failing 4 KiB block, or EIO if that block
-// is the first, so a readahead that spans several files fails only from the damaged one on.
+// the readahead (fs/image_readahead.h) which directory is being touched. A read that fails (a
+// damaged record under it) is answered EIO whole when the image is read through its page cache:
+// a short reply would tell the kernel the image ends there, and the kernel reads each page a
+// reader waits for again alone, so only the damaged file's pages fail. For a loop device it
+// answers the bytes before the first failing 4 KiB block, or EIO if that block is the first.
 //
 // Thread safety: Start/Stop from one thread; the counters may be read from any thread.
 #pragma once
@@ -76,6 +78,9 @@ class ImageServer {
   // through its page cache, not through a loop device with direct I/O, which would never see
   // what the readahead stores. REQUIRES: Start succeeded.
   void EnableReadahead() { readahead_on_.store(readahead_ != nullptr); }
+  // The image is read through its page cache (EROFS on the file itself), not by a loop device
+  // with direct I/O: a failing read is answered EIO whole, never short (see Read).
+  void SetPageCacheReader(bool on) { page_cache_reader_.store(on); }
   // Null unless enabled.
   const ImageReadahead* readahead() const {
     return readahead_on_.load() ? readahead_.get() : nullptr;
@@ -92,6 +97,7 @@ class ImageServer {
   struct fuse_session* se_ = nullptr;
   std::unique_ptr<ImageReadahead> readahead_;
   std::atomic<bool> readahead_on_{false};
+  std::atomic<bool> page_cache_reader_{false};
   std::thread loop_;
   std::atomic<bool> ended_{false};
   std::atomic<uint64_t> open_images_{0};

@@ -149,14 +149,19 @@ std::optional<std::string> KernelLayers(const std::string& abs, bool* erofs, std
 // The image's tree
 
 // Without allow_other a classic mount lets only the mounting user in; in EROFS the kernel
-// applies the modes, so the root directory loses its group and other bits instead.
+// applies the modes, so the root directory is the mounting user's, with its group and other
+// bits cleared (with uid= another user, that user would otherwise be let in).
 class PrivateRootTree : public erofs::ImageTree {
  public:
   explicit PrivateRootTree(std::unique_ptr<erofs::ImageTree> base) : base_(std::move(base)) {}
   uint32_t inode_count() const override { return base_->inode_count(); }
   Status GetInode(uint32_t ino, erofs::ImageInode* inode) const override {
     DSFS_RETURN_IF_ERROR(base_->GetInode(ino, inode));
-    if (ino == 0) inode->mode &= ~uint32_t{077};
+    if (ino == 0) {
+      inode->mode &= ~uint32_t{077};
+      inode->uid = ::geteuid();
+      inode->gid = ::getegid();
+    }
     return Status::OK();
   }
   Status GetName(uint32_t ino, std::string* scratch, std::string_view* name) const override {
@@ -360,10 +365,12 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
   const unsigned long flags = MS_RDONLY | MS_NOSUID | MS_NODEV;
   int err = 0;
   if (!config.kernel_loop) {
+    server.SetPageCacheReader(true);  // EROFS reads the superblock already during mount(2)
     err = ::mount(image_path.c_str(), mnt.c_str(), "erofs", flags, nullptr) == 0 ? 0 : errno;
     if (err == ENOTBLK) Log()->info("-o kernel: EROFS here reads block devices only: a loop device");
   }
   if (config.kernel_loop || err == ENOTBLK) {
+    server.SetPageCacheReader(false);
     int loop_fd = -1;
     s = AttachLoopDevice(image_path, &loop, &loop_fd);
     if (s.code() == Status::Code::kNotSupported) {
@@ -411,7 +418,9 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
   Log()->info("{}: EROFS on {}", mnt, loop.empty() ? image_path : "/dev/" + loop + " over " + image_path);
   if (on_mounted) on_mounted();
 
-  ServiceMonitor monitor(MonitorOptions(mnt, fuse), [&] {
+  ServiceMonitor::Options mo = MonitorOptions(mnt, fuse);
+  mo.fs_magic = 0xE0F5E1E2;  // EROFS_SUPER_MAGIC_V1
+  ServiceMonitor monitor(mo, [&] {
     const ImageServer::Counters& c = server.counters();
     return "serving EROFS: " + std::to_string(c.reads.load()) + " image reads, " +
            std::to_string(c.bytes_read.load() >> 20) + " MiB read, " +

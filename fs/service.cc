@@ -15,7 +15,6 @@
 namespace dsfs {
 namespace {
 
-constexpr long kFuseSuperMagic = 0x65735546;  // statfs f_type of every FUSE mount
 
 // The write end of the running monitor's self-pipe, for the signal handler (-1: none).
 std::atomic<int> g_wake_fd{-1};
@@ -103,7 +102,7 @@ void ServiceMonitor::Run() {
     int err = rc == 0 ? 0 : errno;
     double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (rc == 0 && sfs.f_type == kFuseSuperMagic) {
+    if (rc == 0 && static_cast<uint64_t>(sfs.f_type) == options_.fs_magic) {
       std::lock_guard<std::mutex> lock(mu_);
       if (!stopping_) {
         Notify("READY=1\nSTATUS=" + status_());
@@ -113,7 +112,7 @@ void ServiceMonitor::Run() {
       }
     } else {
       Log()->warn("{}: the mount did not answer ({}); not reporting ready", options_.mountpoint,
-                  rc == 0 ? "not a FUSE mount" : std::strerror(err));
+                  rc == 0 ? "not the filesystem it serves" : std::strerror(err));
     }
   }
   for (;;) {

@@ -27,6 +27,9 @@ class ServiceMonitor {
     std::string mountpoint;  // absolute path of the mount the session serves
     bool notify = false;     // send sd_notify messages (the foreground daemon does)
     std::chrono::milliseconds status_interval{5000};
+    // What statfs of the mountpoint reports once the mount answers: FUSE's magic, or EROFS's
+    // for a -o kernel mount.
+    uint64_t fs_magic = 0x65735546;  // FUSE_SUPER_MAGIC
   };
   // `status` returns the text of a STATUS= line; called from the monitor thread.
   ServiceMonitor(Options options, std::function<std::string()> status);

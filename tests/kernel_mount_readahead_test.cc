@@ -138,6 +138,39 @@ TEST_F(KernelMountTest, WhatTheReadaheadStoresIsNeverAWrongByte) {
 // after the readahead of its directory has run (file-backed: the readahead's piece under the
 // damage fails, the pieces around it are stored), and every neighbour in the same directory,
 // before and after it in the image, reads correctly.
+// Without the readahead the kernel's own reads of the image span neighbouring files: a read
+// that meets the damaged one must not make the files after it fail too (a short reply there
+// once told the kernel the image ended at the damaged block: every later file read EIO).
+TEST_F(KernelMountTest, DamagedRecordAmongSequentialReadsFailsOnlyItself) {
+  std::map<std::string, std::string> files;
+  for (int i = 0; i < 30; ++i) {
+    char name[16];
+    std::snprintf(name, sizeof(name), "f%02d", i);
+    files[name] = RandomBytes(70000, 100 + i);  // incompressible: each its own record
+    Put(src_ + "/cls/" + name, files[name]);
+  }
+  CommandResult r = Dsfs({"pack", "-q", "--backend", "lmdb", src_, store_});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  ASSERT_TRUE(DamageStoredFile(store_, files.at("f15")));
+  KernelMount km(mp_);
+  r = km.Mount(store_, "push=0");
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const auto& [name, data] : files) {
+      std::string got, error;
+      bool ok = ReadAll(mp_ + "/cls/" + name, &got, &error);
+      if (name == "f15") {
+        EXPECT_FALSE(ok) << "pass " << pass << ": the damaged file read";
+        EXPECT_NE(error.find("errno 5"), std::string::npos) << error;
+        continue;
+      }
+      EXPECT_TRUE(ok) << "pass " << pass << ": " << name << ": " << error;
+      EXPECT_TRUE(got == data) << "pass " << pass << ": " << name << ": " << got.size()
+                               << " bytes, want " << data.size();
+    }
+  }
+}
+
 TEST_F(KernelMountTest, DamagedRecordFailsThatFileWithEioAndNothingElse) {
   std::string bad = RandomBytes(100000, 9);  // incompressible: stored as is
   std::map<std::string, std::string> neighbours;

@@ -182,21 +182,37 @@ TEST_F(KernelMountTest, ForegroundDaemonUnmountsOnSigterm) {
   Put(src_ + "/a", "a\n");
   Pack();
   KernelMount km(mp_);
+  // As dsfs@.service runs it (Type=notify): READY=1 once EROFS answers, STOPPING=1 on SIGTERM.
+  NotifySocket sock(dir_ / "notify.sock");
+  ASSERT_TRUE(sock.ok()) << sock.path();
   const std::string bin = DsfsBinary(), option = KernelOption();
+  const std::string notify = "NOTIFY_SOCKET=" + sock.path();
   pid_t pid = ::fork();
   if (pid == 0) {
     int null = ::open("/dev/null", O_WRONLY);
     ::dup2(null, 1);
     ::dup2(null, 2);
+    ::putenv(const_cast<char*>(notify.c_str()));
     ::execl(bin.c_str(), bin.c_str(), "mount", "-f", store_.c_str(), mp_.c_str(), "-o",
             option.c_str(), nullptr);
     _exit(127);
   }
   ASSERT_GT(pid, 0);
-  ASSERT_TRUE(WaitUntil([&] { return FsType(mp_) == "erofs"; }, milliseconds(15000)));
+  std::string msg;
+  bool ready = false;
+  for (auto until = Clock::now() + std::chrono::seconds(15); !ready && Clock::now() < until;) {
+    ready = sock.Receive(&msg, milliseconds(100)) && msg.find("READY=1") != std::string::npos;
+  }
+  EXPECT_TRUE(ready) << "no READY=1 within 15 s; last message: " << msg;
+  ASSERT_EQ(FsType(mp_), "erofs");
   EXPECT_EQ(ReadFile(mp_ + "/a"), "a\n");
   EXPECT_TRUE(HasTheBackingUnderTest(mp_, km.prefix() + std::to_string(pid)));
   ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  bool stopping = false;
+  for (auto until = Clock::now() + std::chrono::seconds(5); !stopping && Clock::now() < until;) {
+    stopping = sock.Receive(&msg, milliseconds(100)) && msg.find("STOPPING=1") != std::string::npos;
+  }
+  EXPECT_TRUE(stopping) << "no STOPPING=1 within 5 s of SIGTERM";
   int st = 0;
   ASSERT_TRUE(WaitUntil([&] { return ::waitpid(pid, &st, WNOHANG) == pid; }, milliseconds(10000)));
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;

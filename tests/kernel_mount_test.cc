@@ -151,6 +151,20 @@ TEST_F(KernelMountTest, OwnerUmaskAndAllowOtherAsAnotherUser) {
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << r.err;
     EXPECT_EQ(ReadFile(mp_ + "/public.txt"), "public\n");
+    EXPECT_EQ(Dsfs({"umount", mp_}).exit_code, 0);
+  }
+  {
+    // Files shown as nobody's, still without allow_other: the root directory stays the
+    // mounting user's, so nobody is kept out as a classic mount keeps it out.
+    KernelMount km(mp_);
+    CommandResult r = km.Mount(store_, "uid=65534,gid=65534");
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    struct stat st;
+    ASSERT_EQ(::stat((mp_ + "/public.txt").c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 65534u);
+    r = as_nobody({"cat", mp_ + "/public.txt"});
+    EXPECT_NE(r.exit_code, 0) << Describe(r);
+    EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << r.err;
   }
 }
 

@@ -9,11 +9,16 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -117,6 +122,41 @@ struct SmallStore {
   TempDir dir;
   std::string src, store, mp;
   CommandResult pack;
+};
+
+// A datagram socket bound at `path` that stands in for systemd's $NOTIFY_SOCKET.
+class NotifySocket {
+ public:
+  explicit NotifySocket(std::string path) : path_(std::move(path)) {
+    fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un addr;
+    std::memset(&addr, 0, sizeof(addr));
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path_.c_str());
+    ok_ = fd_ >= 0 && path_.size() < sizeof(addr.sun_path) &&
+          ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~NotifySocket() {
+    if (fd_ >= 0) ::close(fd_);
+    ::unlink(path_.c_str());
+  }
+  bool ok() const { return ok_; }
+  const std::string& path() const { return path_; }
+  // The next datagram, or false after `timeout`.
+  bool Receive(std::string* msg, std::chrono::milliseconds timeout) {
+    struct pollfd pfd = {fd_, POLLIN, 0};
+    if (::poll(&pfd, 1, static_cast<int>(timeout.count())) != 1) return false;
+    char buf[4096];
+    ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+    if (n < 0) return false;
+    msg->assign(buf, static_cast<size_t>(n));
+    return true;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  bool ok_ = false;
 };
 
 // `dsfs stats MP` as "key" -> "value".

@@ -1,5 +1,6 @@
 // dsfs stats MOUNTPOINT: the live counters of a mount, from its hidden /.dsfs/stats file.
 #include <sys/statfs.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <cerrno>
@@ -46,6 +47,11 @@ Status RunStats(const std::string& mountpoint, bool json, std::ostream& out) {
   std::string path = mountpoint + "/.dsfs/stats";
   const bool kernel = KernelStatsPath(mountpoint, &path);  // -o kernel: the image mount's
   std::ifstream f(path);
+  if (!f && kernel && ::access(path.c_str(), R_OK) != 0 && errno == EACCES) {
+    return Status::FromErrno(EACCES, "the counters of the -o kernel mount " + mountpoint +
+                                         " are root's (" + std::string(kKernelRunDir) +
+                                         " is 0700): run dsfs stats as root");
+  }
   if (!f && kernel) {
     return Status::NotFound(mountpoint + " is a -o kernel mount whose daemon is gone (no " + path +
                             "); clear it with: dsfs umount " + mountpoint);

@@ -1,6 +1,7 @@
 // The dsfs command run in-process (DsfsMain) and, where a crash must be told apart from an
 // error, as a subprocess.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -588,10 +589,17 @@ TEST(CliUsageTest, UnwritableStoreDirectoryIsNamed) {
 TEST(CliUsageTest, HangupDuringPackLeavesNothing) {
   TempDir dir;
   WriteFile(dir / "src/big", testing::RandomBytes(40 << 20, 5));
+  // The pack must see SIGHUP as a session would send it, even when this test runs under nohup
+  // (an ignored SIGHUP is inherited, and then the pack rightly runs on).
+  struct sigaction dfl {}, old {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ASSERT_EQ(::sigaction(SIGHUP, &dfl, &old), 0);
   auto sh = testing::RunCommand({"sh", "-c",
                                  testing::DsfsBinary() + " pack -q -j 1 --level 19 " +
                                      (dir / "src") + " " + (dir / "s.db") +
                                      " & P=$!; sleep 1; kill -HUP $P; wait $P; echo rc=$?"});
+  ::sigaction(SIGHUP, &old, nullptr);
   EXPECT_NE(sh.out.find("rc=1"), std::string::npos) << sh.out << sh.err;
   EXPECT_NE(sh.err.find("dsfs: error: interrupted"), std::string::npos) << sh.err;
   for (const auto& e : std::filesystem::directory_iterator(dir.path())) {

@@ -58,15 +58,18 @@ Status RunAdd(const AddCommand& cmd, std::ostream& out, std::ostream& err) {
   return Status::OK();
 }
 
-Status RunConvert(const ConvertCommand& cmd, std::ostream& out, std::ostream& err) {
-  // Refuse anything that is not a readable dsfs store before creating the destination.
+Status OpenStoreRecords(const std::string& src, std::unique_ptr<KvReader>* reader) {
   std::unique_ptr<Store> check;
-  DSFS_RETURN_IF_ERROR(Store::Open(cmd.src, StoreOptions{}, &check));
+  DSFS_RETURN_IF_ERROR(Store::Open(src, StoreOptions{}, &check));
   check.reset();
-  std::unique_ptr<KvReader> reader;
   KvReaderOptions ro;
   ro.random_access = false;  // one pass front to back
-  DSFS_RETURN_IF_ERROR(OpenKvReader(cmd.src, ro, &reader));
+  return OpenKvReader(src, ro, reader);
+}
+
+Status RunConvert(const ConvertCommand& cmd, std::ostream& out, std::ostream& err) {
+  std::unique_ptr<KvReader> reader;
+  DSFS_RETURN_IF_ERROR(OpenStoreRecords(cmd.src, &reader));
   KvWriterOptions wo;
   wo.overwrite = cmd.force;
   wo.is_store = Store::HasStoreHeader;

@@ -20,13 +20,8 @@ Status RunPush(const PushCommand& cmd, std::ostream& out, std::ostream& err) {
   S3Url url;
   DSFS_RETURN_IF_ERROR(ParseS3Url(cmd.dst, &url));
   // Refuse anything that is not a readable dsfs store before touching the bucket.
-  std::unique_ptr<Store> check;
-  DSFS_RETURN_IF_ERROR(Store::Open(cmd.src, StoreOptions{}, &check));
-  check.reset();
   std::unique_ptr<KvReader> reader;
-  KvReaderOptions ro;
-  ro.random_access = false;  // one pass front to back
-  DSFS_RETURN_IF_ERROR(OpenKvReader(cmd.src, ro, &reader));
+  DSFS_RETURN_IF_ERROR(OpenStoreRecords(cmd.src, &reader));
   const uint64_t total = StoreBytes(cmd.src);
   const auto start = std::chrono::steady_clock::now();
   KvWriterOptions wo;

@@ -2,10 +2,12 @@
 // run it in-process; tools/main.cc is only the process wrapper.
 #pragma once
 
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "backend/kv_store.h"
 #include "common/status.h"
 #include "fs/mount.h"
 #include "pack/packer.h"
@@ -49,6 +51,9 @@ struct ConvertCommand {
 // are not decompressed), into a new store of another (or the same) backend. On a terminal
 // (stderr) and without `quiet`, a progress line on `err`; one summary line on `out`.
 Status RunConvert(const ConvertCommand& cmd, std::ostream& out, std::ostream& err);
+// For convert and push: the records of store `src`, read once front to back, after checking
+// that `src` is a readable dsfs store (before anything is created at the destination).
+Status OpenStoreRecords(const std::string& src, std::unique_ptr<KvReader>* reader);
 
 struct PushCommand {
   std::string src, dst;

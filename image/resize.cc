@@ -89,12 +89,12 @@ inline uint8_t Clip8(int32_t acc) {
   return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
-// A horizontal pass: rows [row0, row0 + rows) of `src` (in_w pixels wide, `src_bytes` in all),
+// A horizontal pass: rows [row0, row0 + rows) of `src` (in_w pixels wide),
 // resampled to t.count.size() pixels, into `dst` (rows of out_w * 3 bytes).
-using HorizontalPass = void (*)(const uint8_t* src, size_t src_bytes, uint32_t in_w, uint32_t row0,
-                                uint32_t rows, const Taps& t, uint8_t* dst);
+using HorizontalPass = void (*)(const uint8_t* src, uint32_t in_w, uint32_t row0, uint32_t rows,
+                                const Taps& t, uint8_t* dst);
 
-void HorizontalScalar(const uint8_t* src, size_t, uint32_t in_w, uint32_t row0, uint32_t rows,
+void HorizontalScalar(const uint8_t* src, uint32_t in_w, uint32_t row0, uint32_t rows,
                       const Taps& t, uint8_t* dst) {
   const size_t in_stride = static_cast<size_t>(in_w) * 3;
   const uint32_t out_w = static_cast<uint32_t>(t.count.size());
@@ -119,61 +119,115 @@ void HorizontalScalar(const uint8_t* src, size_t, uint32_t in_w, uint32_t row0, 
 }
 
 #ifdef DSFS_RESIZE_AVX2
-// The same sums with AVX2, two taps per step: the 8 bytes at a pair of pixels widened to eight
-// 32-bit lanes (R G B R G B, and two bytes of what follows), times their weights laid out
-// k0 k0 k0 k1 k1 k1 0 0 (an odd count's last pair weighs its second pixel 0). Exact integer
-// products and sums, as the scalar pass; only the order of the additions differs, which integer
-// addition without overflow does not see.
-__attribute__((target("avx2"))) void HorizontalAvx2(const uint8_t* src, size_t src_bytes,
-                                                    uint32_t in_w, uint32_t row0, uint32_t rows,
-                                                    const Taps& t, uint8_t* dst) {
+// Eight rows of 16 bytes (rows[r] + j) transposed into 16 groups of 8 bytes at `out`: byte b of
+// row r goes to out[b * 8 + r].
+__attribute__((target("avx2"))) inline void Transpose8x16(const uint8_t* const rows[8], size_t j,
+                                                          uint8_t* out) {
+  __m128i a[8], b[8], c[8];
+  for (int r = 0; r < 8; ++r) a[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[r] + j));
+  for (int r = 0; r < 8; r += 2) {
+    b[r] = _mm_unpacklo_epi8(a[r], a[r + 1]);      // bytes 0..7 of rows r, r + 1
+    b[r + 1] = _mm_unpackhi_epi8(a[r], a[r + 1]);  // bytes 8..15
+  }
+  for (int h = 0; h < 8; h += 4) {                      // rows h..h + 3
+    c[h + 0] = _mm_unpacklo_epi16(b[h], b[h + 2]);      // bytes 0..3
+    c[h + 1] = _mm_unpackhi_epi16(b[h], b[h + 2]);      // 4..7
+    c[h + 2] = _mm_unpacklo_epi16(b[h + 1], b[h + 3]);  // 8..11
+    c[h + 3] = _mm_unpackhi_epi16(b[h + 1], b[h + 3]);  // 12..15
+  }
+  for (int q = 0; q < 4; ++q) {  // bytes 4q..4q + 3 of all eight rows
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + q * 32), _mm_unpacklo_epi32(c[q], c[q + 4]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + q * 32 + 16),
+                     _mm_unpackhi_epi32(c[q], c[q + 4]));
+  }
+}
+
+// The inverse of Transpose8x16: 16 groups of 8 bytes at `in` (byte b of row r at in[b * 8 + r])
+// put back as 16 bytes of each of the first `block` rows (rows[r] + j).
+__attribute__((target("avx2"))) inline void Untranspose16x8(const uint8_t* in,
+                                                            uint8_t* const rows[8], uint32_t block,
+                                                            size_t j) {
+  __m128i e[8], f[8], h[8];
+  for (int k = 0; k < 8; ++k) {  // bytes 2k, 2k + 1 of the eight rows, row by row
+    e[k] = _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + k * 16)),
+                             _mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + k * 16 + 8)));
+  }
+  for (int k = 0; k < 8; k += 2) {  // bytes 2k..2k + 3: rows 0..3, then rows 4..7
+    f[k] = _mm_unpacklo_epi16(e[k], e[k + 1]);
+    f[k + 1] = _mm_unpackhi_epi16(e[k], e[k + 1]);
+  }
+  for (int k = 0; k < 8; k += 4) {                      // bytes 4k..4k + 7 (k = 0) or 8..15 (k = 4)
+    h[k + 0] = _mm_unpacklo_epi32(f[k], f[k + 2]);      // rows 0, 1
+    h[k + 1] = _mm_unpackhi_epi32(f[k], f[k + 2]);      // rows 2, 3
+    h[k + 2] = _mm_unpacklo_epi32(f[k + 1], f[k + 3]);  // rows 4, 5
+    h[k + 3] = _mm_unpackhi_epi32(f[k + 1], f[k + 3]);  // rows 6, 7
+  }
+  for (uint32_t r = 0; r < block; ++r) {
+    const __m128i lo = h[r / 2], hi = h[4 + r / 2];
+    const __m128i row = (r % 2 == 0) ? _mm_unpacklo_epi64(lo, hi) : _mm_unpackhi_epi64(lo, hi);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(rows[r] + j), row);
+  }
+}
+
+// The same sums with AVX2, eight rows at a time: the rows transposed so that each input byte
+// of the eight rows is one group of 8 (one 32-bit lane per row), then each output pixel's
+// channels summed like the vertical pass sums rows, and the eight results put back in their
+// rows. Exact integer products and sums, as the scalar pass.
+__attribute__((target("avx2"))) void HorizontalAvx2(const uint8_t* src, uint32_t in_w,
+                                                    uint32_t row0, uint32_t rows, const Taps& t,
+                                                    uint8_t* dst) {
   const size_t in_stride = static_cast<size_t>(in_w) * 3;
   const uint32_t out_w = static_cast<uint32_t>(t.count.size());
-  const int pairs = (t.ksize + 1) / 2;
-  // The weights, a pair per 8 lanes.
-  std::vector<int32_t> kw(static_cast<size_t>(out_w) * pairs * 8, 0);
-  for (uint32_t i = 0; i < out_w; ++i) {
-    const int32_t* k = &t.k[static_cast<size_t>(i) * t.ksize];
-    int32_t* w = &kw[static_cast<size_t>(i) * pairs * 8];
-    for (int x = 0; x < t.count[i]; ++x) {
-      for (int c = 0; c < 3; ++c) w[(x / 2) * 8 + (x % 2) * 3 + c] = k[x];
+  const size_t out_stride = static_cast<size_t>(out_w) * 3;
+  std::vector<uint8_t> tr(in_stride * 8), tr_out(out_stride * 8 + 8);
+  const __m256i bias = _mm256_set1_epi32(kRoundingBias);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (uint32_t y0 = 0; y0 < rows; y0 += 8) {
+    const uint32_t block = std::min<uint32_t>(8, rows - y0);
+    const uint8_t* in[8];
+    // A last block of fewer rows repeats its first row (computed, not written).
+    for (uint32_t r = 0; r < 8; ++r) in[r] = src + (row0 + y0 + (r < block ? r : 0)) * in_stride;
+    size_t j = 0;
+    for (; j + 16 <= in_stride; j += 16) Transpose8x16(in, j, &tr[j * 8]);
+    for (; j < in_stride; ++j) {
+      for (int r = 0; r < 8; ++r) tr[j * 8 + r] = in[r][j];
     }
-  }
-  // Every output takes `pairs` steps (the weights past its count are 0: a loop the branch
-  // predictor always gets right), reading up to `reach` bytes from its first pixel: rows whose
-  // reach passes the end of `src` go through a padded copy.
-  const size_t reach = static_cast<size_t>(pairs) * 6 + 2;
-  std::vector<uint8_t> padded(in_stride + reach, 0);
-  const __m256i fold = _mm256_setr_epi32(3, 4, 5, 3, 4, 5, 3, 4);
-  const __m256i bias =
-      _mm256_setr_epi32(kRoundingBias, kRoundingBias, kRoundingBias, 0, 0, 0, 0, 0);
-  for (uint32_t y = 0; y < rows; ++y) {
-    const uint8_t* row = src + (row0 + y) * in_stride;
-    if ((row0 + y) * in_stride + in_stride + reach > src_bytes) {
-      std::memcpy(padded.data(), row, in_stride);
-      row = padded.data();
-    }
-    uint8_t* out = dst + static_cast<size_t>(y) * out_w * 3;
     for (uint32_t i = 0; i < out_w; ++i) {
-      const uint8_t* p = row + static_cast<size_t>(t.first[i]) * 3;
-      const int32_t* w = &kw[static_cast<size_t>(i) * pairs * 8];
-      __m256i acc = bias;
-      for (int j = 0; j < pairs; ++j, p += 6, w += 8) {
-        __m128i px;
-        std::memcpy(&px, p, 8);  // the low 8 bytes; the rest is not used
-        const __m256i v = _mm256_cvtepu8_epi32(px);
-        acc = _mm256_add_epi32(
-            acc, _mm256_mullo_epi32(v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w))));
+      const uint8_t* col = &tr[static_cast<size_t>(t.first[i]) * 24];
+      const int32_t* k = &t.k[static_cast<size_t>(i) * t.ksize];
+      const int n = t.count[i];
+      __m256i r = bias, g = bias, b = bias;
+      for (int x = 0; x < n; ++x, col += 24) {
+        const __m256i kx = _mm256_set1_epi32(k[x]);
+        r = _mm256_add_epi32(
+            r,
+            _mm256_mullo_epi32(
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(col))), kx));
+        g = _mm256_add_epi32(
+            g, _mm256_mullo_epi32(
+                   _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(col + 8))),
+                   kx));
+        b = _mm256_add_epi32(b, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                                       reinterpret_cast<const __m128i*>(col + 16))),
+                                                   kx));
       }
-      // Lanes 0..2 (even taps, with the bias) plus lanes 3..5 (odd taps).
-      const __m256i sum = _mm256_add_epi32(acc, _mm256_permutevar8x32_epi32(acc, fold));
-      const __m128i v = _mm_srai_epi32(_mm256_castsi256_si128(sum), kPrecisionBits);
-      // Saturating packs: clamped to 0..255, as Clip8.
-      const __m128i b = _mm_packus_epi16(_mm_packs_epi32(v, v), _mm_setzero_si128());
-      const uint32_t rgb = static_cast<uint32_t>(_mm_cvtsi128_si32(b));
-      out[i * 3 + 0] = static_cast<uint8_t>(rgb);
-      out[i * 3 + 1] = static_cast<uint8_t>(rgb >> 8);
-      out[i * 3 + 2] = static_cast<uint8_t>(rgb >> 16);
+      // Per 128-bit half (rows 0..3, then 4..7): R R R R G G G G B B B B 0 0 0 0, saturated to
+      // 0..255 as Clip8; then R0..7 G0..7 B0..7: the pixel's three bytes of the eight rows, in
+      // the transposed layout (8 bytes past them are overwritten by the next pixel's).
+      const __m256i rg = _mm256_packs_epi32(_mm256_srai_epi32(r, kPrecisionBits),
+                                            _mm256_srai_epi32(g, kPrecisionBits));
+      const __m256i b0 =
+          _mm256_packs_epi32(_mm256_srai_epi32(b, kPrecisionBits), _mm256_setzero_si256());
+      const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(rg, b0), order);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(&tr_out[static_cast<size_t>(i) * 24]), bytes);
+    }
+    uint8_t* out[8];
+    for (uint32_t r = 0; r < 8; ++r) {
+      out[r] = dst + static_cast<size_t>(y0 + (r < block ? r : 0)) * out_stride;
+    }
+    for (j = 0; j + 16 <= out_stride; j += 16) Untranspose16x8(&tr_out[j * 8], out, block, j);
+    for (; j < out_stride; ++j) {
+      for (uint32_t r = 0; r < block; ++r) out[r][j] = tr_out[j * 8 + r];
     }
   }
 }
@@ -345,7 +399,7 @@ Status Resize(const Passes& passes, uint32_t width, uint32_t height, std::string
   std::string result(static_cast<size_t>(out_w) * out_h * 3, '\0');
   auto* dst = reinterpret_cast<uint8_t*>(result.data());
   if (!vertical) {
-    passes.horizontal(src, rgb.size(), width, 0, height, th, dst);
+    passes.horizontal(src, width, 0, height, th, dst);
   } else {
     Taps tv;
     ComputeTaps(height, out_h, &tv);
@@ -354,7 +408,7 @@ Status Resize(const Passes& passes, uint32_t width, uint32_t height, std::string
     const uint32_t row0 = static_cast<uint32_t>(tv.first.front());
     const uint32_t row_end = static_cast<uint32_t>(tv.first.back() + tv.count.back());
     std::vector<uint8_t> temp(static_cast<size_t>(out_w) * 3 * (row_end - row0));
-    passes.horizontal(src, rgb.size(), width, row0, row_end - row0, th, temp.data());
+    passes.horizontal(src, width, row0, row_end - row0, th, temp.data());
     passes.vertical(temp.data(), static_cast<size_t>(out_w) * 3, row0, tv, dst);
   }
   *out = std::move(result);

@@ -238,20 +238,22 @@ __attribute__((target("avx2"))) void HorizontalAvx2(const uint8_t* src, uint32_t
 using VerticalPass = void (*)(const uint8_t* src, size_t bytes_per_row, uint32_t row0,
                               const Taps& t, uint8_t* dst);
 
-// Byte b of an output row sums byte b of its input rows: Pillow's per-pixel loop, byte by byte.
+// Byte b of an output row sums byte b of its input rows: Pillow's per-pixel loop, a row of
+// accumulators at a time (the same integer sums, read row by row).
 void VerticalScalar(const uint8_t* src, size_t bytes_per_row, uint32_t row0, const Taps& t,
                     uint8_t* dst) {
+  std::vector<int32_t> acc(bytes_per_row);
   const uint32_t out_h = static_cast<uint32_t>(t.count.size());
   for (uint32_t i = 0; i < out_h; ++i) {
+    std::fill(acc.begin(), acc.end(), kRoundingBias);
     const int32_t* k = &t.k[static_cast<size_t>(i) * t.ksize];
-    const int n = t.count[i];
     const uint8_t* rows = src + (t.first[i] - row0) * bytes_per_row;
-    uint8_t* out = dst + static_cast<size_t>(i) * bytes_per_row;
-    for (size_t b = 0; b < bytes_per_row; ++b) {
-      int32_t s = kRoundingBias;
-      for (int y = 0; y < n; ++y) s += rows[y * bytes_per_row + b] * k[y];
-      out[b] = Clip8(s);
+    for (int y = 0; y < t.count[i]; ++y) {
+      const uint8_t* row = rows + y * bytes_per_row;
+      for (size_t b = 0; b < bytes_per_row; ++b) acc[b] += row[b] * k[y];
     }
+    uint8_t* out = dst + static_cast<size_t>(i) * bytes_per_row;
+    for (size_t b = 0; b < bytes_per_row; ++b) out[b] = Clip8(acc[b]);
   }
 }
 

@@ -124,6 +124,11 @@ def main(out):
         ("photo_420.jpg", 341, 256), ("photo_420.jpg", 1000, 750), ("photo_420.jpg", 499, 376),
         ("photo_420.jpg", 16, 16), ("gradient_801x600.png", 64, 2000),
     ]
+    # And random sizes both ways from one odd-sized image (window ends fall everywhere).
+    save("noise_613x457.png", Image.fromarray(noise(613, 457, 99)), compress_level=1)
+    rng = np.random.default_rng(1234)
+    for _ in range(40):
+        scales.append(("noise_613x457.png", int(rng.integers(1, 400)), int(rng.integers(1, 400))))
     for name, w, h in scales:
         with Image.open(os.path.join(out, name)) as f:
             res = f.convert("RGB").resize((w, h), Image.BILINEAR)

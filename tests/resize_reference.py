@@ -2,7 +2,7 @@
 """The reference corpus of tests/resize_test.cc: what the real Pillow and torchvision give.
 
 Usage: resize_reference.py OUTDIR       (run with /usr/bin/python3: Debian's Pillow, torchvision)
-       resize_reference.py --check-jpeg FILE W H
+       resize_reference.py --check-jpeg FILE W H RGB
 
 OUTDIR receives source images (PNG and JPEG files, in the modes image/image.cc decodes) and
 manifest.txt, one line per check:
@@ -10,7 +10,8 @@ manifest.txt, one line per check:
                             W x H with the raw RGB bytes in PIXELS ("-": not written, too large)
   scale SRC W H PIXELS      Image.open(SRC).convert("RGB").resize((W, H), Image.BILINEAR)
 Exit status 77 (and a line on stderr) where Pillow or torchvision is missing.
---check-jpeg opens FILE with PIL and exits 0 if it is a W x H JPEG that decodes.
+--check-jpeg opens FILE with PIL and exits 0 if it is a W x H JPEG, writing its pixels
+(convert("RGB")) to RGB.
 Deterministic: every image comes from a fixed seed.
 """
 import os
@@ -48,12 +49,13 @@ def photo(w, h, seed):
     return np.clip(base + rng.integers(-12, 13, (h, w, 3)), 0, 255).astype(np.uint8)
 
 
-def check_jpeg(path, w, h):
+def check_jpeg(path, w, h, rgb_path):
     with Image.open(path) as im:
         if im.format != "JPEG" or im.size != (w, h):
             print(f"{path}: {im.format} {im.size}, expected JPEG {(w, h)}", file=sys.stderr)
             return 1
-        im.convert("RGB").load()
+        with open(rgb_path, "wb") as f:
+            f.write(im.convert("RGB").tobytes())
     return 0
 
 
@@ -143,8 +145,8 @@ def main(out):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "--check-jpeg":
-        sys.exit(check_jpeg(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
+    if len(sys.argv) == 6 and sys.argv[1] == "--check-jpeg":
+        sys.exit(check_jpeg(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]))
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
         sys.exit(2)

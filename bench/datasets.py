@@ -13,6 +13,13 @@
       baseline, some progressive, some 4:4:4 and 4:2:2, a few grayscale. File i depends only
       on (seed, i, the photo list), so a tree is the same on every machine.
 
+  photos OUT [--count N] [--min-side 300] [--max-side 800] [--quality 90] [--seed S]
+      N photographs at ImageNet-like sizes, cut from the same Debian wallpapers as photo-crops,
+      in 100 class directories (OUT/class_XXX/img_XXXXXXX.jpg): each is a random region (at
+      least its output size, up to the whole short side), its longer side MIN..MAX px and its
+      aspect 1 to 4/3 either way round (the shorter side at least MIN), resampled with LANCZOS,
+      mirrored half of the time, saved as baseline 4:2:0 JPEG of QUALITY. For the resized views.
+
   blob OUT --from DIR [--from DIR ...] [--size 1G] [--seed S]
       One large file OUT/shard_000.bin of SIZE bytes: the files under the DIRs (e.g. the photo32
       JPEGs and Fashion-MNIST PNGs), concatenated in a new shuffled order on each round until
@@ -258,6 +265,42 @@ def make_crop(i):
     return crop, kw, kind
 
 
+def make_photo(i):
+    """Photo i of `photos` (deterministic in seed, i, the photo list)."""
+    rng = random.Random(f"dsfs-photos:{_PC['seed']}:{i}")
+    lo, hi = _PC["sides"]
+    levels = _PC["pyramids"][rng.randrange(len(_PC["pyramids"]))]
+    W, H = levels[0].size
+    long_side = rng.randint(lo, hi)
+    short_side = max(lo, round(long_side / rng.uniform(1, 4 / 3)))
+    ow, oh = (long_side, short_side) if rng.random() < 0.7 else (short_side, long_side)
+    # The region: the output's aspect, from the output size (or what the photo has) up to all
+    # of the photo along its tighter side.
+    fit = min(W / ow, H / oh)
+    scale = math.exp(rng.uniform(math.log(min(1.0, fit)), math.log(fit)))
+    w, h = ow * scale, oh * scale
+    x = rng.uniform(0, W - w)
+    y = rng.uniform(0, H - h)
+    k = 0
+    while k + 1 < len(levels) and min(w / ow, h / oh) / 2 ** (k + 1) >= 2:
+        k += 1
+    s = 2 ** k
+    img = levels[k].resize((ow, oh), Image.LANCZOS, box=(x / s, y / s, (x + w) / s, (y + h) / s))
+    if rng.random() < 0.5:
+        img = img.transpose(Image.FLIP_LEFT_RIGHT)
+    return img
+
+
+def _photo_work(args):
+    lo, hi = args
+    nbytes = 0
+    for i in range(lo, hi):
+        path = os.path.join(_PC["root"], f"class_{i % N_CLASSES:03d}", f"img_{i:07d}.jpg")
+        make_photo(i).save(path, "JPEG", quality=_PC["quality"], subsampling=2)
+        nbytes += os.path.getsize(path)
+    return hi - lo, nbytes, {}
+
+
 def _pc_work(args):
     lo, hi = args
     nbytes = 0
@@ -283,15 +326,36 @@ def cmd_sources(a):
     print(f"{n} of {len(PHOTOS)} photographs installed (photo-crops needs {MIN_PHOTOS})")
 
 
+def photo_names(photos):
+    return [os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(p))))
+            if "/wallpapers/" in p else os.path.basename(p) for p in photos]
+
+
+def cmd_photos(a):
+    photos = available_photos()
+    if len(photos) < MIN_PHOTOS:
+        sys.exit(f"datasets: only {len(photos)} of the photographs are installed; "
+                 "run bench/setup.sh (or see `datasets.py sources`)")
+    if not 16 <= a.min_side <= a.max_side:
+        sys.exit("datasets: --min-side must be at least 16 and at most --max-side")
+    params = {"kind": "photos", "count": a.count, "sides": [a.min_side, a.max_side],
+              "quality": a.quality, "seed": a.seed, "photos": photo_names(photos), "version": 1}
+    run_photo_tree(a, photos, params, _photo_work,
+                   {"sides": (a.min_side, a.max_side), "quality": a.quality})
+
+
 def cmd_photo_crops(a):
     photos = available_photos()
     if len(photos) < MIN_PHOTOS:
         sys.exit(f"datasets: only {len(photos)} of the photographs are installed; "
                  "run bench/setup.sh (or see `datasets.py sources`)")
     params = {"kind": "photo-crops", "count": a.count, "size": a.size, "seed": a.seed,
-              "photos": [os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(p))))
-                         if "/wallpapers/" in p else os.path.basename(p) for p in photos],
-              "version": 1}
+              "photos": photo_names(photos), "version": 1}
+    run_photo_tree(a, photos, params, _pc_work, {"size": a.size})
+
+
+def run_photo_tree(a, photos, params, work, settings):
+    """Builds a tree of photographs with `work` over chunks of indices."""
     t0 = time.monotonic()
     partial = begin(a.out, params, a.force)
     if partial is None:
@@ -304,7 +368,7 @@ def cmd_photo_crops(a):
         _PC["pyramids"] = list(ex.map(load_pyramid, photos))
     log(f"decoded {len(photos)} photographs in {time.monotonic() - t0:.1f} s")
     _PC["seed"] = a.seed
-    _PC["size"] = a.size
+    _PC.update(settings)
     _PC["root"] = partial
     for c in range(N_CLASSES):
         os.makedirs(os.path.join(partial, f"class_{c:03d}"))
@@ -313,16 +377,17 @@ def cmd_photo_crops(a):
     kinds = {}
     last = time.monotonic()
     with mp.get_context("fork").Pool(a.jobs) as pool:
-        for n, b, k in pool.imap_unordered(_pc_work, chunks):
+        for n, b, k in pool.imap_unordered(work, chunks):
             files += n
             nbytes += b
             for key, v in k.items():
                 kinds[key] = kinds.get(key, 0) + v
             if time.monotonic() - last > 10:
                 last = time.monotonic()
-                log(f"{files}/{a.count} crops")
+                log(f"{files}/{a.count} images")
     assert files == a.count
-    log("JPEG kinds: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
+    if kinds:
+        log("JPEG kinds: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
     finish(a.out, partial, params, files, nbytes, t0)
 
 
@@ -398,6 +463,13 @@ def main():
     p.add_argument("--size", type=int, default=32)
     p.add_argument("--seed", type=int, default=1)
     b = sub.add_parser("blob", help="one large file of concatenated images")
+    ph = sub.add_parser("photos", help="photographs at ImageNet-like sizes (300-800 px)")
+    ph.add_argument("out")
+    ph.add_argument("--count", type=int, default=20000)
+    ph.add_argument("--min-side", type=int, default=300)
+    ph.add_argument("--max-side", type=int, default=800)
+    ph.add_argument("--quality", type=int, default=90)
+    ph.add_argument("--seed", type=int, default=1)
     b.add_argument("out")
     b.add_argument("--from", dest="sources", action="append", required=True)
     b.add_argument("--size", default="1G")
@@ -409,13 +481,13 @@ def main():
     r.add_argument("--file-size", default="64K")
     r.add_argument("--seed", type=int, default=1)
     r.add_argument("--force", action="store_true", help="rebuild even if complete")
-    for s in (f, p):
+    for s in (f, p, ph):
         s.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                        help="worker processes (default: 2)")
         s.add_argument("--force", action="store_true", help="rebuild even if complete")
     sub.add_parser("sources", help="list the photographs photo-crops uses")
     a = ap.parse_args()
-    {"fashion-mnist": cmd_fashion_mnist, "photo-crops": cmd_photo_crops,
+    {"fashion-mnist": cmd_fashion_mnist, "photo-crops": cmd_photo_crops, "photos": cmd_photos,
      "sources": cmd_sources,
      "blob": cmd_blob, "random-files": cmd_random_files}[a.cmd](a)
 

@@ -3,8 +3,10 @@
 
   /usr/bin/python3 bench/imagefolder_read.py ROOT [--epochs 2] [--workers 2] [--batch 256]
                                               [--samples N | --subset N] [--seed S] [--label TEXT]
+                                              [--resize N [--crop C]]
 
-ImageFolder(ROOT, transform=ToTensor()) and DataLoader(shuffle=True, num_workers, batch_size),
+ImageFolder(ROOT, transform=ToTensor()) (with --resize: Compose([Resize(N), CenterCrop(C),
+ToTensor()]), the usual evaluation transform of ImageNet-style trees) and DataLoader(shuffle=True, num_workers, batch_size),
 nothing else: the default PIL loader, no persistent workers, no pinning. Prints JSON lines: one
 for the directory scan (the ImageFolder constructor) and one per epoch with images/s, where an
 epoch's time runs from creating the DataLoader iterator (worker start included, as in training)
@@ -22,7 +24,7 @@ import time
 import torch
 from torch.utils.data import DataLoader, RandomSampler, SubsetRandomSampler
 from torchvision.datasets import ImageFolder
-from torchvision.transforms import ToTensor
+from torchvision.transforms import CenterCrop, Compose, Resize, ToTensor
 
 
 def main():
@@ -36,13 +38,21 @@ def main():
                     help="the same N random images every epoch (default: all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--label", default="")
+    ap.add_argument("--resize", type=int, default=0, help="Resize(N) first (default: none)")
+    ap.add_argument("--crop", type=int, default=0, help="then CenterCrop(C) (default: none)")
     a = ap.parse_args()
+    steps = []
+    if a.resize:
+        steps.append(Resize(a.resize))
+    if a.crop:
+        steps.append(CenterCrop(a.crop))
+    transform = Compose(steps + [ToTensor()]) if steps else ToTensor()
 
     torch.manual_seed(a.seed)
     extra = {"label": a.label} if a.label else {}
 
     t0 = time.perf_counter()
-    ds = ImageFolder(a.root, transform=ToTensor())
+    ds = ImageFolder(a.root, transform=transform)
     scan = time.perf_counter() - t0
     print(json.dumps({"event": "scan", "root": a.root, **extra, "images": len(ds),
                       "classes": len(ds.classes), "scan_s": round(scan, 4)}), flush=True)

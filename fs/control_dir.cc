@@ -23,11 +23,11 @@ bool Filesystem::LookupControl(uint64_t parent, std::string_view name, uint64_t*
     if (name == kStatsFileName) *ino = kStatsIno;
     if (name == ".") *ino = kDotDsfsIno;
     if (name == "..") *ino = space_.root();
-    for (View v : kViews) {
-      // A view mounted as the root is not shown again inside itself.
-      if (name == ViewName(v) && Make(static_cast<uint32_t>(v), 1) != space_.root()) {
-        *ino = Make(static_cast<uint32_t>(v), 1);
-      }
+    // Every view by its name, the resized ones too (bmp-N and jpeg-N for any N, found by name,
+    // not listed); a view mounted as the root is not shown again inside itself.
+    View v;
+    if (*ino == 0 && ParseView(name, &v).ok() && InodeSpace::Make(v, 1) != space_.root()) {
+      *ino = InodeSpace::Make(v, 1);
     }
     if (*ino == 0) *s = Status::NotFound("no such file or directory");
     return true;
@@ -62,10 +62,10 @@ Status Filesystem::ControlAttr(uint64_t ino, struct stat* st) const {
 }
 
 Status Filesystem::ReadDirControl(uint64_t offset, const DirFiller& fill) const {
-  std::vector<std::pair<std::string_view, uint64_t>> entries = {
-      {".", kDotDsfsIno}, {"..", space_.root()}, {kStatsFileName, kStatsIno}};
+  std::vector<std::pair<std::string, uint64_t>> entries = {
+      {".", kDotDsfsIno}, {"..", space_.root()}, {std::string(kStatsFileName), kStatsIno}};
   for (View v : kViews) {
-    uint64_t ino = Make(static_cast<uint32_t>(v), 1);
+    uint64_t ino = InodeSpace::Make(v, 1);
     if (ino != space_.root()) entries.emplace_back(ViewName(v), ino);
   }
   struct stat st;

@@ -37,33 +37,49 @@ void Filesystem::FillStat(uint64_t ino, const InodeRecord& rec, struct stat* st)
   st->st_ctim = st->st_mtim;
 }
 
-void Filesystem::FillViewStat(View v, uint32_t ino, const InodeRecord& rec, struct stat* st) const {
-  FillStat(Make(static_cast<uint32_t>(v), ino), rec, st);
+Status Filesystem::FillViewStat(View v, uint32_t ino, const InodeRecord& rec, struct stat* st,
+                                bool encode) const {
+  FillStat(InodeSpace::Make(v, ino), rec, st);
   if (IsReg(rec) && v != View::kOriginal) {
-    uint64_t size = ViewFileBytes(v, rec, options_.max_render_bytes);
+    uint64_t size;
+    if (ViewEncodes(v, rec, options_.max_render_bytes)) {
+      if (!encode) {
+        st->st_nlink = 0;  // kAttrsUnknown
+        return Status::OK();
+      }
+      ByteCache::Value file;
+      DSFS_RETURN_IF_ERROR(ResizedFile(v, ino, rec, &file));
+      size = file->size();
+    } else {
+      size = ViewFileBytes(v, rec, options_.max_render_bytes);
+    }
     st->st_size = static_cast<off_t>(size);
     st->st_blocks = static_cast<blkcnt_t>((size + 511) / 512);
   }
+  return Status::OK();
 }
 
 Status Filesystem::ForEachFile(uint64_t fuse_dir,
                                const std::function<bool(uint64_t ino, uint64_t size)>& file) const {
   const uint64_t dir = In(fuse_dir);
-  const uint32_t kind = Kind(dir);
-  if (kind > static_cast<uint32_t>(View::kTensor)) return Status::InvalidArgument("not listed");
+  View v;
+  if (!InodeSpace::ViewOfKind(Kind(dir), &v)) return Status::InvalidArgument("not listed");
   return store_->ForEachEntry(Number(dir), [&](uint32_t ino, const InodeRecord& rec) {
-    if (!IsReg(rec)) return true;
-    uint64_t size = ViewFileBytes(static_cast<View>(kind), rec, options_.max_render_bytes);
-    return file(Out(Make(kind, ino)), size);
+    // A jpeg-N file's attributes are not in its listing (the kernel looks it up when it is
+    // opened): the kernel has no inode to push its bytes into.
+    if (!IsReg(rec) || ViewEncodes(v, rec, options_.max_render_bytes)) return true;
+    return file(Out(InodeSpace::Make(v, ino)), ViewFileBytes(v, rec, options_.max_render_bytes));
   });
 }
 
 Status Filesystem::Attr(uint64_t ino, struct stat* st) const {
   uint32_t kind = Kind(ino);
   if (kind == kControl) return ControlAttr(ino, st);
-  if (kind > kControl) return Status::NotFound("no such inode");
+  View v;
+  const bool view = InodeSpace::ViewOfKind(kind, &v);
+  if (!view && (kind < kTensorFileKind || kind >= kControl)) return Status::NotFound("no such inode");
   InodeRecord rec;
-  if (kind >= kTensorFileKind) {
+  if (!view) {
     std::shared_ptr<const TensorIndex> t;
     DSFS_RETURN_IF_ERROR(Tensor(Number(ino), &t));
     if (!t->available) return Status::NotFound("no tensor view here: " + t->why);
@@ -75,17 +91,15 @@ Status Filesystem::Attr(uint64_t ino, struct stat* st) const {
     return Status::OK();
   }
   DSFS_RETURN_IF_ERROR(store_->GetInode(Number(ino), &rec));
-  FillViewStat(static_cast<View>(kind), Number(ino), rec, st);
-  return Status::OK();
+  return FillViewStat(v, Number(ino), rec, st, /*encode=*/true);
 }
 
 Status Filesystem::LookupIn(uint64_t parent, std::string_view name, uint64_t* ino) const {
   Status s;
   if (LookupControl(parent, name, ino, &s)) return s;
-  uint32_t kind = Kind(parent);
-  if (kind > static_cast<uint32_t>(View::kTensor))
-    return Status::InvalidArgument("not a directory");
-  const View v = static_cast<View>(kind);
+  const uint32_t kind = Kind(parent);
+  View v;
+  if (!InodeSpace::ViewOfKind(kind, &v)) return Status::InvalidArgument("not a directory");
   const uint32_t dir = Number(parent);
   InodeRecord rec;
   uint32_t found;
@@ -148,11 +162,12 @@ Status Filesystem::ReadDir(uint64_t fuse_ino, uint64_t offset, const DirFiller& 
   counters_.readdir.fetch_add(1, std::memory_order_relaxed);
   const uint64_t ino = In(fuse_ino);
   if (ino == kDotDsfsIno) return ReadDirControl(offset, fill);
-  uint32_t kind = Kind(ino);
-  if (kind > kControl) return Status::NotFound("no such inode");
-  if (kind > static_cast<uint32_t>(View::kTensor))
-    return Status::InvalidArgument("not a directory");
-  const View v = static_cast<View>(kind);
+  View v;
+  if (!InodeSpace::ViewOfKind(Kind(ino), &v)) {
+    return Kind(ino) >= kTensorFileKind && Kind(ino) <= kControl
+               ? Status::InvalidArgument("not a directory")
+               : Status::NotFound("no such inode");
+  }
   const uint32_t dir_ino = Number(ino);
   InodeRecord dir;
   DSFS_RETURN_IF_ERROR(store_->GetInode(dir_ino, &dir));
@@ -163,14 +178,14 @@ Status Filesystem::ReadDir(uint64_t fuse_ino, uint64_t offset, const DirFiller& 
   const bool has_tensor = tensor && tensor->available;
   struct stat st;
   if (offset == 0) {
-    FillViewStat(v, dir_ino, dir, &st);
+    DSFS_RETURN_IF_ERROR(FillViewStat(v, dir_ino, dir, &st, false));
     if (!fill(".", st, 1)) return Status::OK();
     offset = 1;
   }
   if (offset == 1) {
     InodeRecord parent;
     DSFS_RETURN_IF_ERROR(store_->GetInode(dir.parent, &parent));
-    FillViewStat(v, dir.parent, parent, &st);
+    DSFS_RETURN_IF_ERROR(FillViewStat(v, dir.parent, parent, &st, false));
     if (!fill("..", st, 2)) return Status::OK();
     offset = 2;
   }
@@ -198,7 +213,7 @@ Status Filesystem::ReadDir(uint64_t fuse_ino, uint64_t offset, const DirFiller& 
       npy_name += ".npy";
       name = npy_name;
     }
-    FillViewStat(v, ino_i, rec, &st);
+    DSFS_RETURN_IF_ERROR(FillViewStat(v, ino_i, rec, &st, false));
     if (!fill(name, st, i + 3)) return Status::OK();
   }
   if (has_tensor) {
@@ -249,16 +264,16 @@ Status Filesystem::ReadIno(uint64_t ino, uint64_t offset, uint64_t size, ReadBuf
   if (ino == kStatsIno) return ReadStats(offset, size, buf, out);
   const uint32_t kind = Kind(ino);
   if (kind == kControl) return Status::InvalidArgument("is a directory");
-  if (kind > kControl) return Status::NotFound("no such inode");
-  if (kind >= kTensorFileKind) {
+  View v;
+  if (!InodeSpace::ViewOfKind(kind, &v)) {
+    if (kind < kTensorFileKind || kind > kControl) return Status::NotFound("no such inode");
     return ReadTensorFile(static_cast<TensorFile>(kind - kTensorFileKind), Number(ino), offset,
                           size, buf, out);
   }
-  const View v = static_cast<View>(kind);
   DSFS_RETURN_IF_ERROR(store_->GetInode(Number(ino), rec));
   if (Renders(v, *rec)) return ReadImageView(v, Number(ino), *rec, offset, size, buf, out);
   if (v != View::kOriginal && IsReg(*rec) && rec->image == 3) NoteServedAsIs(Number(ino));
-  if ((v == View::kBmp || v == View::kNpy) && IsDecodableImage(*rec)) {
+  if (v.kind != View::kOriginal && v.kind != View::kTensor && IsDecodableImage(*rec)) {
     NoteTooLargeToRender(Number(ino), *rec);
   }
   return store_->Read(*rec, offset, size, buf, out);
@@ -267,9 +282,8 @@ Status Filesystem::ReadIno(uint64_t ino, uint64_t offset, uint64_t size, ReadBuf
 Status Filesystem::ReadLink(uint64_t fuse_ino, std::string_view* target) const {
   counters_.readlink.fetch_add(1, std::memory_order_relaxed);
   const uint64_t ino = In(fuse_ino);
-  if (Kind(ino) > static_cast<uint32_t>(View::kTensor)) {
-    return Status::InvalidArgument("not a symbolic link");
-  }
+  View v;
+  if (!InodeSpace::ViewOfKind(Kind(ino), &v)) return Status::InvalidArgument("not a symbolic link");
   InodeRecord rec;
   DSFS_RETURN_IF_ERROR(store_->GetInode(Number(ino), &rec));
   return store_->ReadLink(rec, target);

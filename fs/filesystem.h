@@ -89,8 +89,12 @@ class Filesystem : public PushSource {
   // Lists directory `ino` from position `offset` (0 = ".", 1 = "..", 2 + i = entry i). `fill`
   // gets each name, its attributes and the offset of the entry after it, and returns false to
   // stop (reply buffer full).
+  // An entry whose st.st_nlink is 0 (AttrsUnknown) comes with its name, type and number only:
+  // its attributes cost a render to know (a jpeg-N file's size is known once it is encoded),
+  // which a listing does not pay for; the kernel looks it up when it is opened.
   using DirFiller =
       std::function<bool(std::string_view name, const struct stat& st, uint64_t next_offset)>;
+  static bool AttrsUnknown(const struct stat& st) { return st.st_nlink == 0; }
   Status ReadDir(uint64_t ino, uint64_t offset, const DirFiller& fill) const;
   // ReadOnly for any write access, InvalidArgument ("is a directory") for directories.
   Status Open(uint64_t ino, int flags) const;
@@ -150,8 +154,10 @@ class Filesystem : public PushSource {
   // view file takes that name) in *image; NotFound otherwise.
   Status NpyViewImage(uint32_t dir, std::string_view name, uint32_t* image) const;
   void FillStat(uint64_t ino, const InodeRecord& rec, struct stat* st) const;
-  // What view `v` shows for a store entry: its name (npy: images get ".npy") and attributes.
-  void FillViewStat(View v, uint32_t ino, const InodeRecord& rec, struct stat* st) const;
+  // The attributes view `v` shows for a store entry. A jpeg-N image's size needs it encoded:
+  // done when `encode`, else *st is marked AttrsUnknown.
+  Status FillViewStat(View v, uint32_t ino, const InodeRecord& rec, struct stat* st,
+                      bool encode) const;
 
   // Reads of view files (fs/view_reads.cc).
   Status ReadImageView(View v, uint32_t ino, const InodeRecord& rec, uint64_t offset, uint64_t size,
@@ -161,6 +167,11 @@ class Filesystem : public PushSource {
   // The decoded pixels of image `ino` (from the cache, the stored pixels or by decoding the
   // original); cached when `keep`.
   Status Pixels(uint32_t ino, const InodeRecord& rec, bool keep, ByteCache::Value* out) const;
+  // The file resized view `v` shows for image `ino` (a BMP or a JPEG), rendered on first use
+  // and kept in the cache. REQUIRES: v.resized() and Renders(v, rec).
+  Status ResizedFile(View v, uint32_t ino, const InodeRecord& rec, ByteCache::Value* out) const;
+  // The cache namespace of resized view `v`'s files, made on first use.
+  ByteCache::Id ResizedId(View v) const;
   // The tensor index of store directory `dir`, built on first use and kept.
   Status Tensor(uint32_t dir, std::shared_ptr<const TensorIndex>* out) const;
   // Logs once per inode that a view serves an image as it is.
@@ -179,10 +190,12 @@ class Filesystem : public PushSource {
   // The views' RAM cache and their namespaces in it.
   std::shared_ptr<ByteCache> cache_;
   ByteCache::Id pixels_id_ = 0, bmp_id_ = 0, files_txt_id_ = 0;
-  mutable std::mutex mu_;  // guards the two maps below
+  mutable std::mutex mu_;  // guards the three maps below
   mutable std::unordered_map<uint32_t, std::shared_ptr<const TensorIndex>> tensors_;
   mutable std::unordered_set<uint32_t> logged_as_is_;
+  mutable std::unordered_map<uint32_t, ByteCache::Id> resized_ids_;  // by InodeSpace::KindOf
   mutable std::atomic<uint64_t> images_decoded_{0}, image_decode_ns_{0};
+  mutable std::atomic<uint64_t> images_resized_{0}, image_resize_ns_{0};
   mutable std::atomic<bool> logged_too_large_{false};
   Prefetcher* prefetcher_ = nullptr;
   TransportStatsFn transport_stats_;

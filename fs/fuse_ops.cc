@@ -108,7 +108,9 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool 
       if (plus) {
         fuse_entry_param e;
         std::memset(&e, 0, sizeof(e));
-        e.ino = st.st_ino;
+        // Node 0: the kernel lists the name (with st_ino: readdir(3) skips a d_ino of 0) and
+        // keeps no attributes for it; it looks the entry up when it is opened.
+        e.ino = Filesystem::AttrsUnknown(st) ? 0 : st.st_ino;
         e.generation = 1;
         e.attr = st;
         e.attr_timeout = AttrTimeout(c, e.ino);

@@ -250,6 +250,13 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
       Log()->warn("-o kernel: EROFS caches entries and opens itself; ignored:{}", moot);
     }
   }
+  if (config.fs.view.kind == View::kJpeg) {
+    // An image lays out every file's size at mount, and a jpeg-N file's is known only once
+    // it is encoded: the whole tree would be encoded before the mount answers.
+    Log()->warn("-o kernel: a {} file's size is known only once it is encoded; mounting with FUSE",
+                ViewName(config.fs.view));
+    return ServeFuse(fs, cache, mnt, fuse, on_mounted);
+  }
   struct stat mnt_st;
   if (::stat(mnt.c_str(), &mnt_st) != 0) return Status::FromErrno(errno, mnt);
   // SIGINT/SIGTERM end the serving loop below through a self-pipe. A handler, not a blocked

@@ -99,6 +99,8 @@ nlohmann::ordered_json Filesystem::StatsObject() const {
   }
   j["views"] = {{"images_decoded", n(images_decoded_)},
                 {"decode_seconds", StatsSeconds(static_cast<double>(n(image_decode_ns_)) / 1e9)},
+                {"images_resized", n(images_resized_)},
+                {"resize_seconds", StatsSeconds(static_cast<double>(n(image_resize_ns_)) / 1e9)},
                 {"tensor_indexes", tensor_indexes}};
   // A remote store's requests and disk cache (local backends have none: no key).
   auto backend = store_->backend_counters();

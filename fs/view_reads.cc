@@ -10,6 +10,7 @@
 #include "common/units.h"
 #include "fs/filesystem.h"
 #include "image/image.h"
+#include "image/resize.h"
 
 namespace dsfs {
 namespace {
@@ -29,9 +30,10 @@ bool Filesystem::ReadDecodes(uint64_t fuse_ino, uint64_t offset, uint64_t size) 
   const uint32_t kind = Kind(ino);
   auto cached = [&](ByteCache::Id id, uint64_t key) { return cache_ && cache_->Contains(id, key); };
   InodeRecord rec;
-  if (kind == static_cast<uint32_t>(View::kBmp) || kind == static_cast<uint32_t>(View::kNpy)) {
-    const View v = static_cast<View>(kind);
+  View v;
+  if (InodeSpace::ViewOfKind(kind, &v) && v.kind != View::kOriginal && v.kind != View::kTensor) {
     if (!store_->GetInode(Number(ino), &rec).ok() || !Renders(v, rec)) return false;
+    if (v.resized()) return !cached(ResizedId(v), Number(ino));
     return !cached(v == View::kBmp ? bmp_id_ : pixels_id_, Number(ino));
   }
   if (kind != kTensorFileKind + static_cast<uint32_t>(TensorFile::kImages)) return false;
@@ -82,9 +84,57 @@ Status Filesystem::Pixels(uint32_t ino, const InodeRecord& rec, bool keep,
   return decode(out);
 }
 
+ByteCache::Id Filesystem::ResizedId(View v) const {
+  std::lock_guard lock(mu_);
+  auto [it, made] = resized_ids_.try_emplace(InodeSpace::KindOf(v), 0);
+  if (made && cache_) it->second = cache_->NewId();
+  return it->second;
+}
+
+Status Filesystem::ResizedFile(View v, uint32_t ino, const InodeRecord& rec,
+                               ByteCache::Value* out) const {
+  auto render = [&](ByteCache::Value* file_out) -> Status {
+    ByteCache::Value px;
+    DSFS_RETURN_IF_ERROR(Pixels(ino, rec, false, &px));
+    uint32_t w, h;
+    ViewImageSize(v, rec, &w, &h);
+    auto file = std::make_shared<std::string>();
+    if (w == rec.width && h == rec.height) {
+      RenderBmp(w, h, *px, file.get());  // at or below N: as in the bmp view
+    } else {
+      auto t0 = std::chrono::steady_clock::now();
+      std::string resized;
+      DSFS_RETURN_IF_ERROR(ResizeRgb(rec.width, rec.height, *px, w, h, &resized));
+      px.reset();
+      if (v.kind == View::kJpeg) {
+        DSFS_RETURN_IF_ERROR(EncodeJpeg(w, h, resized, kResizedJpegQuality, file.get()));
+      } else {
+        RenderBmp(w, h, resized, file.get());
+      }
+      images_resized_.fetch_add(1, std::memory_order_relaxed);
+      image_resize_ns_.fetch_add(
+          static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                    std::chrono::steady_clock::now() - t0)
+                                    .count()),
+          std::memory_order_relaxed);
+    }
+    *file_out = std::move(file);
+    return Status::OK();
+  };
+  // Rendered once however many readers (and lookups: a jpeg-N file's size) want it at once.
+  return cache_ ? cache_->GetOrLoad(ResizedId(v), ino, render, out) : render(out);
+}
+
 Status Filesystem::ReadImageView(View v, uint32_t ino, const InodeRecord& rec, uint64_t offset,
                                  uint64_t size, ReadBuffer* buf, std::string_view* out) const {
   buf->pin.reset();
+  if (v.resized()) {
+    ByteCache::Value file;
+    DSFS_RETURN_IF_ERROR(ResizedFile(v, ino, rec, &file));
+    *out = std::string_view(*file).substr(std::min<uint64_t>(offset, file->size()), size);
+    buf->pin = std::move(file);
+    return Status::OK();
+  }
   if (v == View::kBmp) {
     // The BMP is what is kept (the pixels are needed only to render it).
     auto render = [&](ByteCache::Value* bmp_out) -> Status {

@@ -13,7 +13,7 @@ Status ViewTree::Build(const Filesystem* fs, View view, std::unique_ptr<ViewTree
   // The bmp view shows every store entry under its own name in its own place, except a store
   // entry named .dsfs (kControlDirName) in the root, which the view hides behind its control
   // directory: only then does its numbering differ from the store's.
-  if (view == View::kBmp) {
+  if (view.kind == View::kBmp) {  // bmp and bmp-N
     uint32_t found;
     InodeRecord rec;
     Status s = fs->store().Lookup(Store::kRootIno, kControlDirName, &found, &rec);

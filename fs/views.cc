@@ -2,24 +2,28 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 
 #include "common/path.h"
 #include "common/units.h"
 #include "image/image.h"
+#include "image/resize.h"
 #include "store/format.h"
 
 namespace dsfs {
 
-std::string_view ViewName(View v) {
-  switch (v) {
+std::string ViewName(View v) {
+  switch (v.kind) {
     case View::kOriginal:
       return "original";
     case View::kBmp:
-      return "bmp";
+      return v.resized() ? "bmp-" + std::to_string(v.side) : "bmp";
     case View::kNpy:
       return "npy";
     case View::kTensor:
       return "tensor";
+    case View::kJpeg:
+      return "jpeg-" + std::to_string(v.side);
   }
   return "?";
 }
@@ -31,29 +35,61 @@ Status ParseView(std::string_view name, View* v) {
       return Status::OK();
     }
   }
+  for (View::Kind kind : {View::kBmp, View::kJpeg}) {
+    std::string_view prefix = kind == View::kBmp ? "bmp-" : "jpeg-";
+    if (name.substr(0, prefix.size()) != prefix) continue;
+    std::string_view digits = name.substr(prefix.size());
+    uint32_t n = 0;
+    auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+    if (ec == std::errc() && ptr == digits.data() + digits.size() && digits[0] != '0' &&
+        n >= kMinResize && n <= kMaxResize) {
+      *v = View(kind, n);
+      return Status::OK();
+    }
+    return Status::InvalidArgument("unknown view '" + std::string(name) + "' (" +
+                                   std::string(prefix) + "N takes N from " +
+                                   std::to_string(kMinResize) + " to " +
+                                   std::to_string(kMaxResize) + ")");
+  }
   return Status::InvalidArgument("unknown view '" + std::string(name) +
-                                 "' (choose original, bmp, npy or tensor)");
+                                 "' (choose original, bmp, npy, tensor, bmp-N or jpeg-N)");
 }
 
 std::string ImageNpyHeader(const InodeRecord& rec) {
   return NpyHeader("|u1", {rec.height, rec.width, 3});
 }
 
+void ViewImageSize(View v, const InodeRecord& rec, uint32_t* width, uint32_t* height) {
+  *width = rec.width;
+  *height = rec.height;
+  if (v.resized() && std::min(rec.width, rec.height) > v.side) {
+    ResizedSize(rec.width, rec.height, v.side, width, height);
+  }
+}
+
+bool ViewEncodes(View v, const InodeRecord& rec, uint64_t max_render_bytes) {
+  return v.kind == View::kJpeg && std::min(rec.width, rec.height) > v.side &&
+         ViewRenders(v, rec, max_render_bytes);
+}
+
 uint64_t ViewFileBytes(View v, const InodeRecord& rec, uint64_t max_render_bytes) {
   if (!ViewRenders(v, rec, max_render_bytes)) return rec.size;
-  return v == View::kBmp ? BmpBytes(rec.width, rec.height)
-                         : ImageNpyHeader(rec).size() + uint64_t{rec.width} * rec.height * 3;
+  if (v.kind == View::kNpy) return ImageNpyHeader(rec).size() + uint64_t{rec.width} * rec.height * 3;
+  uint32_t w, h;
+  ViewImageSize(v, rec, &w, &h);
+  return BmpBytes(w, h);  // bmp, bmp-N, and jpeg-N's images at or below N
 }
 
 bool ViewRenders(View v, const InodeRecord& rec, uint64_t max_render_bytes) {
-  if ((v != View::kBmp && v != View::kNpy) || !IsDecodableImage(rec)) return false;
+  if (v.kind == View::kOriginal || v.kind == View::kTensor || !IsDecodableImage(rec)) return false;
   // An image whose .npy name would pass what the kernel takes keeps its own name and bytes there
   // (so the npy view's tree, classic or EROFS, holds only names a reader can open).
-  if (v == View::kNpy && rec.name_len + 4 > kMaxNameBytes) return false;
-  // What the cache holds for it: the BMP, or the pixels (the .npy header is made per read).
-  uint64_t rendered =
-      v == View::kBmp ? BmpBytes(rec.width, rec.height) : uint64_t{rec.width} * rec.height * 3;
-  return rendered <= max_render_bytes;
+  if (v.kind == View::kNpy && rec.name_len + 4 > kMaxNameBytes) return false;
+  // What the cache holds for it: the BMP, or the pixels (the .npy header is made per read). A
+  // resized view holds the decoded pixels (less than their BMP) while it resizes them, then
+  // keeps a smaller BMP or a JPEG: the bmp view's bound covers it.
+  const uint64_t pixels = uint64_t{rec.width} * rec.height * 3;
+  return (v.kind == View::kNpy ? pixels : BmpBytes(rec.width, rec.height)) <= max_render_bytes;
 }
 
 bool HasImageExtension(std::string_view name) {

@@ -8,6 +8,16 @@
 //   tensor  the original tree plus, in every directory, images.npy (N x H x W x 3 uint8, every
 //           image below it in ImageFolder's order), labels.npy (int64, ImageFolder's class
 //           indices), classes.txt and files.txt, when all those images share one size
+//   bmp-N   (N from 16 to 4096) the bmp view of every image resized as
+//           torchvision.transforms.Resize(N) resizes it (shorter side N, bilinear with
+//           antialiasing, PIL's pixels exactly: image/resize.h); an image whose shorter side is
+//           already N or less is shown as in the bmp view
+//   jpeg-N  the same resized pixels re-encoded as a JPEG of quality kResizedJpegQuality (4:2:0),
+//           for trees too large for the page cache as pixels; images at or below N as in bmp
+//
+// A script that applies Resize(N) itself gets the same tensor from a resized view as from the
+// original: Resize(N) leaves an image whose shorter side is N as it is, and upscales a smaller
+// one from the same pixels the bmp view shows.
 //
 // Non-image files (and images the views cannot reproduce exactly) appear unchanged in every
 // view. This file holds what does not depend on FUSE: the view names and the tensor index.
@@ -24,12 +34,27 @@
 
 namespace dsfs {
 
-enum class View : uint8_t { kOriginal = 0, kBmp = 1, kNpy = 2, kTensor = 3 };
-// Every view; MOUNT/.dsfs holds each but the one mounted as the root.
-inline constexpr View kViews[] = {View::kOriginal, View::kBmp, View::kNpy, View::kTensor};
+// A view: its kind and, for the resized views, the shorter side N. A value type.
+struct View {
+  enum Kind : uint8_t { kOriginal = 0, kBmp = 1, kNpy = 2, kTensor = 3, kJpeg = 4 };
+  Kind kind = kOriginal;
+  uint32_t side = 0;  // bmp-N, jpeg-N: N (kMinResize..kMaxResize); 0: images at their size
 
-std::string_view ViewName(View v);  // "original", "bmp", "npy", "tensor"
-// InvalidArgument naming the choices for an unknown name.
+  constexpr View() = default;
+  constexpr View(Kind k, uint32_t n = 0) : kind(k), side(n) {}  // NOLINT: View::kBmp is a view
+  bool resized() const { return side != 0; }
+  friend bool operator==(View a, View b) { return a.kind == b.kind && a.side == b.side; }
+  friend bool operator!=(View a, View b) { return !(a == b); }
+};
+// The views of fixed names; MOUNT/.dsfs lists each but the one mounted as the root (the resized
+// ones are there too, found by name: MOUNT/.dsfs/bmp-256).
+inline constexpr View kViews[] = {View::kOriginal, View::kBmp, View::kNpy, View::kTensor};
+// Quality of the jpeg-N views' files.
+inline constexpr int kResizedJpegQuality = 90;
+
+std::string ViewName(View v);  // "original", "bmp", "npy", "tensor", "bmp-256", "jpeg-224"
+// InvalidArgument naming the choices for an unknown name. Resized views are named by N in
+// decimal without leading zeros, so each has one name.
 Status ParseView(std::string_view name, View* v);
 
 // True if view `v` shows regular file `rec` rendered (bmp, npy: a decodable image whose
@@ -37,8 +62,17 @@ Status ParseView(std::string_view name, View* v);
 // shows the original bytes. The mount sets the limit to what its RAM cache holds per entry, so
 // that every image is decoded once and then served from the cache, and a file's size (decided
 // here, from the recorded dimensions) never depends on what is cached.
+//
+// A resized view renders an image whose decoded pixels are at most `max_render_bytes` (they are
+// held while it is resized) and whose rendered file is too.
 bool ViewRenders(View v, const InodeRecord& rec, uint64_t max_render_bytes);
-// Size of the file a view shows for regular file `rec` (rendered, or the original).
+// True if view `v` renders `rec` as a JPEG it encodes (jpeg-N, an image whose shorter side is
+// above N): the file's size is known only once it is encoded (the Filesystem does that).
+bool ViewEncodes(View v, const InodeRecord& rec, uint64_t max_render_bytes);
+// The size `rec`'s image has in resized view `v` (its own if its shorter side is at most N).
+void ViewImageSize(View v, const InodeRecord& rec, uint32_t* width, uint32_t* height);
+// Size of the file a view shows for regular file `rec` (rendered, or the original), computed
+// from the recorded dimensions. REQUIRES: !ViewEncodes(v, rec, max_render_bytes).
 uint64_t ViewFileBytes(View v, const InodeRecord& rec, uint64_t max_render_bytes);
 // The .npy header of an image's array (its size is part of ViewFileBytes).
 std::string ImageNpyHeader(const InodeRecord& rec);

@@ -444,10 +444,12 @@ Status EncodeJpeg(uint32_t width, uint32_t height, std::string_view rgb, int qua
   if (!h) return Status::IOError("cannot create a JPEG encoder");
   unsigned char* buf = nullptr;
   unsigned long size = 0;
-  // Flags 0: baseline Huffman tables, the accurate integer DCT (libjpeg's defaults, as PIL's
-  // save uses them); TurboJPEG allocates the output buffer.
+  // The accurate integer DCT, as PIL's save uses it (libjpeg's default): TurboJPEG takes the
+  // fast one below quality 96 unless told, and its pixels then differ from PIL's file by a few
+  // levels. Baseline Huffman tables; TurboJPEG allocates the output buffer.
   if (tjCompress2(h, reinterpret_cast<const unsigned char*>(rgb.data()), static_cast<int>(width), 0,
-                  static_cast<int>(height), TJPF_RGB, &buf, &size, TJSAMP_420, quality, 0) != 0) {
+                  static_cast<int>(height), TJPF_RGB, &buf, &size, TJSAMP_420, quality,
+                  TJFLAG_ACCURATEDCT) != 0) {
     Status s = Status::IOError(std::string("JPEG encode: ") + tjGetErrorStr2(h));
     tjFree(buf);
     encoder.Reset();

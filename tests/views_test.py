@@ -246,6 +246,116 @@ def check_images(src, mnt, specials):
     return decoded, as_is, others
 
 
+RESIZED = (16, 37)  # the resized views checked: bmp-N and jpeg-N for each N
+
+
+def resized_expected(path, n):
+    """What Resize(n) makes of the original's RGB pixels, or None when the view shows it as in
+    bmp (its shorter side is at most n: Resize(n) of the view file then upscales the same
+    pixels the original would give)."""
+    from PIL import Image
+    from torchvision import transforms
+
+    with Image.open(path) as im:
+        rgb = im.convert("RGB")
+    if min(rgb.size) <= n:
+        return None
+    return transforms.Resize(n)(rgb)
+
+
+def check_resized(src, mnt, specials):
+    """bmp-N: PIL's Resize(N) of the original, pixel for pixel; jpeg-N: a JPEG whose pixels are
+    those of PIL's own save(quality=90) of that image; an image at or below N: the bmp view's
+    file; the rest as is. Returns (resized, as in bmp, as is) counts."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    resized = as_bmp = as_is = 0
+    for dirpath, dirnames, filenames in os.walk(src):
+        rel_dir = os.path.relpath(dirpath, src)
+        for name in filenames:
+            s = os.path.join(dirpath, name)
+            rel = os.path.normpath(os.path.join(rel_dir, name))
+            if os.path.islink(s):
+                continue
+            with open(s, "rb") as f:
+                original = f.read()
+            is_image = original[:3] == b"\xff\xd8\xff" or original[:8] == b"\x89PNG\r\n\x1a\n"
+            want = specials.get(rel) or ("decoded" if is_image else "as-is")
+            for n in RESIZED:
+                want_img = resized_expected(s, n) if want == "decoded" else None
+                for fmt in ("bmp", "jpeg"):
+                    p = os.path.join(mnt, ".dsfs", f"{fmt}-{n}", rel)
+                    with open(p, "rb") as f:
+                        got = f.read()
+                    if os.stat(p).st_size != len(got):
+                        raise TestFailure(f"{fmt}-{n}/{rel}: stat says {os.stat(p).st_size} "
+                                          f"bytes, read {len(got)}")
+                    if want == "as-is":
+                        if got != original:
+                            raise TestFailure(f"{fmt}-{n}/{rel}: not served as it is")
+                        as_is += 1
+                        continue
+                    if want_img is None:
+                        with open(os.path.join(mnt, ".dsfs", "bmp", rel), "rb") as f:
+                            if got != f.read():
+                                raise TestFailure(f"{fmt}-{n}/{rel}: not the bmp view's file")
+                        as_bmp += 1
+                        continue
+                    want_px = np.asarray(want_img)
+                    if fmt == "jpeg":
+                        if got[:3] != b"\xff\xd8\xff":
+                            raise TestFailure(f"jpeg-{n}/{rel}: not a JPEG")
+                        buf = io.BytesIO()
+                        want_img.save(buf, "JPEG", quality=90)
+                        buf.seek(0)
+                        want_px = np.asarray(Image.open(buf).convert("RGB"))
+                    elif got[:2] != b"BM":
+                        raise TestFailure(f"bmp-{n}/{rel}: not a BMP")
+                    got_px = np.asarray(Image.open(io.BytesIO(got)).convert("RGB"))
+                    if want_px.shape != got_px.shape or not np.array_equal(want_px, got_px):
+                        diff = (np.abs(want_px.astype(int) - got_px.astype(int)).max()
+                                if want_px.shape == got_px.shape else "shape")
+                        raise TestFailure(f"{fmt}-{n}/{rel}: pixels differ from PIL's "
+                                          f"({want_px.shape} vs {got_px.shape}, max diff {diff})")
+                    resized += 1
+    return resized, as_bmp, as_is
+
+
+def compare_imagefolder_resized(src, root, n):
+    """ImageFolder with Resize(n) over `root` (a resized view) equals it over the source."""
+    import torch
+    from torchvision import datasets, transforms
+
+    tf = transforms.Compose([transforms.Resize(n), transforms.ToTensor()])
+    a = datasets.ImageFolder(src, transform=tf)
+    b = datasets.ImageFolder(root, transform=tf)
+    if [os.path.relpath(p, src) for p, _ in a.samples] != \
+            [os.path.relpath(p, root) for p, _ in b.samples]:
+        raise TestFailure(f"Resize({n}): samples differ")
+    for i in range(len(a)):
+        (xa, ta), (xb, tb) = a[i], b[i]
+        if ta != tb or xa.shape != xb.shape or not torch.equal(xa, xb):
+            raise TestFailure(f"Resize({n}): {a.samples[i][0]}: tensors differ")
+    return len(a)
+
+
+def fstype(mnt):
+    r = run(["findmnt", "-n", "-o", "FSTYPE", "--mountpoint", mnt])
+    return r.stdout.strip()
+
+
+def kernel_mount_possible():
+    if os.geteuid() != 0:
+        return False
+    with open("/proc/filesystems") as f:
+        if "erofs" in f.read():
+            return True
+    return run(["modprobe", "-q", "erofs"]).returncode == 0
+
+
 def check_listing(src, mnt):
     if ".dsfs" in os.listdir(mnt):
         raise TestFailure("the root's listing shows .dsfs")
@@ -409,6 +519,10 @@ def main():
                 sizes = check_every_size(mnt)
                 n = compare_imagefolder(os.path.join(data, "images"),
                                         os.path.join(mnt, ".dsfs", "bmp", "images"))
+                resized, as_bmp, resized_as_is = check_resized(data, mnt, specials)
+                n_resized = compare_imagefolder_resized(
+                    os.path.join(data, "images"),
+                    os.path.join(mnt, ".dsfs", f"bmp-{RESIZED[0]}", "images"), RESIZED[0])
                 t = check_tensor(dsfs, store, data, mnt, "uniform")
                 t_leaf = check_tensor(dsfs, store, data, mnt, "uniform/class-3")
                 t_leaf += check_tensor_leaf(data, mnt, "uniform/class-3/deeper")
@@ -424,7 +538,11 @@ def main():
             report.append(f"{label}: {decoded} images pixel-identical in bmp and npy, {as_is} "
                           f"images and {others} other files served as they are, {sizes} view "
                           f"file sizes match, ImageFolder over bmp = source ({n} samples), "
-                          f"tensor view {t} + {t_leaf} images exact; {why}")
+                          f"tensor view {t} + {t_leaf} images exact; {why}; resized views "
+                          f"(bmp-N, jpeg-N for N in {RESIZED}): {resized} files as PIL makes "
+                          f"them, {as_bmp} as in bmp, {resized_as_is} as they are, ImageFolder "
+                          f"with Resize({RESIZED[0]}) over bmp-{RESIZED[0]} = source "
+                          f"({n_resized} samples)")
             # A view as the mount's root: the unmodified script's path stays the same.
             mount(dsfs, store, mnt, "-o", "view=bmp")
             try:
@@ -444,6 +562,61 @@ def main():
             err = e2e.unmount(dsfs, mnt)
             if err:
                 raise TestFailure(err)
+            # A resized view as the root.
+            n = RESIZED[1]
+            mount(dsfs, store, mnt, "-o", f"view=bmp-{n}")
+            try:
+                listed = sorted(os.listdir(os.path.join(mnt, ".dsfs")))
+                if listed != ["bmp", "npy", "original", "stats", "tensor"]:
+                    raise TestFailure(f"view=bmp-{n}: .dsfs holds {listed}")
+                compare_imagefolder_resized(os.path.join(data, "images"),
+                                            os.path.join(mnt, "images"), n)
+                if os.path.exists(os.path.join(mnt, ".dsfs", f"bmp-{n}")):
+                    raise TestFailure(f"view=bmp-{n}: shown again inside itself")
+            except Exception:
+                e2e.unmount(dsfs, mnt)
+                raise
+            err = e2e.unmount(dsfs, mnt)
+            if err:
+                raise TestFailure(err)
+        # -o kernel: bmp-N is an EROFS image like bmp; a jpeg-N file's size is known only once
+        # encoded, so jpeg-N mounts with FUSE and says so in one line.
+        store = os.path.join(tmp, "store0.dsfs")
+        if kernel_mount_possible():
+            n = RESIZED[0]
+            mount(dsfs, store, mnt, "-o", f"kernel,view=bmp-{n}")
+            try:
+                if fstype(mnt) != "erofs":
+                    raise TestFailure(f"kernel,view=bmp-{n}: mounted as {fstype(mnt)}")
+                compare_imagefolder_resized(os.path.join(data, "images"),
+                                            os.path.join(mnt, "images"), n)
+            except Exception:
+                e2e.unmount(dsfs, mnt)
+                raise
+            err = e2e.unmount(dsfs, mnt)
+            if err:
+                raise TestFailure(err)
+            r = run([dsfs, "mount", store, mnt, "-o", f"kernel,view=jpeg-{n}"], timeout=60)
+            try:
+                if r.returncode != 0 or fstype(mnt) != "fuse.dsfs" or \
+                        "mounting with FUSE" not in r.stderr or r.stderr.count("\n") != 1:
+                    raise TestFailure(f"kernel,view=jpeg-{n}: rc {r.returncode}, "
+                                      f"{fstype(mnt)}, {r.stderr.strip()}")
+                if sorted(os.listdir(os.path.join(mnt, "images"))) != \
+                        sorted(os.listdir(os.path.join(data, "images"))):
+                    raise TestFailure(f"kernel,view=jpeg-{n}: the tree differs")
+            finally:
+                if e2e.is_mounted(mnt):
+                    e2e.unmount(dsfs, mnt)
+            report.append(f"-o kernel: view=bmp-{n} served by EROFS, view=jpeg-{n} by FUSE "
+                          f"(one line says so), ImageFolder with Resize({n}) = source in both")
+        else:
+            report.append("-o kernel not checked: needs root and EROFS")
+        for bad in ("view=png", "view=bmp-8", "view=jpeg-0256"):
+            r = run([dsfs, "mount", os.path.join(tmp, "store0.dsfs"), mnt, "-o", bad])
+            if r.returncode == 0 or "unknown view" not in r.stderr or r.stderr.count("\n") > 1:
+                e2e.unmount(dsfs, mnt)
+                raise TestFailure(f"{bad} was not refused in one line: {r.stderr.strip()}")
         r = run([dsfs, "mount", os.path.join(tmp, "store0.dsfs"), mnt, "-o", "view=png"])
         if r.returncode == 0 or "unknown view" not in r.stderr:
             e2e.unmount(dsfs, mnt)

@@ -112,6 +112,8 @@ Status Serve(const MountConfig& config, const std::function<void()>& on_mounted)
   fs_options.max_render_bytes = cache ? cache->max_value_bytes() : 0;
   Filesystem fs(std::move(store), fs_options, cache);
   if (fo.fsname.empty()) fo.fsname = config.store_path;
+  // A preload of nothing is a mistake the mount reports, not a log line after it succeeded.
+  if (!fo.preload_path.empty()) DSFS_RETURN_IF_ERROR(CheckPreloadPath(fs, fo.preload_path));
   if (config.kernel) return ServeKernel(&fs, cache.get(), config, fo, on_mounted);
   return ServeFuse(&fs, cache.get(), config.mountpoint, fo, on_mounted);
 }

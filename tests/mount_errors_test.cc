@@ -173,6 +173,23 @@ TEST_F(MountErrorsTest, SecondMountOnTheSameMountpoint) {
   EXPECT_EQ(::kill(first, 0), 0) << "the first daemon died";
 }
 
+// -o preload of a path that is no directory of the store fails the mount with one line
+// (it only logged a warning, and the mount succeeded).
+TEST_F(MountErrorsTest, PreloadOfNoDirectoryFailsTheMount) {
+  for (std::string path : {"/nonexist", "/hello.txt", "/nonexist/deeper"}) {
+    SCOPED_TRACE(path);
+    MountGuard guard(mp_);
+    CommandResult r = guard.MountBackground(store_, {"-o", "preload=" + path});
+    EXPECT_TRUE(IsOneLineError(r, {"preload=" + path}));
+    EXPECT_TRUE(IsOneLineError(r, {"directory"}));
+    ExpectNothingLeft(mp_);
+  }
+  MountGuard guard(mp_);
+  CommandResult r = guard.MountBackground(store_, {"-o", "preload=/"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(ReadFile(mp_ + "/hello.txt"), "hello\n");
+}
+
 // ---------------------------------------------------------------------------------------------
 // A daemon killed with SIGKILL leaves a dead mount behind; the CLI must name it and clear it.
 

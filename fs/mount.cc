@@ -64,6 +64,24 @@ std::string AbsolutePath(const std::string& path) {
   return p.string();
 }
 
+// `path` made absolute with every symbolic link in it followed, also the last component, as
+// umount(8) does; but the last component is never stat'ed through (a dead FUSE mount there
+// answers nothing): its links are read with lstat and readlink.
+std::string FollowLinks(const std::string& path) {
+  std::string p = AbsolutePath(path);
+  for (int hops = 0; hops < 40; ++hops) {  // as the kernel's MAXSYMLINKS
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+    char buf[PATH_MAX];
+    ssize_t n = ::readlink(p.c_str(), buf, sizeof(buf));
+    if (n <= 0 || static_cast<size_t>(n) >= sizeof(buf)) return p;
+    std::filesystem::path target(std::string(buf, static_cast<size_t>(n)));
+    if (target.is_relative()) target = std::filesystem::path(p).parent_path() / target;
+    p = AbsolutePath(target.string());
+  }
+  return p;
+}
+
 bool WriteAll(int fd, const std::string& s) {
   size_t done = 0;
   while (done < s.size()) {
@@ -364,7 +382,8 @@ Status UnmountNow(const std::string& abs, const std::string& mountpoint, bool la
 
 Status Unmount(const std::string& mountpoint, bool lazy) {
   if (mountpoint.empty()) return Status::InvalidArgument("MOUNTPOINT is empty");
-  std::string abs = AbsolutePath(mountpoint);
+  // A symbolic link to a mountpoint names that mount, as for umount(8).
+  std::string abs = FollowLinks(mountpoint);
   // -o kernel: EROFS over a loop device over a private dsfs mount, torn down in that order.
   bool kernel = false;
   Status ks = UnmountKernel(abs, lazy, &kernel);

@@ -305,6 +305,50 @@ TEST(UmountTest, UmountOfSomethingNotMountedFails) {
   EXPECT_TRUE(IsOneLineError(r, {"not mounted"}));
 }
 
+// A symbolic link to a mountpoint names that mount, as for umount(8): it said "not mounted".
+// Also a relative link, a chain of links, and a link to a dead mount's mountpoint.
+TEST(UmountTest, UmountOfASymbolicLinkToTheMountpoint) {
+  SKIP_UNLESS_CAN_MOUNT();
+  BecomeSubreaper();
+  SmallStore s;
+  ASSERT_EQ(s.pack.exit_code, 0) << Describe(s.pack);
+  const std::string abs_link = s.dir / "abs", rel_link = s.dir / "rel", chain = s.dir / "chain";
+  ASSERT_EQ(::symlink(s.mp.c_str(), abs_link.c_str()), 0);
+  ASSERT_EQ(::symlink("mnt", rel_link.c_str()), 0);
+  ASSERT_EQ(::symlink("rel", chain.c_str()), 0);
+  for (const std::string& link : {abs_link, rel_link, chain}) {
+    SCOPED_TRACE(link);
+    MountGuard guard(s.mp);
+    CommandResult r = guard.MountBackground(s.store);
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    ASSERT_EQ(guard.daemons().size(), 1u);
+    pid_t pid = guard.daemons()[0];
+    r = Dsfs({"umount", link});
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_FALSE(IsMounted(s.mp));
+    EXPECT_TRUE(WaitChild(pid, milliseconds(10000)));
+    guard.Forget(pid);
+    struct stat st;
+    EXPECT_EQ(::lstat(link.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the link itself is left alone";
+  }
+  // The daemon killed: the link still names the dead mount, which umount clears.
+  MountGuard guard(s.mp);
+  CommandResult r = guard.MountBackground(s.store);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  ASSERT_EQ(guard.daemons().size(), 1u);
+  pid_t pid = guard.daemons()[0];
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  EXPECT_TRUE(WaitChild(pid, milliseconds(10000)));
+  guard.Forget(pid);
+  r = Dsfs({"umount", rel_link});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_FALSE(IsMounted(s.mp));
+  // A link to a directory that nothing is mounted on is still "not mounted".
+  r = Dsfs({"umount", abs_link});
+  EXPECT_TRUE(IsOneLineError(r, {"not mounted"}));
+}
+
 // `dsfs umount` unmounts dsfs mounts only: a typo must not unmount a disk.
 TEST(UmountTest, UmountRefusesAnythingButADsfsMount) {
   SKIP_UNLESS_ROOT();

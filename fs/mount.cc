@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <poll.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -80,6 +81,34 @@ std::string FollowLinks(const std::string& path) {
     p = AbsolutePath(target.string());
   }
   return p;
+}
+
+// An exclusive lock keyed by the mountpoint directory, held from CheckMountpoint to the mount:
+// two `dsfs mount`s of one directory started together would otherwise both pass the check and
+// stack their mounts. flock(2) on the directory itself: it needs no writable place (a user's
+// mount), and it ends with the process. -1 if the directory cannot be opened (the mount then
+// goes on unlocked and reports its own error).
+Status LockMountpoint(const std::string& mountpoint, int* fd_out) {
+  *fd_out = -1;
+  int fd = ::open(mountpoint.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::OK();
+  // Another mount of it may be laying out a large store: wait for it (bounded), then the
+  // check below sees its mount.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      ::close(fd);
+      return Status::OK();  // a filesystem without flock: unlocked, as before
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::close(fd);
+      return Status::Busy("mountpoint " + mountpoint +
+                          " is being mounted by another dsfs mount, which has not finished");
+    }
+    ::usleep(20000);
+  }
+  *fd_out = fd;
+  return Status::OK();
 }
 
 bool WriteAll(int fd, const std::string& s) {
@@ -211,6 +240,18 @@ Status MountStore(const MountConfig& config_in) {
   MountConfig config = config_in;
   if (config.kernel) DSFS_RETURN_IF_ERROR(CheckKernelMountAllowed());
   DSFS_RETURN_IF_ERROR(CheckMountpoint(config.mountpoint));
+  int lock_fd = -1;
+  DSFS_RETURN_IF_ERROR(LockMountpoint(config.mountpoint, &lock_fd));
+  struct Unlock {
+    int* fd;
+    void operator()() {
+      if (*fd >= 0) ::close(*fd);
+      *fd = -1;
+    }
+    ~Unlock() { (*this)(); }
+  } unlock{&lock_fd};
+  // Again under the lock: a mount of the same directory that held it has mounted by now.
+  DSFS_RETURN_IF_ERROR(CheckMountpoint(config.mountpoint));
   // A store in object storage (s3://...) is no path: the backend checks it when it opens.
   if (!IsRemoteStore(config.store_path)) {
     struct stat st;
@@ -224,7 +265,7 @@ Status MountStore(const MountConfig& config_in) {
   if (config.foreground) {
     // The process that serves is the one systemd started (Type=notify): it reports readiness.
     config.fuse.notify_systemd = true;
-    return Serve(config, nullptr);
+    return Serve(config, [&] { unlock(); });
   }
 
   int fds[2];
@@ -233,6 +274,9 @@ Status MountStore(const MountConfig& config_in) {
   if (pid < 0) return Status::FromErrno(errno, "fork");
   if (pid == 0) {
     ::close(fds[0]);
+    // The lock is the parent's to hold until the mount exists (flock: shared across fork).
+    if (lock_fd >= 0) ::close(lock_fd);
+    lock_fd = -1;
     ::setsid();
     if (::chdir("/") != 0) _exit(1);
     bool reported = false;
@@ -268,6 +312,7 @@ Status MountStore(const MountConfig& config_in) {
     reply.append(buf, static_cast<size_t>(n));
   }
   ::close(fds[0]);
+  unlock();  // mounted (or failed): the next mount of this directory may check it
   if (reply.rfind("OK", 0) != 0) {
     int wstatus = 0;
     ::waitpid(pid, &wstatus, 0);

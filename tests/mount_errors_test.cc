@@ -11,9 +11,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/mount_util.h"
@@ -171,6 +173,39 @@ TEST_F(MountErrorsTest, SecondMountOnTheSameMountpoint) {
   ASSERT_TRUE(ReadAll(mp_ + "/hello.txt", &data, &error)) << error;
   EXPECT_EQ(data, "hello\n");
   EXPECT_EQ(::kill(first, 0), 0) << "the first daemon died";
+}
+
+// Mounts of one directory started at the same instant: the check and the mount are one step
+// under a lock of the directory, so exactly one mounts and every other says it is mounted
+// (both used to pass the check and stack their mounts).
+TEST_F(MountErrorsTest, SimultaneousMountsOfOneMountpointMountOnce) {
+  MountGuard guard(mp_);
+  constexpr int kMounts = 4;
+  std::vector<CommandResult> results(kMounts);
+  std::vector<std::thread> threads;
+  std::atomic<int> ready{0};
+  for (int i = 0; i < kMounts; ++i) {
+    threads.emplace_back([&, i] {
+      ready.fetch_add(1);
+      while (ready.load() < kMounts) {
+      }
+      results[i] = Dsfs({"mount", store_, mp_}, 60);
+    });
+  }
+  for (auto& t : threads) t.join();
+  guard.Adopt();
+  int mounted = 0;
+  for (const CommandResult& r : results) {
+    if (r.exit_code == 0) {
+      ++mounted;
+    } else {
+      EXPECT_TRUE(IsOneLineError(r, {"already mounted"}));
+    }
+  }
+  EXPECT_EQ(mounted, 1);
+  EXPECT_EQ(MountsAt(mp_).size(), 1u) << "mounts stacked on one mountpoint";
+  EXPECT_EQ(guard.daemons().size(), 1u) << "a daemon per mount that failed was left running";
+  EXPECT_EQ(ReadFile(mp_ + "/hello.txt"), "hello\n");
 }
 
 // -o preload of a path that is no directory of the store fails the mount with one line

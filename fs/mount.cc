@@ -1,5 +1,6 @@
 #include "fs/mount.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <poll.h>
@@ -109,6 +110,29 @@ Status LockMountpoint(const std::string& mountpoint, int* fd_out) {
   }
   *fd_out = fd;
   return Status::OK();
+}
+
+// Closes the descriptors the mount inherited from whoever started it: every one above stderr
+// without FD_CLOEXEC (only such survive an exec; dsfs opens its own with O_CLOEXEC). A daemon
+// that kept them would hold what they are open on for as long as it serves: a file open on a
+// lazily unmounted -o kernel mount (a shell's `exec 7<MNT/file` before the next dsfs mount)
+// kept that EROFS mount, and so its daemon and private mount, alive after its last close.
+void CloseInheritedFds() {
+  std::vector<int> fds;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    const int own = ::dirfd(d);
+    while (struct dirent* e = ::readdir(d)) {
+      char* end = nullptr;
+      long fd = std::strtol(e->d_name, &end, 10);
+      if (end == e->d_name || *end != '\0' || fd <= STDERR_FILENO || fd == own) continue;
+      fds.push_back(static_cast<int>(fd));
+    }
+    ::closedir(d);
+  }
+  for (int fd : fds) {
+    int flags = ::fcntl(fd, F_GETFD);
+    if (flags >= 0 && !(flags & FD_CLOEXEC)) ::close(fd);
+  }
 }
 
 bool WriteAll(int fd, const std::string& s) {
@@ -265,6 +289,7 @@ Status MountStore(const MountConfig& config_in) {
   if (config.foreground) {
     // The process that serves is the one systemd started (Type=notify): it reports readiness.
     config.fuse.notify_systemd = true;
+    CloseInheritedFds();
     return Serve(config, [&] { unlock(); });
   }
 
@@ -277,6 +302,7 @@ Status MountStore(const MountConfig& config_in) {
     // The lock is the parent's to hold until the mount exists (flock: shared across fork).
     if (lock_fd >= 0) ::close(lock_fd);
     lock_fd = -1;
+    CloseInheritedFds();
     ::setsid();
     if (::chdir("/") != 0) _exit(1);
     bool reported = false;

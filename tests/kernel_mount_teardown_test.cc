@@ -178,6 +178,44 @@ TEST_F(KernelMountTest, BusyMountNeedsLazyWhichServesOpenFilesUntilClosed) {
   EXPECT_TRUE(LayersGone(mp_, km.prefix()));
 }
 
+// A file open on a lazily unmounted mount, then a new mount of the same mountpoint, then the
+// close: the old daemon sees its EROFS mount go and clears its layers. The file is opened
+// without O_CLOEXEC, as a shell's `exec 7<MNT/a` is, so the next dsfs mount inherits it: its
+// daemon kept the old EROFS mount (and so the old daemon and its private mount) alive until
+// the next dsfs umount.
+TEST_F(KernelMountTest, LazyUmountThenNewMountThenCloseEndsTheOldDaemon) {
+  Put(src_ + "/a", "a\n");
+  Pack();
+  KernelMount km(mp_);
+  CommandResult r = km.Mount(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const std::string old_dir = km.private_dir();
+  int fd = ::open((mp_ + "/a").c_str(), O_RDONLY);  // inherited by the commands below
+  ASSERT_GE(fd, 0);
+  r = Dsfs({"umount", "--lazy", mp_});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  r = Dsfs({"mount", store_, mp_, "-o", KernelOption()});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  std::string new_dir;
+  for (const std::string& d : PrivateDirs(km.prefix())) {
+    if (d != old_dir) new_dir = d;
+  }
+  ASSERT_FALSE(new_dir.empty());
+  const pid_t new_pid = static_cast<pid_t>(std::atol(new_dir.c_str() + km.prefix().size()));
+  EXPECT_EQ(ReadFile(mp_ + "/a"), "a\n");
+  char buf[8];
+  EXPECT_EQ(::pread(fd, buf, sizeof(buf), 0), 2) << "the open file is still served";
+  ::close(fd);
+  km.WaitDaemon();  // the old daemon exits after the close (5 s, else the test fails)
+  EXPECT_EQ(PrivateDirs(km.prefix()), std::vector<std::string>{new_dir});
+  EXPECT_TRUE(MountsAt(old_dir).empty()) << "the old private mount is left";
+  EXPECT_EQ(FsType(mp_), "erofs") << "the new mount serves on";
+  EXPECT_EQ(ReadFile(mp_ + "/a"), "a\n");
+  r = Dsfs({"umount", mp_});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(WaitChild(new_pid, milliseconds(5000)));
+}
+
 TEST_F(KernelMountTest, ForegroundDaemonUnmountsOnSigterm) {
   Put(src_ + "/a", "a\n");
   Pack();

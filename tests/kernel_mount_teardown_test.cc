@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -124,6 +125,43 @@ TEST_F(KernelMountTest, KilledDaemonAfterPlainUmountLeavesWhatUmountClears) {
   r = Dsfs({"umount", mp_});
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_TRUE(LayersGone(mp_, km.prefix()));
+}
+
+// What docs/kernel.md says a killed daemon leaves after umount(8): its dead private mount and
+// directory, which block no mount of the mountpoint, and which the next -o kernel mount of it
+// clears.
+TEST_F(KernelMountTest, KilledDaemonAfterPlainUmountIsClearedByTheNextKernelMount) {
+  Put(src_ + "/a", "a\n");
+  Pack();
+  KernelMount km(mp_);
+  CommandResult r = km.Mount(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const std::string old_dir = km.private_dir();
+  ASSERT_EQ(::kill(km.pid(), SIGKILL), 0);
+  km.WaitDaemon();
+  r = RunCommand({"umount", mp_}, 30);
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(FsType(mp_), "");
+  EXPECT_EQ(PrivateDirs(km.prefix()), std::vector<std::string>{old_dir});
+  std::vector<MountEntry> left = MountsAt(old_dir);
+  ASSERT_EQ(left.size(), 1u) << "the dead private mount";
+  EXPECT_EQ(left[0].fstype, "fuse.dsfs-image");
+  // A classic mount of the mountpoint is not in the way of it, nor it in the classic's way.
+  {
+    MountGuard classic(mp_);
+    r = classic.MountBackground(store_);
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_EQ(FsType(mp_), "fuse.dsfs");
+    EXPECT_EQ(ReadFile(mp_ + "/a"), "a\n");
+    r = Dsfs({"umount", mp_});
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  }
+  r = km.Mount(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(MountsAt(old_dir).empty());
+  auto dirs = PrivateDirs(km.prefix());
+  EXPECT_TRUE(std::find(dirs.begin(), dirs.end(), old_dir) == dirs.end()) << "not cleared";
+  EXPECT_EQ(ReadFile(mp_ + "/a"), "a\n");
 }
 
 // fstab and `mount -t fuse.dsfs` run the helper with the options as mount(8) passes them.

@@ -543,6 +543,16 @@ void Image::ChildrenData(uint32_t dir, uint64_t* offset, uint64_t* len) const {
   *len = (end - first) * kBlockBytes;
 }
 
+void Image::ForEachChildData(uint32_t dir,
+                             const std::function<void(uint64_t offset, uint64_t len)>& fn) const {
+  const Dir* d = FindDir(dir);
+  if (!d) return;
+  for (uint32_t i = d->first_child; i < d->first_child + d->child_count; ++i) {
+    const uint64_t first = blk_[i], end = blk_[i + 1];
+    if (end > first) fn((uint64_t{meta_blocks_} + first) * kBlockBytes, (end - first) * kBlockBytes);
+  }
+}
+
 Status Image::Read(uint64_t offset, size_t len, char* dst) const {
   const uint64_t total = size_bytes();
   if (offset > total || len > total - offset) {

@@ -111,6 +111,10 @@ class Image {
   // `dir` (their contents and entry blocks, side by side in name order): what a first touch of
   // the directory's files reads. *len = 0 for an empty directory or an inode that is none.
   void ChildrenData(uint32_t dir, uint64_t* offset, uint64_t* len) const;
+  // The same range child by child, in image order: fn(offset, len) for each child of `dir`
+  // that has data (a file's contents, a subdirectory's entry blocks), its ranges side by side.
+  void ForEachChildData(uint32_t dir,
+                        const std::function<void(uint64_t offset, uint64_t len)>& fn) const;
 
  private:
   struct Dir {

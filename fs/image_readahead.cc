@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "common/log.h"
@@ -67,8 +68,24 @@ void ImageReadahead::Run() {
 }
 
 void ImageReadahead::StoreDir(uint32_t dir) {
-  uint64_t offset, len;
-  image_->ChildrenData(dir, &offset, &len);
+  // The children's data as ranges of neighbours, leaving out every child larger than
+  // kMaxChildBytes: one huge file (a sparse 5 GiB one reads as zeros) would spend the budget,
+  // and the page cache, on bytes nobody may read; the kernel reads it ahead itself when read.
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  uint64_t len = 0, skipped = 0;
+  image_->ForEachChildData(dir, [&](uint64_t offset, uint64_t n) {
+    if (n > kMaxChildBytes) {
+      ++skipped;
+      return;
+    }
+    if (!ranges.empty() && ranges.back().first + ranges.back().second == offset) {
+      ranges.back().second += n;
+    } else {
+      ranges.emplace_back(offset, n);
+    }
+    len += n;
+  });
+  if (skipped > 0) skipped_.fetch_add(skipped, std::memory_order_relaxed);
   if (len == 0) return;
   // Reserve the budget before the work; a directory past what is left is not stored at all.
   if (reserved_.fetch_add(len) + len > budget_) {
@@ -76,29 +93,33 @@ void ImageReadahead::StoreDir(uint32_t dir) {
     return;
   }
   std::vector<char> buf(std::min(len, kPiece));
-  for (uint64_t done = 0; done < len;) {
-    {
-      std::lock_guard lock(mu_);
-      if (stop_) return;
-    }
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(kPiece, len - done));
-    Status s = image_->Read(offset + done, n, buf.data());
-    if (!s.ok()) {
-      // A damaged record under this piece: the reader's own reads of it fail with EIO (or, for
-      // its neighbours in the piece, succeed) through requests; the pieces after it are stored.
-      failures_.fetch_add(1, std::memory_order_relaxed);
-      Log()->debug("readahead of the image at {} (+{}): {}", offset + done, n, s.message());
+  for (const auto& [offset, range_len] : ranges) {
+    for (uint64_t done = 0; done < range_len;) {
+      {
+        std::lock_guard lock(mu_);
+        if (stop_) return;
+      }
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kPiece, range_len - done));
+      Status s = image_->Read(offset + done, n, buf.data());
+      if (!s.ok()) {
+        // A damaged record under this piece: the reader's own reads of it fail with EIO (or,
+        // for its neighbours in the piece, succeed) through requests; the pieces after it are
+        // stored.
+        failures_.fetch_add(1, std::memory_order_relaxed);
+        Log()->debug("readahead of the image at {} (+{}): {}", offset + done, n, s.message());
+        done += n;
+        continue;
+      }
+      int rc = store_(offset + done, std::string_view(buf.data(), n));
+      if (rc != 0) {
+        failures_.fetch_add(1, std::memory_order_relaxed);
+        Log()->debug("storing the image at {} (+{}) in the page cache: {}", offset + done, n,
+                     -rc);
+        return;
+      }
+      bytes_.fetch_add(n, std::memory_order_relaxed);
       done += n;
-      continue;
     }
-    int rc = store_(offset + done, std::string_view(buf.data(), n));
-    if (rc != 0) {
-      failures_.fetch_add(1, std::memory_order_relaxed);
-      Log()->debug("storing the image at {} (+{}) in the page cache: {}", offset + done, n, -rc);
-      return;
-    }
-    bytes_.fetch_add(n, std::memory_order_relaxed);
-    done += n;
   }
   dirs_.fetch_add(1, std::memory_order_relaxed);
 }
@@ -108,6 +129,7 @@ ImageReadahead::Stats ImageReadahead::stats() const {
   st.dirs = dirs_.load(std::memory_order_relaxed);
   st.bytes = bytes_.load(std::memory_order_relaxed);
   st.failures = failures_.load(std::memory_order_relaxed);
+  st.skipped_files = skipped_.load(std::memory_order_relaxed);
   st.budget_bytes = budget_;
   return st;
 }

@@ -5,6 +5,9 @@
 // in the image file's page cache with `store` (fuse_lowlevel_notify_store), where EROFS, which
 // reads the image through that page cache, finds it: the rest of the directory is served
 // without a request. Once per directory, within a byte budget (-o push, as in a classic mount).
+// A child larger than kMaxChildBytes is left out (counted in skipped_files): one huge file,
+// such as a sparse one of zeros, would spend the budget and the page cache on itself alone;
+// when it is read, the kernel's own readahead in the image brings it in.
 //
 // Thread safety: Touched and stats from any thread; the worker calls `store`.
 #pragma once
@@ -29,6 +32,9 @@ class ImageReadahead {
   // file: 0 or -errno.
   using StoreFn = std::function<int(uint64_t offset, std::string_view data)>;
 
+  // The largest child (file or directory's entry blocks) stored for its directory.
+  static constexpr uint64_t kMaxChildBytes = 64ull << 20;
+
   // REQUIRES: `image` outlives this. budget_bytes == 0: Touched does nothing.
   ImageReadahead(const erofs::Image* image, uint64_t budget_bytes, StoreFn store);
   ~ImageReadahead();  // drops what is queued, finishes the piece being stored
@@ -40,6 +46,7 @@ class ImageReadahead {
 
   struct Stats {
     uint64_t dirs = 0, bytes = 0, failures = 0, budget_bytes = 0;
+    uint64_t skipped_files = 0;  // children left out, larger than kMaxChildBytes
   };
   Stats stats() const;
   // Waits until nothing is queued or being stored (tests).
@@ -57,7 +64,7 @@ class ImageReadahead {
   std::deque<uint32_t> queue_;
   std::unordered_set<uint32_t> seen_;
   bool busy_ = false, stop_ = false;
-  std::atomic<uint64_t> reserved_{0}, dirs_{0}, bytes_{0}, failures_{0};
+  std::atomic<uint64_t> reserved_{0}, dirs_{0}, bytes_{0}, failures_{0}, skipped_{0};
   std::thread worker_;
 };
 

@@ -208,6 +208,7 @@ std::string KernelStatsJson(const Filesystem* fs, const erofs::Image& image,
       kernel["readahead"] = {{"dirs", st.dirs},
                              {"bytes", st.bytes},
                              {"failures", st.failures},
+                             {"skipped_files", st.skipped_files},
                              {"budget_bytes", st.budget_bytes}};
     }
   }

@@ -1,8 +1,10 @@
 #include "fs/mount.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <poll.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -64,6 +66,75 @@ std::string AbsolutePath(const std::string& path) {
   return p.string();
 }
 
+// `path` made absolute with every symbolic link in it followed, also the last component, as
+// umount(8) does; but the last component is never stat'ed through (a dead FUSE mount there
+// answers nothing): its links are read with lstat and readlink.
+std::string FollowLinks(const std::string& path) {
+  std::string p = AbsolutePath(path);
+  for (int hops = 0; hops < 40; ++hops) {  // as the kernel's MAXSYMLINKS
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+    char buf[PATH_MAX];
+    ssize_t n = ::readlink(p.c_str(), buf, sizeof(buf));
+    if (n <= 0 || static_cast<size_t>(n) >= sizeof(buf)) return p;
+    std::filesystem::path target(std::string(buf, static_cast<size_t>(n)));
+    if (target.is_relative()) target = std::filesystem::path(p).parent_path() / target;
+    p = AbsolutePath(target.string());
+  }
+  return p;
+}
+
+// An exclusive lock keyed by the mountpoint directory, held from CheckMountpoint to the mount:
+// two `dsfs mount`s of one directory started together would otherwise both pass the check and
+// stack their mounts. flock(2) on the directory itself: it needs no writable place (a user's
+// mount), and it ends with the process. -1 if the directory cannot be opened (the mount then
+// goes on unlocked and reports its own error).
+Status LockMountpoint(const std::string& mountpoint, int* fd_out) {
+  *fd_out = -1;
+  int fd = ::open(mountpoint.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::OK();
+  // Another mount of it may be laying out a large store: wait for it (bounded), then the
+  // check below sees its mount.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      ::close(fd);
+      return Status::OK();  // a filesystem without flock: unlocked, as before
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::close(fd);
+      return Status::Busy("mountpoint " + mountpoint +
+                          " is being mounted by another dsfs mount, which has not finished");
+    }
+    ::usleep(20000);
+  }
+  *fd_out = fd;
+  return Status::OK();
+}
+
+// Closes the descriptors the mount inherited from whoever started it: every one above stderr
+// without FD_CLOEXEC (only such survive an exec; dsfs opens its own with O_CLOEXEC). A daemon
+// that kept them would hold what they are open on for as long as it serves: a file open on a
+// lazily unmounted -o kernel mount (a shell's `exec 7<MNT/file` before the next dsfs mount)
+// kept that EROFS mount, and so its daemon and private mount, alive after its last close.
+void CloseInheritedFds() {
+  std::vector<int> fds;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    const int own = ::dirfd(d);
+    while (struct dirent* e = ::readdir(d)) {
+      char* end = nullptr;
+      long fd = std::strtol(e->d_name, &end, 10);
+      if (end == e->d_name || *end != '\0' || fd <= STDERR_FILENO || fd == own) continue;
+      fds.push_back(static_cast<int>(fd));
+    }
+    ::closedir(d);
+  }
+  for (int fd : fds) {
+    int flags = ::fcntl(fd, F_GETFD);
+    if (flags >= 0 && !(flags & FD_CLOEXEC)) ::close(fd);
+  }
+}
+
 bool WriteAll(int fd, const std::string& s) {
   size_t done = 0;
   while (done < s.size()) {
@@ -112,6 +183,8 @@ Status Serve(const MountConfig& config, const std::function<void()>& on_mounted)
   fs_options.max_render_bytes = cache ? cache->max_value_bytes() : 0;
   Filesystem fs(std::move(store), fs_options, cache);
   if (fo.fsname.empty()) fo.fsname = config.store_path;
+  // A preload of nothing is a mistake the mount reports, not a log line after it succeeded.
+  if (!fo.preload_path.empty()) DSFS_RETURN_IF_ERROR(CheckPreloadPath(fs, fo.preload_path));
   if (config.kernel) return ServeKernel(&fs, cache.get(), config, fo, on_mounted);
   return ServeFuse(&fs, cache.get(), config.mountpoint, fo, on_mounted);
 }
@@ -191,6 +264,18 @@ Status MountStore(const MountConfig& config_in) {
   MountConfig config = config_in;
   if (config.kernel) DSFS_RETURN_IF_ERROR(CheckKernelMountAllowed());
   DSFS_RETURN_IF_ERROR(CheckMountpoint(config.mountpoint));
+  int lock_fd = -1;
+  DSFS_RETURN_IF_ERROR(LockMountpoint(config.mountpoint, &lock_fd));
+  struct Unlock {
+    int* fd;
+    void operator()() {
+      if (*fd >= 0) ::close(*fd);
+      *fd = -1;
+    }
+    ~Unlock() { (*this)(); }
+  } unlock{&lock_fd};
+  // Again under the lock: a mount of the same directory that held it has mounted by now.
+  DSFS_RETURN_IF_ERROR(CheckMountpoint(config.mountpoint));
   // A store in object storage (s3://...) is no path: the backend checks it when it opens.
   if (!IsRemoteStore(config.store_path)) {
     struct stat st;
@@ -204,7 +289,8 @@ Status MountStore(const MountConfig& config_in) {
   if (config.foreground) {
     // The process that serves is the one systemd started (Type=notify): it reports readiness.
     config.fuse.notify_systemd = true;
-    return Serve(config, nullptr);
+    CloseInheritedFds();
+    return Serve(config, [&] { unlock(); });
   }
 
   int fds[2];
@@ -213,6 +299,10 @@ Status MountStore(const MountConfig& config_in) {
   if (pid < 0) return Status::FromErrno(errno, "fork");
   if (pid == 0) {
     ::close(fds[0]);
+    // The lock is the parent's to hold until the mount exists (flock: shared across fork).
+    if (lock_fd >= 0) ::close(lock_fd);
+    lock_fd = -1;
+    CloseInheritedFds();
     ::setsid();
     if (::chdir("/") != 0) _exit(1);
     bool reported = false;
@@ -248,6 +338,7 @@ Status MountStore(const MountConfig& config_in) {
     reply.append(buf, static_cast<size_t>(n));
   }
   ::close(fds[0]);
+  unlock();  // mounted (or failed): the next mount of this directory may check it
   if (reply.rfind("OK", 0) != 0) {
     int wstatus = 0;
     ::waitpid(pid, &wstatus, 0);
@@ -362,7 +453,8 @@ Status UnmountNow(const std::string& abs, const std::string& mountpoint, bool la
 
 Status Unmount(const std::string& mountpoint, bool lazy) {
   if (mountpoint.empty()) return Status::InvalidArgument("MOUNTPOINT is empty");
-  std::string abs = AbsolutePath(mountpoint);
+  // A symbolic link to a mountpoint names that mount, as for umount(8).
+  std::string abs = FollowLinks(mountpoint);
   // -o kernel: EROFS over a loop device over a private dsfs mount, torn down in that order.
   bool kernel = false;
   Status ks = UnmountKernel(abs, lazy, &kernel);

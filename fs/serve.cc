@@ -21,6 +21,21 @@
 
 namespace dsfs {
 
+Status CheckPreloadPath(const Filesystem& fs, const std::string& path) {
+  uint32_t ino;
+  InodeRecord rec;
+  Status ps = fs.store().LookupPath(path, &ino, &rec);
+  if (ps.code() == Status::Code::kNotFound) {
+    return Status::NotFound("mount option preload=" + path + ": no such directory in the store");
+  }
+  if (!ps.ok()) return ps.WithContext("mount option preload=" + path);
+  if (!IsDir(rec)) {
+    return Status::InvalidArgument("mount option preload=" + path +
+                                   ": not a directory in the store");
+  }
+  return Status::OK();
+}
+
 void StartPreload(const Filesystem& fs, const std::string& path, Prefetcher* prefetcher) {
   uint32_t ino;
   InodeRecord rec;

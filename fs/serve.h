@@ -25,6 +25,10 @@ namespace dsfs {
 Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint,
                  const FuseOptions& options, const std::function<void()>& on_mounted);
 
+// -o preload=PATH: OK if PATH is a directory of the store; otherwise the one-line error the
+// mount fails with (checked before mounting, classic and -o kernel alike).
+Status CheckPreloadPath(const Filesystem& fs, const std::string& path);
+
 // -o preload=PATH: has `prefetcher` decompress the store's subtree PATH into the RAM cache in
 // the background (a log line if PATH is no directory of the store).
 void StartPreload(const Filesystem& fs, const std::string& path, Prefetcher* prefetcher);

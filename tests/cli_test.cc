@@ -369,6 +369,48 @@ TEST(MountOptionsTest, CliRejectsBadOptionsBeforeMounting) {
   EXPECT_NE(r.err.find("unknown mount option 'nonsense'"), std::string::npos);
 }
 
+// A repeated option is refused with one line naming it (the last one won silently:
+// view=bmp,view=npy mounted npy), also across -o lists and in fstab's list; "ro" may repeat
+// (dsfs@.service passes "-o ro,${OPTIONS}").
+TEST(MountOptionsTest, RepeatedOptionsAreRefused) {
+  for (const char* twice :
+       {"view=bmp,view=npy", "view=bmp,view=bmp", "kernel,kernel", "kernel,kernel=loop",
+        "cache_size=1G,threads=2,cache_size=2G", "allow_other,allow_other", "preload,preload=/a"}) {
+    SCOPED_TRACE(twice);
+    MountConfig c;
+    Status s = ParseMountOptions(twice, &c);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+    std::string key = std::string(twice).substr(0, std::string(twice).find_first_of("=,"));
+    EXPECT_NE(s.message().find("mount option " + key + " given twice"), std::string::npos)
+        << s.message();
+    MountConfig f;
+    EXPECT_EQ(ParseFstabMountOptions(std::string("defaults,") + twice, false, &f, nullptr).code(),
+              Status::Code::kInvalidArgument);
+  }
+  MountConfig c;
+  EXPECT_TRUE(ParseMountOptions("ro,view=bmp,ro", &c).ok());
+  MountConfig f;
+  std::vector<std::string> ignored;
+  EXPECT_TRUE(ParseFstabMountOptions("ro,noatime,noatime,kernel,ro,nofail", false, &f, &ignored).ok());
+  EXPECT_TRUE(f.kernel);
+  // Sloppy: unknown options repeated are still skipped.
+  MountConfig g;
+  EXPECT_TRUE(ParseFstabMountOptions("bogus,bogus,threads=3", true, &g, nullptr).ok());
+
+  TempDir dir;
+  for (const std::vector<std::string>& opts : std::vector<std::vector<std::string>>{
+           {"-o", "view=bmp,view=npy"}, {"-o", "view=bmp", "-o", "view=npy"}}) {
+    std::vector<std::string> args = {"mount", dir / "s.db", dir.path()};
+    args.insert(args.end(), opts.begin(), opts.end());
+    CliRun r = Dsfs(args);
+    EXPECT_EQ(r.code, 2);
+    EXPECT_EQ(LineCount(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("dsfs: error: mount option view given twice (view=bmp and view=npy)"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
 TEST(MountOptionsTest, LoggingAndStatusOptions) {
   MountConfig c;
   ASSERT_TRUE(

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -126,6 +127,43 @@ TEST_F(KernelMountTest, KilledDaemonAfterPlainUmountLeavesWhatUmountClears) {
   EXPECT_TRUE(LayersGone(mp_, km.prefix()));
 }
 
+// What docs/kernel.md says a killed daemon leaves after umount(8): its dead private mount and
+// directory, which block no mount of the mountpoint, and which the next -o kernel mount of it
+// clears.
+TEST_F(KernelMountTest, KilledDaemonAfterPlainUmountIsClearedByTheNextKernelMount) {
+  Put(src_ + "/a", "a\n");
+  Pack();
+  KernelMount km(mp_);
+  CommandResult r = km.Mount(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const std::string old_dir = km.private_dir();
+  ASSERT_EQ(::kill(km.pid(), SIGKILL), 0);
+  km.WaitDaemon();
+  r = RunCommand({"umount", mp_}, 30);
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(FsType(mp_), "");
+  EXPECT_EQ(PrivateDirs(km.prefix()), std::vector<std::string>{old_dir});
+  std::vector<MountEntry> left = MountsAt(old_dir);
+  ASSERT_EQ(left.size(), 1u) << "the dead private mount";
+  EXPECT_EQ(left[0].fstype, "fuse.dsfs-image");
+  // A classic mount of the mountpoint is not in the way of it, nor it in the classic's way.
+  {
+    MountGuard classic(mp_);
+    r = classic.MountBackground(store_);
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_EQ(FsType(mp_), "fuse.dsfs");
+    EXPECT_EQ(ReadFile(mp_ + "/a"), "a\n");
+    r = Dsfs({"umount", mp_});
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  }
+  r = km.Mount(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(MountsAt(old_dir).empty());
+  auto dirs = PrivateDirs(km.prefix());
+  EXPECT_TRUE(std::find(dirs.begin(), dirs.end(), old_dir) == dirs.end()) << "not cleared";
+  EXPECT_EQ(ReadFile(mp_ + "/a"), "a\n");
+}
+
 // fstab and `mount -t fuse.dsfs` run the helper with the options as mount(8) passes them.
 TEST_F(KernelMountTest, MountHelperPassesKernelThroughAndUmount8EndsIt) {
   Put(src_ + "/a", "a\n");
@@ -176,6 +214,44 @@ TEST_F(KernelMountTest, BusyMountNeedsLazyWhichServesOpenFilesUntilClosed) {
   ::close(fd);
   EXPECT_TRUE(WaitChild(km.pid(), milliseconds(5000)));
   EXPECT_TRUE(LayersGone(mp_, km.prefix()));
+}
+
+// A file open on a lazily unmounted mount, then a new mount of the same mountpoint, then the
+// close: the old daemon sees its EROFS mount go and clears its layers. The file is opened
+// without O_CLOEXEC, as a shell's `exec 7<MNT/a` is, so the next dsfs mount inherits it: its
+// daemon kept the old EROFS mount (and so the old daemon and its private mount) alive until
+// the next dsfs umount.
+TEST_F(KernelMountTest, LazyUmountThenNewMountThenCloseEndsTheOldDaemon) {
+  Put(src_ + "/a", "a\n");
+  Pack();
+  KernelMount km(mp_);
+  CommandResult r = km.Mount(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const std::string old_dir = km.private_dir();
+  int fd = ::open((mp_ + "/a").c_str(), O_RDONLY);  // inherited by the commands below
+  ASSERT_GE(fd, 0);
+  r = Dsfs({"umount", "--lazy", mp_});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  r = Dsfs({"mount", store_, mp_, "-o", KernelOption()});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  std::string new_dir;
+  for (const std::string& d : PrivateDirs(km.prefix())) {
+    if (d != old_dir) new_dir = d;
+  }
+  ASSERT_FALSE(new_dir.empty());
+  const pid_t new_pid = static_cast<pid_t>(std::atol(new_dir.c_str() + km.prefix().size()));
+  EXPECT_EQ(ReadFile(mp_ + "/a"), "a\n");
+  char buf[8];
+  EXPECT_EQ(::pread(fd, buf, sizeof(buf), 0), 2) << "the open file is still served";
+  ::close(fd);
+  km.WaitDaemon();  // the old daemon exits after the close (5 s, else the test fails)
+  EXPECT_EQ(PrivateDirs(km.prefix()), std::vector<std::string>{new_dir});
+  EXPECT_TRUE(MountsAt(old_dir).empty()) << "the old private mount is left";
+  EXPECT_EQ(FsType(mp_), "erofs") << "the new mount serves on";
+  EXPECT_EQ(ReadFile(mp_ + "/a"), "a\n");
+  r = Dsfs({"umount", mp_});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_TRUE(WaitChild(new_pid, milliseconds(5000)));
 }
 
 TEST_F(KernelMountTest, ForegroundDaemonUnmountsOnSigterm) {

@@ -11,9 +11,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/mount_util.h"
@@ -173,6 +175,56 @@ TEST_F(MountErrorsTest, SecondMountOnTheSameMountpoint) {
   EXPECT_EQ(::kill(first, 0), 0) << "the first daemon died";
 }
 
+// Mounts of one directory started at the same instant: the check and the mount are one step
+// under a lock of the directory, so exactly one mounts and every other says it is mounted
+// (both used to pass the check and stack their mounts).
+TEST_F(MountErrorsTest, SimultaneousMountsOfOneMountpointMountOnce) {
+  MountGuard guard(mp_);
+  constexpr int kMounts = 4;
+  std::vector<CommandResult> results(kMounts);
+  std::vector<std::thread> threads;
+  std::atomic<int> ready{0};
+  for (int i = 0; i < kMounts; ++i) {
+    threads.emplace_back([&, i] {
+      ready.fetch_add(1);
+      while (ready.load() < kMounts) {
+      }
+      results[i] = Dsfs({"mount", store_, mp_}, 60);
+    });
+  }
+  for (auto& t : threads) t.join();
+  guard.Adopt();
+  int mounted = 0;
+  for (const CommandResult& r : results) {
+    if (r.exit_code == 0) {
+      ++mounted;
+    } else {
+      EXPECT_TRUE(IsOneLineError(r, {"already mounted"}));
+    }
+  }
+  EXPECT_EQ(mounted, 1);
+  EXPECT_EQ(MountsAt(mp_).size(), 1u) << "mounts stacked on one mountpoint";
+  EXPECT_EQ(guard.daemons().size(), 1u) << "a daemon per mount that failed was left running";
+  EXPECT_EQ(ReadFile(mp_ + "/hello.txt"), "hello\n");
+}
+
+// -o preload of a path that is no directory of the store fails the mount with one line
+// (it only logged a warning, and the mount succeeded).
+TEST_F(MountErrorsTest, PreloadOfNoDirectoryFailsTheMount) {
+  for (std::string path : {"/nonexist", "/hello.txt", "/nonexist/deeper"}) {
+    SCOPED_TRACE(path);
+    MountGuard guard(mp_);
+    CommandResult r = guard.MountBackground(store_, {"-o", "preload=" + path});
+    EXPECT_TRUE(IsOneLineError(r, {"preload=" + path}));
+    EXPECT_TRUE(IsOneLineError(r, {"directory"}));
+    ExpectNothingLeft(mp_);
+  }
+  MountGuard guard(mp_);
+  CommandResult r = guard.MountBackground(store_, {"-o", "preload=/"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(ReadFile(mp_ + "/hello.txt"), "hello\n");
+}
+
 // ---------------------------------------------------------------------------------------------
 // A daemon killed with SIGKILL leaves a dead mount behind; the CLI must name it and clear it.
 
@@ -285,6 +337,50 @@ TEST(UmountTest, UmountOfSomethingNotMountedFails) {
   SKIP_UNLESS_CAN_MOUNT();
   TempDir dir;
   CommandResult r = Dsfs({"umount", dir.path()});
+  EXPECT_TRUE(IsOneLineError(r, {"not mounted"}));
+}
+
+// A symbolic link to a mountpoint names that mount, as for umount(8): it said "not mounted".
+// Also a relative link, a chain of links, and a link to a dead mount's mountpoint.
+TEST(UmountTest, UmountOfASymbolicLinkToTheMountpoint) {
+  SKIP_UNLESS_CAN_MOUNT();
+  BecomeSubreaper();
+  SmallStore s;
+  ASSERT_EQ(s.pack.exit_code, 0) << Describe(s.pack);
+  const std::string abs_link = s.dir / "abs", rel_link = s.dir / "rel", chain = s.dir / "chain";
+  ASSERT_EQ(::symlink(s.mp.c_str(), abs_link.c_str()), 0);
+  ASSERT_EQ(::symlink("mnt", rel_link.c_str()), 0);
+  ASSERT_EQ(::symlink("rel", chain.c_str()), 0);
+  for (const std::string& link : {abs_link, rel_link, chain}) {
+    SCOPED_TRACE(link);
+    MountGuard guard(s.mp);
+    CommandResult r = guard.MountBackground(s.store);
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    ASSERT_EQ(guard.daemons().size(), 1u);
+    pid_t pid = guard.daemons()[0];
+    r = Dsfs({"umount", link});
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_FALSE(IsMounted(s.mp));
+    EXPECT_TRUE(WaitChild(pid, milliseconds(10000)));
+    guard.Forget(pid);
+    struct stat st;
+    EXPECT_EQ(::lstat(link.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the link itself is left alone";
+  }
+  // The daemon killed: the link still names the dead mount, which umount clears.
+  MountGuard guard(s.mp);
+  CommandResult r = guard.MountBackground(s.store);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  ASSERT_EQ(guard.daemons().size(), 1u);
+  pid_t pid = guard.daemons()[0];
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  EXPECT_TRUE(WaitChild(pid, milliseconds(10000)));
+  guard.Forget(pid);
+  r = Dsfs({"umount", rel_link});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_FALSE(IsMounted(s.mp));
+  // A link to a directory that nothing is mounted on is still "not mounted".
+  r = Dsfs({"umount", abs_link});
   EXPECT_TRUE(IsOneLineError(r, {"not mounted"}));
 }
 

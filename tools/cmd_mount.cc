@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "common/log.h"
 #include "common/path.h"
@@ -68,9 +69,36 @@ bool IsGenericMountOption(std::string_view key) {
   return false;
 }
 
+// The options of one list given so far: key -> the item as written.
+using SeenOptions = std::map<std::string, std::string, std::less<>>;
+
+// A repeated option is refused (the last one silently won before: -o view=bmp,view=npy or
+// kernel,kernel=loop). "ro" is exempt: the systemd unit passes "-o ro,${OPTIONS}", and fstab
+// lines and mount(8) may repeat it; it changes nothing.
+Status NoteOption(std::string_view key, std::string_view opt, SeenOptions* seen) {
+  if (key == "ro") return Status::OK();
+  auto it = seen->find(key);
+  if (it != seen->end()) {
+    return Status::InvalidArgument("mount option " + std::string(key) + " given twice (" +
+                                   it->second + " and " + std::string(opt) +
+                                   "): give each option once");
+  }
+  seen->emplace(std::string(key), std::string(opt));
+  return Status::OK();
+}
+
+Status ParseOptionList(const std::string& list, MountConfig* config, SeenOptions* seen);
+
 }  // namespace
 
 Status ParseMountOptions(const std::string& list, MountConfig* config) {
+  SeenOptions seen;
+  return ParseOptionList(list, config, &seen);
+}
+
+namespace {
+
+Status ParseOptionList(const std::string& list, MountConfig* config, SeenOptions* seen) {
   size_t pos = 0;
   while (pos <= list.size()) {
     size_t comma = list.find(',', pos);
@@ -176,12 +204,16 @@ Status ParseMountOptions(const std::string& list, MountConfig* config) {
     } else {
       return Status::InvalidArgument("unknown mount option '" + std::string(opt) + "'");
     }
+    DSFS_RETURN_IF_ERROR(NoteOption(key, opt, seen));
   }
   return Status::OK();
 }
 
+}  // namespace
+
 Status ParseFstabMountOptions(const std::string& list, bool sloppy, MountConfig* config,
                               std::vector<std::string>* ignored) {
+  SeenOptions seen;  // across the whole list: each item is parsed on its own below
   for (std::string_view item : SplitList(list, ',')) {
     std::string opt(item);
     std::string key = opt.substr(0, opt.find('='));
@@ -192,7 +224,7 @@ Status ParseFstabMountOptions(const std::string& list, bool sloppy, MountConfig*
       if (ignored) ignored->push_back(opt);
       continue;
     }
-    Status s = ParseMountOptions(opt, config);
+    Status s = ParseOptionList(opt, config, &seen);
     if (!s.ok() && sloppy && s.message().rfind("unknown mount option", 0) == 0) {
       // mount -s: tolerate options this helper does not know.
       if (ignored) ignored->push_back(opt);

@@ -105,6 +105,10 @@ class Filesystem : public PushSource {
   // the FUSE layer then serves it off the request threads, which stay free for every other
   // request. A hint: the cache may change before the read.
   bool ReadDecodes(uint64_t ino, uint64_t offset, uint64_t size) const;
+  // The same for GetAttr (and Open) of `ino` and Lookup of `name` in `parent`: true where the
+  // attributes need a render (a jpeg-N file's size, known once it is encoded) not in the cache.
+  bool AttrRenders(uint64_t ino) const;
+  bool LookupRenders(uint64_t parent, std::string_view name) const;
   Status ReadLink(uint64_t ino, std::string_view* target) const;
   Status StatFs(struct statvfs* st) const;
 

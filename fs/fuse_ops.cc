@@ -53,7 +53,25 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
   }
 }
 
-void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+// Runs `serve` on a decode worker when `renders` says the request needs a render (decoding an
+// image) that is not in the cache, else here: a render never holds the request threads every
+// other request needs. The worker replies (libfuse allows a reply from any thread).
+template <typename R, typename F>
+void ServeOrHandOver(Context* c, R&& renders, F serve) {
+  bool hand_over = false;
+  try {
+    hand_over = c->decoders && renders();
+  } catch (...) {
+    // Served here then: the serving function's Guard answers whatever fails.
+  }
+  if (hand_over) {
+    c->decoders->Submit(std::move(serve));
+    return;
+  }
+  serve();
+}
+
+void ServeLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Guard(req, "lookup", [&] {
     Context* c = Ctx(req);
     fuse_entry_param e;
@@ -78,10 +96,18 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   });
 }
 
+void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Context* c = Ctx(req);
+  // A jpeg-N file's size is known once it is encoded.
+  ServeOrHandOver(
+      c, [&] { return c->fs->LookupRenders(parent, name); },
+      [req, parent, n = std::string(name)] { ServeLookup(req, parent, n.c_str()); });
+}
+
 void OpForget(fuse_req_t req, fuse_ino_t, uint64_t) { fuse_reply_none(req); }
 void OpForgetMulti(fuse_req_t req, size_t, struct fuse_forget_data*) { fuse_reply_none(req); }
 
-void OpGetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
+void ServeGetAttr(fuse_req_t req, fuse_ino_t ino) {
   Guard(req, "getattr", [&] {
     struct stat st;
     Status s = Ctx(req)->fs->GetAttr(ino, &st);
@@ -94,6 +120,12 @@ void OpGetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
     // A dead daemon is detected with statfs instead (CheckMountpoint).
     fuse_reply_attr(req, &st, AttrTimeout(Ctx(req), ino));
   });
+}
+
+void OpGetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
+  Context* c = Ctx(req);
+  ServeOrHandOver(
+      c, [&] { return c->fs->AttrRenders(ino); }, [req, ino] { ServeGetAttr(req, ino); });
 }
 
 void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
@@ -159,7 +191,7 @@ void OpOpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   });
 }
 
-void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+void ServeOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Guard(req, "open", [&] {
     Context* c = Ctx(req);
     Status s = c->fs->Open(ino, fi->flags);
@@ -179,6 +211,14 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   });
 }
 
+void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  Context* c = Ctx(req);
+  // Open checks the attributes: a jpeg-N file evicted from the cache since its lookup.
+  ServeOrHandOver(
+      c, [&] { return c->fs->AttrRenders(ino); },
+      [req, ino, copy = *fi]() mutable { ServeOpen(req, ino, &copy); });
+}
+
 void ServeRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
   Guard(req, "read", [&] {
     thread_local ReadBuffer buf;
@@ -194,18 +234,9 @@ void ServeRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
 
 void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
   Context* c = Ctx(req);
-  bool decodes = false;
-  try {
-    decodes = c->decoders && c->fs->ReadDecodes(ino, static_cast<uint64_t>(off), size);
-  } catch (...) {
-    // Served here then: ServeRead's Guard answers whatever fails.
-  }
-  // Replied to later, from a decode worker (libfuse allows a reply from any thread).
-  if (decodes) {
-    c->decoders->Submit([req, ino, size, off] { ServeRead(req, ino, size, off); });
-    return;
-  }
-  ServeRead(req, ino, size, off);
+  ServeOrHandOver(
+      c, [&] { return c->fs->ReadDecodes(ino, static_cast<uint64_t>(off), size); },
+      [req, ino, size, off] { ServeRead(req, ino, size, off); });
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t, struct fuse_file_info*) { fuse_reply_err(req, 0); }

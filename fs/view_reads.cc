@@ -48,6 +48,27 @@ bool Filesystem::ReadDecodes(uint64_t fuse_ino, uint64_t offset, uint64_t size) 
   return false;
 }
 
+bool Filesystem::AttrRenders(uint64_t fuse_ino) const {
+  const uint64_t ino = In(fuse_ino);
+  View v;
+  InodeRecord rec;
+  if (!InodeSpace::ViewOfKind(Kind(ino), &v) || v.kind != View::kJpeg) return false;
+  if (!store_->GetInode(Number(ino), &rec).ok()) return false;
+  if (!ViewEncodes(v, rec, options_.max_render_bytes)) return false;
+  return !(cache_ && cache_->Contains(ResizedId(v), Number(ino)));
+}
+
+bool Filesystem::LookupRenders(uint64_t fuse_parent, std::string_view name) const {
+  const uint64_t parent = In(fuse_parent);
+  View v;
+  uint32_t found;
+  InodeRecord rec;
+  if (!InodeSpace::ViewOfKind(Kind(parent), &v) || v.kind != View::kJpeg) return false;
+  if (!store_->Lookup(Number(parent), name, &found, &rec).ok()) return false;
+  if (!ViewEncodes(v, rec, options_.max_render_bytes)) return false;
+  return !(cache_ && cache_->Contains(ResizedId(v), found));
+}
+
 Status Filesystem::Pixels(uint32_t ino, const InodeRecord& rec, bool keep,
                           ByteCache::Value* out) const {
   auto decode = [&](ByteCache::Value* px_out) -> Status {

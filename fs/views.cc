@@ -49,7 +49,8 @@ Status ParseView(std::string_view name, View* v) {
     return Status::InvalidArgument("unknown view '" + std::string(name) + "' (" +
                                    std::string(prefix) + "N takes N from " +
                                    std::to_string(kMinResize) + " to " +
-                                   std::to_string(kMaxResize) + ")");
+                                   std::to_string(kMaxResize) +
+                                   ", in decimal without leading zeros)");
   }
   return Status::InvalidArgument("unknown view '" + std::string(name) +
                                  "' (choose original, bmp, npy, tensor, bmp-N or jpeg-N)");

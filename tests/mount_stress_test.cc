@@ -75,8 +75,9 @@ void StressReader(const std::string& mp, const StressData& d, uint32_t seed,
     ::close(fd);
     return *got >= 0;
   };
-  static const char* kViews[] = {"", "/.dsfs/bmp", "/.dsfs/npy", "/.dsfs/tensor"};
-  const uint32_t views = kernel ? 1 : 4;
+  static const char* kViews[] = {"",         "/.dsfs/bmp",  "/.dsfs/npy", "/.dsfs/tensor",
+                                 "/.dsfs/bmp-16", "/.dsfs/jpeg-16"};
+  const uint32_t views = kernel ? 1 : 6;
   while (!stop.load(std::memory_order_relaxed)) {
     ++c->requests;
     ssize_t got = 0;
@@ -118,8 +119,9 @@ void StressReader(const std::string& mp, const StressData& d, uint32_t seed,
         if (n < 3) fail("short listing of " + path);
         break;
       }
-      case 5: {  // a BMP
-        std::string path = mp + "/.dsfs/bmp" + d.images[rng() % d.images.size()];
+      case 5: {  // a BMP (the 8x8 images are at or below 16: a BMP in the resized views too)
+        static const char* kBmps[] = {"/.dsfs/bmp", "/.dsfs/bmp-16", "/.dsfs/jpeg-16"};
+        std::string path = mp + kBmps[rng() % 3] + d.images[rng() % d.images.size()];
         if (!pread_at(path, 0, 4096, &got) || got < 54 || buf.compare(0, 2, "BM") != 0) {
           fail("bmp " + path);
         }

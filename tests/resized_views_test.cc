@@ -207,11 +207,22 @@ TEST_F(ResizedViewsTest, JpegNFilesAreSizedWhenLookedUpAndListedWithoutAttribute
     EXPECT_FALSE(Filesystem::AttrsUnknown(listed[name])) << name;
   }
   EXPECT_EQ(StatOf(*fs, "images_decoded"), 0u);
+  // The FUSE layer hands the lookup (and getattr, open) to a decode worker while it would
+  // encode: never for the other views' files or once it is cached.
+  EXPECT_TRUE(fs->LookupRenders(dir, "wide.png"));
+  EXPECT_FALSE(fs->LookupRenders(dir, "small.png"));
+  EXPECT_FALSE(fs->LookupRenders(dir, "notes.txt"));
+  EXPECT_FALSE(fs->LookupRenders(dir, "missing.png"));
+  EXPECT_FALSE(fs->LookupRenders(Walk(fs.get(), ".dsfs/bmp-16/cat"), "wide.png"));
+  EXPECT_TRUE(fs->AttrRenders(listed["wide.png"].st_ino));
+  EXPECT_FALSE(fs->AttrRenders(listed["small.png"].st_ino));
   // The lookup encodes it, and the read serves what it encoded.
   struct stat st;
   const uint64_t wide = Walk(fs.get(), ".dsfs/jpeg-16/cat/wide.png", &st);
   EXPECT_EQ(wide, listed["wide.png"].st_ino);
   EXPECT_EQ(StatOf(*fs, "images_resized"), 1u);
+  EXPECT_FALSE(fs->LookupRenders(dir, "wide.png"));
+  EXPECT_FALSE(fs->AttrRenders(wide));
   std::string jpeg = ReadAll(fs.get(), wide);
   EXPECT_EQ(jpeg.size(), static_cast<uint64_t>(st.st_size));
   EXPECT_EQ(StatOf(*fs, "images_resized"), 1u);

@@ -85,8 +85,9 @@ constexpr const char* kMountOptionsHelp = R"(Mount options (-o, comma-separated;
   allow_other           let other users in (stored permission bits apply)
   uid=N,gid=N           owner shown for every file (default: the mounting user)
   umask=MODE            octal permission bits cleared from every stored mode (default 0)
-  view=NAME             show a view at the root: original (default), bmp, npy, tensor
-                        (all views are also at MOUNTPOINT/.dsfs/NAME)
+  view=NAME             show a view at the root: original (default), bmp, npy, tensor,
+                        bmp-N or jpeg-N (every image resized as torchvision's Resize(N), N 16
+                        to 4096; all views are also at MOUNTPOINT/.dsfs/NAME)
   kernel[=loop]         root only: serve the tree (or the view=) through the kernel's EROFS,
                         no round trip per file; MOUNTPOINT/.dsfs is absent and `dsfs stats`
                         still works. EROFS reads the image file itself (Linux 6.12+), else

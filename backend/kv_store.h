@@ -78,6 +78,9 @@ class KvReader {
   // Counters of a backend that fetches over a network (requests, bytes, its disk cache), by
   // name, for the mount's stats; empty for local backends. Thread-safe.
   virtual std::vector<std::pair<std::string, uint64_t>> Counters() const { return {}; }
+  // True for a backend that fetches over a network (object storage): reading ahead what may
+  // never be used costs requests there, not page cache.
+  virtual bool remote() const { return false; }
 };
 
 // For memory-mapped backends: asks the kernel to read `range` of a mapping opened for random
@@ -215,6 +218,11 @@ struct KvReaderOptions {
   // cache_disk_bytes. Empty or 0: no disk cache. Local backends ignore both.
   std::string cache_dir;
   uint64_t cache_disk_bytes = 0;
+  // Remote stores: the retry budget of each request, tries (the first included) and seconds a
+  // transfer may stall; 0: the backend's default (for S3: DSFS_S3_ATTEMPTS and
+  // DSFS_S3_TIMEOUT_S from the environment, else 5 tries and 10 s).
+  int remote_attempts = 0;
+  int remote_timeout_s = 0;
 };
 
 // True if `source` names a store in object storage ("s3://BUCKET/PREFIX") rather than a path:

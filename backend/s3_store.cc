@@ -74,13 +74,16 @@ std::string DataKey(const std::string& prefix, uint64_t id, uint64_t object) {
   return Join(prefix, "data/" + Hex64(id) + "/" + buf);
 }
 
-S3Client::RetryPolicy PolicyFromEnv() {
+// The retry budget: the mount's options (s3_attempts=, s3_timeout=) where given, else the
+// environment's (for tools and tests), else the client's defaults.
+S3Client::RetryPolicy RetryPolicyFor(int attempts, int timeout_s) {
   S3Client::RetryPolicy p;
-  // The retry budget, for tests and for jobs that prefer to wait longer for an outage to end.
   if (const char* v = std::getenv("DSFS_S3_ATTEMPTS")) p.attempts = std::max(1, std::atoi(v));
   if (const char* v = std::getenv("DSFS_S3_TIMEOUT_S")) {
     p.low_speed_timeout_s = std::max(1, std::atoi(v));
   }
+  if (attempts > 0) p.attempts = attempts;
+  if (timeout_s > 0) p.low_speed_timeout_s = timeout_s;
   return p;
 }
 
@@ -474,7 +477,8 @@ class S3Reader : public KvReader {
     AwsSettings settings;
     DSFS_RETURN_IF_ERROR(LoadAwsSettings(&settings));
     const std::string endpoint = settings.endpoint;
-    client_ = std::make_unique<S3Client>(settings, PolicyFromEnv());
+    client_ = std::make_unique<S3Client>(
+        settings, RetryPolicyFor(options.remote_attempts, options.remote_timeout_s));
     std::string cache_root;
     if (!options.cache_dir.empty() && options.cache_disk_bytes > 0) {
       const std::string ident = endpoint + " " + url_.ToString();
@@ -530,6 +534,7 @@ class S3Reader : public KvReader {
   }
 
   std::string_view Name() const override { return "s3"; }
+  bool remote() const override { return true; }
 
   std::vector<std::pair<std::string, uint64_t>> Counters() const override {
     const auto& c = client_->counters();
@@ -715,7 +720,7 @@ Status NewS3Writer(const std::string& url_text, const KvWriterOptions& options,
   DSFS_RETURN_IF_ERROR(ParseS3Url(url_text, &url));
   AwsSettings settings;
   DSFS_RETURN_IF_ERROR(LoadAwsSettings(&settings));
-  auto w = std::make_unique<S3Writer>(std::make_unique<S3Client>(settings, PolicyFromEnv()), url,
+  auto w = std::make_unique<S3Writer>(std::make_unique<S3Client>(settings, RetryPolicyFor(0, 0)), url,
                                       options, s3_options);
   DSFS_RETURN_IF_ERROR(w->Begin());
   *writer = std::move(w);

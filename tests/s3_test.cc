@@ -606,6 +606,45 @@ TEST(S3MountTest, MountReadsTheTreeAndErrorsAreOneLine) {
   EXPECT_FALSE(IsMounted(mp));
 }
 
+// The retry budget as mount options (s3_attempts=, s3_timeout=): they win over the
+// environment (DSFS_S3_ATTEMPTS=3 here), which stays the default.
+TEST(S3ReaderTest, RetryBudgetOptionsOverrideTheEnvironment) {
+  ScopedEnv env;
+  env.Set("AWS_ENDPOINT_URL", "http://127.0.0.1:1");  // nothing listens there
+  env.Set("AWS_ACCESS_KEY_ID", "k");
+  env.Set("AWS_SECRET_ACCESS_KEY", "s");
+  env.Set("DSFS_S3_ATTEMPTS", "3");
+  std::unique_ptr<KvReader> kv;
+  KvReaderOptions ko;
+  ko.remote_attempts = 2;
+  ko.remote_timeout_s = 1;
+  Status s = OpenKvReader("s3://bucket/x", ko, &kv);
+  EXPECT_NE(s.message().find("gave up after 2 tries"), std::string::npos) << s.ToString();
+  s = OpenKvReader("s3://bucket/x", KvReaderOptions{}, &kv);
+  EXPECT_NE(s.message().find("gave up after 3 tries"), std::string::npos) << s.ToString();
+}
+
+TEST(S3MountTest, RetryBudgetMountOptionsReachTheClient) {
+  SKIP_UNLESS_CAN_MOUNT();
+  ScopedEnv env;
+  env.Set("AWS_ENDPOINT_URL", "http://127.0.0.1:1");
+  env.Set("AWS_ACCESS_KEY_ID", "k");
+  env.Set("AWS_SECRET_ACCESS_KEY", "s");
+  env.Set("DSFS_S3_ATTEMPTS", "3");
+  TempDir dir;
+  std::string mp = dir / "mnt";
+  MakeDir(mp);
+  MountGuard g(mp);
+  EXPECT_TRUE(IsOneLineError(
+      g.MountBackground("s3://bucket/x", {"-o", "cache_disk=0,s3_attempts=1,s3_timeout=2"}),
+      {"gave up after 1 tries"}));
+  EXPECT_TRUE(IsOneLineError(g.MountBackground("s3://bucket/x", {"-o", "cache_disk=0"}),
+                             {"gave up after 3 tries"}));
+  EXPECT_TRUE(IsOneLineError(g.MountBackground("s3://bucket/x", {"-o", "s3_attempts=0"}),
+                             {"s3_attempts=0", "1 to 1000"}));
+  EXPECT_FALSE(IsMounted(mp));
+}
+
 // Stops and starts only the gateway: the cluster (and the objects) stay.
 void StopRgw() { ASSERT_EQ(RunCommand({Script(), "stop-rgw", g_ceph->dir}).exit_code, 0); }
 void StartRgw() {

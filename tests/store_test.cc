@@ -270,7 +270,9 @@ TEST_P(StoreTest, UnreadablePayloadGroupFailsOnlyItsFiles) {
 }
 
 TEST_P(StoreTest, DamagedMetadataIsRefusedAtOpenOrAccess) {
-  for (std::string key : {"H", "L", "I", "I.sum", "N", "N.sum", "Z"}) {
+  for (std::string key : {std::string("H"), std::string("L"), std::string("M"),
+                          SegmentKey(kInodeSegmentSpace, 0), SegmentKey(kNameSegmentSpace, 0),
+                          std::string("Z")}) {
     for (Fault fault : {Fault::kFlipBit, Fault::kTruncate, Fault::kError}) {
       std::unique_ptr<Store> faulty;
       Status s = Store::Open(

@@ -2,12 +2,14 @@
 # bench/metadata_bench.sh: the metadata of large stores, old format against new (issue 17:
 # tables in compressed segments read lazily, format version 3, against raw tables, version 2).
 #
-#   bench/metadata_bench.sh [--paths N] [--label TEXT] STORE...
+#   bench/metadata_bench.sh [--files N] [--paths K] [--label TEXT] STORE...
+#   bench/metadata_bench.sh --render RESULTS.jsonl [--label TEXT]   (rewrites RESULTS.md)
 #
 # For each STORE (e.g. the same `dsfs-gentar --files 1000000` tree packed as v2 and as v3),
 # each step after drop_caches:
 #   1. `dsfs mount` (FUSE) until it returns, then `ls` of the root; the daemon's RSS.
-#   2. lstat of N random paths of the gentar set (default 100,000; dsfs-readbench --stat, one
+#   2. lstat of K random paths of the gentar set of N files (default 1,000,000; K default
+#      100,000; dsfs-readbench --stat, one
 #      thread, pass 1 cold and pass 2 hot), on that mount; RSS after.
 #   3. `dsfs mount -o kernel`: its EROFS layout time (the log line "laid out in") and the
 #      mount's total; RSS after.
@@ -20,17 +22,52 @@ WORK=${BENCH_WORK:-/var/tmp/dsfs-bench}
 DSFS=${DSFS:-$REPO/build/dsfs}
 GENTAR=${GENTAR:-$REPO/build/bench/dsfs-gentar}
 PATHS=100000
+FILES=1000000
 LABEL=
+RENDER=
 STORES=()
 while (($#)); do
   case $1 in
     --paths) PATHS=$2; shift ;;
+    --files) FILES=$2; shift ;;
     --label) LABEL=$2; shift ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --render) RENDER=$2; shift ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) STORES+=("$1") ;;
   esac
   shift
 done
+render() {
+  "${PY:-/usr/bin/python3}" - "$JSONL" "$LABEL" "$PATHS" >"$MD" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+label, paths = sys.argv[2], sys.argv[3]
+by = {}
+for r in rows:
+    by.setdefault(r["ds"], {})[r["sys"] + "/" + r["metric"]] = r["data"]
+print(f"# Metadata of large stores, {label or 'old format against new'}\n")
+print("Each step after drop_caches, on this host. FUSE: `dsfs mount` until it returns plus `ls` "
+      f"of the root; lstat of {paths} random paths (dsfs-readbench --stat, 1 thread: pass 1 cold, "
+      "pass 2 hot). `-o kernel`: the EROFS layout (every inode read) and the whole mount.\n")
+print("| store | format | store bytes | metadata as stored | mount + ls s | RSS after mount MB | "
+      "lstat/s cold | lstat/s hot | RSS after lstat MB | -o kernel layout s | -o kernel mount s |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for s, d in by.items():
+    info = d.get("_/info", {}) or {}
+    st = d.get("fuse/stat") or []
+    rate = lambda i: f"{st[i]['files_per_s']:.0f}" if len(st) > i and "files_per_s" in st[i] else "-"
+    mb = lambda k: f"{d[k]['rss_kb'] / 1024:.1f}" if isinstance(d.get(k), dict) else "-"
+    print(f"| {s} | v{info.get('format_version')} | {d.get('_/store_bytes', 0):,} | "
+          f"{info.get('metadata_bytes', 0):,} ({info.get('metadata_raw_bytes', 0):,} raw) | "
+          f"{d.get('fuse/mount_ls_s')} | {mb('fuse/rss_after_mount')} | {rate(0)} | {rate(1)} | "
+          f"{mb('fuse/rss_after_stat')} | {d.get('kernel/layout_s')} | {d.get('kernel/mount_s')} |")
+PYEOF
+}
+if [[ -n $RENDER ]]; then
+  JSONL=$RENDER MD=${RENDER%.jsonl}.md
+  render
+  exit 0
+fi
 ((${#STORES[@]})) || { echo "metadata_bench: no store given" >&2; exit 2; }
 STAMP=$(date +%Y%m%d-%H%M%S)
 RESULTS=$REPO/bench/results
@@ -44,8 +81,8 @@ source "$REPO/bench/lib.sh"
 trap bench_cleanup EXIT
 build_readbench || exit 1
 M=$WORK/mnt/metadata
-LIST=$WORK/metadata-paths-$PATHS
-"$GENTAR" --list "$PATHS" --list-seed 7 >"$LIST" || exit 1
+LIST=$WORK/metadata-paths-$FILES-$PATHS
+"$GENTAR" --files "$FILES" --list "$PATHS" --list-seed 7 >"$LIST" || exit 1
 mem() { printf '{"rss_kb":%s,"hwm_kb":%s}' "$(proc_kb "$1" VmRSS)" "$(proc_kb "$1" VmHWM)"; }
 
 for store in "${STORES[@]}"; do
@@ -69,7 +106,7 @@ for store in "${STORES[@]}"; do
   drop_caches
   klog=$WORK/logs/metadata-$STAMP-$name-kernel.log
   t0=$EPOCHREALTIME
-  if timeout 300 "$DSFS" mount "$store" "$M" -o "kernel,log_file=$klog" >>"$LOG" 2>&1; then
+  if timeout 300 "$DSFS" mount "$store" "$M" -o "kernel,log_level=info,log_file=$klog" >>"$LOG" 2>&1; then
     rec "$name" kernel mount_s "$(elapsed "$t0" "$EPOCHREALTIME")"
     layout=$(grep -o 'laid out in [0-9.]* s' "$klog" | tail -1 | grep -o '[0-9.]*')
     rec "$name" kernel layout_s "${layout:-null}"
@@ -84,28 +121,5 @@ for store in "${STORES[@]}"; do
   fi
 done
 
-"$PY" - "$JSONL" "$LABEL" "$PATHS" >"$MD" <<'PYEOF'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-label, paths = sys.argv[2], sys.argv[3]
-by = {}
-for r in rows:
-    by.setdefault(r["ds"], {})[r["sys"] + "/" + r["metric"]] = r["data"]
-print(f"# Metadata of large stores, {label or 'old format against new'}\n")
-print("Each step after drop_caches, on this host. FUSE: `dsfs mount` until it returns plus `ls` "
-      f"of the root; lstat of {paths} random paths (dsfs-readbench --stat, 1 thread: pass 1 cold, "
-      "pass 2 hot). `-o kernel`: the EROFS layout (every inode read) and the whole mount.\n")
-print("| store | format | store bytes | metadata as stored | mount + ls s | RSS after mount MB | "
-      "lstat/s cold | lstat/s hot | RSS after lstat MB | -o kernel layout s | -o kernel mount s |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
-for s, d in by.items():
-    info = d.get("_/info", {}) or {}
-    st = d.get("fuse/stat") or []
-    rate = lambda i: f"{st[i]['ops_per_s']:.0f}" if len(st) > i and "ops_per_s" in st[i] else "-"
-    mb = lambda k: f"{d[k]['rss_kb'] / 1024:.1f}" if isinstance(d.get(k), dict) else "-"
-    print(f"| {s} | v{info.get('format_version')} | {d.get('_/store_bytes', 0):,} | "
-          f"{info.get('metadata_bytes', 0):,} ({info.get('metadata_raw_bytes', 0):,} raw) | "
-          f"{d.get('fuse/mount_ls_s')} | {mb('fuse/rss_after_mount')} | {rate(0)} | {rate(1)} | "
-          f"{mb('fuse/rss_after_stat')} | {d.get('kernel/layout_s')} | {d.get('kernel/mount_s')} |")
-PYEOF
+render
 log "wrote $MD"

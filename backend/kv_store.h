@@ -66,6 +66,12 @@ class KvReader {
   // Finds the first key >= `key`: fills *found_key (valid as long as *value) and *value.
   // NotFound if there is none.
   virtual Status Seek(std::string_view key, std::string* found_key, PinnedValue* value) = 0;
+  // Finds the first key >= `key`, like Seek, without its value (a backend that fetches values
+  // over a network or from a disk cache need not read it).
+  virtual Status SeekKey(std::string_view key, std::string* found_key) {
+    PinnedValue v;
+    return Seek(key, found_key, &v);
+  }
   // Short name of the backend ("lmdb", "memory", ...), for `dsfs info`.
   virtual std::string_view Name() const = 0;
   // Lets go of memory the backend holds only as a cache of the store (for a memory map: its

@@ -479,9 +479,8 @@ Status Store::CheckGroupStart(char space, std::string_view group, uint64_t last_
   const uint64_t first = last_id - count + 1;
   if (first == 0) return Status::OK();
   std::string key;
-  PinnedValue prev;
   uint64_t prev_id = 0;
-  Status s = kv_->Seek(PayloadKey(first - 1, space), &key, &prev);
+  Status s = kv_->SeekKey(PayloadKey(first - 1, space), &key);
   if (!s.ok() && !s.IsNotFound()) return s;
   if (!s.ok() || !ParsePayloadKey(key, &prev_id, space) || prev_id != first - 1) {
     return Status::Corruption("payload group key damaged");

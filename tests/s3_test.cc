@@ -402,6 +402,12 @@ TEST(S3StoreTest, DiskCacheServesASecondReaderWithoutGetsAndIsChecked) {
   EXPECT_GT(first.gets, 1u);
   // Adjacent values come in one GET: far fewer GETs than values read.
   EXPECT_LT(first.gets, first.disk_misses + first.disk_hits);
+  // The files of one payload group, read one after another, read the group once.
+  uint64_t recent = 0;
+  for (const auto& [name, n] : kv->Counters()) {
+    if (name == "recent_value_hits") recent = n;
+  }
+  EXPECT_GT(recent, 0u);
   kv.reset();
   // A later reader of the same store: only the index is fetched.
   EXPECT_EQ(ListingOf(url, ko, &kv), want);

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <set>
 
+#include "pack/packer.h"
 #include "store/store.h"
 #include "tests/fakes/faulty_store.h"
 #include "tests/fakes/mem_store.h"
@@ -282,6 +283,57 @@ TEST_F(SegmentsTest, VersionTwoStoresStillRead) {
   EXPECT_EQ(store->metadata_size().segments, 0u);
   EXPECT_TRUE(store->VerifyMetadata().ok());
   CheckEverything(*store);
+}
+
+// dsfs add to a version 2 store writes its metadata in segments: the result is a version 3
+// store holding the old tree and the new one.
+TEST_F(SegmentsTest, AddToAVersionTwoStoreMakesAVersionThreeOne) {
+  std::string inodes, names;
+  ASSERT_TRUE(ReadMetadataTables(NewMemReader(table_).get(), &inodes, &names).ok());
+  const std::string path = dir_ / "v2.db";
+  {
+    std::unique_ptr<KvWriter> w;
+    ASSERT_TRUE(NewKvWriter(path, "lmdb", {}, &w).ok());
+    for (const auto& [k, v] : table_->data) {
+      if (k == "H" || IsSegmentKey(k) || k == kSegmentIndexKey) continue;
+      ASSERT_TRUE(w->Put(k, v).ok());
+    }
+    ASSERT_TRUE(w->Put("I", inodes).ok());
+    ASSERT_TRUE(w->Put("I.sum", SegmentSums(inodes, options_.segment_bytes)).ok());
+    ASSERT_TRUE(w->Put("N", names).ok());
+    ASSERT_TRUE(w->Put("N.sum", SegmentSums(names, options_.segment_bytes)).ok());
+    StoreHeader h;
+    std::memcpy(&h, table_->data.at("H").data(), sizeof(h));
+    h.version = 2;
+    h.checksum = XXH3_64bits(&h, offsetof(StoreHeader, checksum));
+    ASSERT_TRUE(w->Put("H", std::string(reinterpret_cast<const char*>(&h), sizeof(h))).ok());
+    ASSERT_TRUE(w->Commit().ok());
+  }
+  WriteFile(dir_ / "more/new.txt", "a new file");
+  {
+    std::unique_ptr<Store> base;
+    ASSERT_TRUE(Store::Open(path, StoreOptions{}, &base).ok());
+    ASSERT_EQ(base->header().version, 2u);
+    std::unique_ptr<KvWriter> up;
+    ASSERT_TRUE(NewKvUpdater(path, &up).ok());
+    AddOptions ao;
+    ao.prefix = "added";
+    Status s = AddDirectory(*base, dir_ / "more", ao, up.get(), nullptr, nullptr);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  std::unique_ptr<Store> store;
+  ASSERT_TRUE(Store::Open(path, StoreOptions{}, &store).ok());
+  EXPECT_EQ(store->header().version, 3u);
+  EXPECT_GT(store->metadata_size().segments, 0u);
+  EXPECT_TRUE(store->VerifyMetadata().ok());
+  CheckEverything(*store);
+  uint32_t ino;
+  InodeRecord r;
+  ASSERT_TRUE(store->LookupPath("added/new.txt", &ino, &r).ok());
+  ReadBuffer buf;
+  std::string_view out;
+  ASSERT_TRUE(store->Read(r, 0, r.size, &buf, &out).ok());
+  EXPECT_EQ(out, "a new file");
 }
 
 TEST(SegmentsFormatTest, NamesAreCutOnlyBetweenItems) {

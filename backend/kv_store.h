@@ -66,6 +66,12 @@ class KvReader {
   // Finds the first key >= `key`: fills *found_key (valid as long as *value) and *value.
   // NotFound if there is none.
   virtual Status Seek(std::string_view key, std::string* found_key, PinnedValue* value) = 0;
+  // Finds the first key >= `key`, like Seek, without its value (a backend that fetches values
+  // over a network or from a disk cache need not read it).
+  virtual Status SeekKey(std::string_view key, std::string* found_key) {
+    PinnedValue v;
+    return Seek(key, found_key, &v);
+  }
   // Short name of the backend ("lmdb", "memory", ...), for `dsfs info`.
   virtual std::string_view Name() const = 0;
   // Lets go of memory the backend holds only as a cache of the store (for a memory map: its
@@ -78,6 +84,9 @@ class KvReader {
   // Counters of a backend that fetches over a network (requests, bytes, its disk cache), by
   // name, for the mount's stats; empty for local backends. Thread-safe.
   virtual std::vector<std::pair<std::string, uint64_t>> Counters() const { return {}; }
+  // True for a backend that fetches over a network (object storage): reading ahead what may
+  // never be used costs requests there, not page cache.
+  virtual bool remote() const { return false; }
 };
 
 // For memory-mapped backends: asks the kernel to read `range` of a mapping opened for random
@@ -215,6 +224,11 @@ struct KvReaderOptions {
   // cache_disk_bytes. Empty or 0: no disk cache. Local backends ignore both.
   std::string cache_dir;
   uint64_t cache_disk_bytes = 0;
+  // Remote stores: the retry budget of each request, tries (the first included) and seconds a
+  // transfer may stall; 0: the backend's default (for S3: DSFS_S3_ATTEMPTS and
+  // DSFS_S3_TIMEOUT_S from the environment, else 5 tries and 10 s).
+  int remote_attempts = 0;
+  int remote_timeout_s = 0;
 };
 
 // True if `source` names a store in object storage ("s3://BUCKET/PREFIX") rather than a path:

@@ -32,6 +32,8 @@ constexpr uint32_t kIndexVersion = 2;
 // the format) are stored zstd-compressed when that saves a tenth: less to fetch at mount.
 constexpr size_t kCompressFromBytes = 1 << 20;
 constexpr size_t kIndexHeaderBytes = 8 + 4 + 4 + 8 * 5;
+// The reader's cache of values read last (RecentValues): a few payload groups per thread.
+constexpr uint64_t kRecentValueBytes = 8 << 20;
 
 void PutU64(std::string* s, uint64_t v) { s->append(reinterpret_cast<const char*>(&v), 8); }
 void PutU32(std::string* s, uint32_t v) { s->append(reinterpret_cast<const char*>(&v), 4); }
@@ -74,13 +76,16 @@ std::string DataKey(const std::string& prefix, uint64_t id, uint64_t object) {
   return Join(prefix, "data/" + Hex64(id) + "/" + buf);
 }
 
-S3Client::RetryPolicy PolicyFromEnv() {
+// The retry budget: the mount's options (s3_attempts=, s3_timeout=) where given, else the
+// environment's (for tools and tests), else the client's defaults.
+S3Client::RetryPolicy RetryPolicyFor(int attempts, int timeout_s) {
   S3Client::RetryPolicy p;
-  // The retry budget, for tests and for jobs that prefer to wait longer for an outage to end.
   if (const char* v = std::getenv("DSFS_S3_ATTEMPTS")) p.attempts = std::max(1, std::atoi(v));
   if (const char* v = std::getenv("DSFS_S3_TIMEOUT_S")) {
     p.low_speed_timeout_s = std::max(1, std::atoi(v));
   }
+  if (attempts > 0) p.attempts = attempts;
+  if (timeout_s > 0) p.low_speed_timeout_s = timeout_s;
   return p;
 }
 
@@ -320,6 +325,46 @@ struct StringPin : PinnedValue::Pin {
   std::string bytes;
 };
 
+// Keeps a value of the recent-values cache alive as long as a PinnedValue points into it.
+struct SharedPin : PinnedValue::Pin {
+  std::shared_ptr<const std::string> bytes;
+};
+
+// The values read last, verified, within a byte budget (least recently used out first): a
+// payload group holds ~100 small files, and reading them one after another would otherwise
+// read and check the whole group from the disk cache once per file.
+class RecentValues {
+ public:
+  explicit RecentValues(uint64_t budget) : budget_(budget) {}
+  std::shared_ptr<const std::string> Get(uint64_t entry) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = where_.find(entry);
+    if (it == where_.end()) return nullptr;
+    lru_.splice(lru_.end(), lru_, it->second);
+    return it->second->second;
+  }
+  void Put(uint64_t entry, std::shared_ptr<const std::string> v) {
+    if (v->size() > budget_ / 4) return;  // large chunks are read once
+    std::lock_guard<std::mutex> lock(mu_);
+    if (where_.count(entry)) return;
+    bytes_ += v->size();
+    lru_.emplace_back(entry, std::move(v));
+    where_[entry] = std::prev(lru_.end());
+    while (bytes_ > budget_ && !lru_.empty()) {
+      bytes_ -= lru_.front().second->size();
+      where_.erase(lru_.front().first);
+      lru_.pop_front();
+    }
+  }
+
+ private:
+  const uint64_t budget_;
+  std::mutex mu_;  // guards everything below
+  uint64_t bytes_ = 0;
+  std::list<std::pair<uint64_t, std::shared_ptr<const std::string>>> lru_;
+  std::unordered_map<uint64_t, std::list<std::pair<uint64_t, std::shared_ptr<const std::string>>>::iterator> where_;
+};
+
 // The disk cache of one store: sparse files mirroring its data objects, and an LRU of the
 // blocks they hold, evicted (hole punched) beyond the budget.
 class DiskCache {
@@ -474,7 +519,8 @@ class S3Reader : public KvReader {
     AwsSettings settings;
     DSFS_RETURN_IF_ERROR(LoadAwsSettings(&settings));
     const std::string endpoint = settings.endpoint;
-    client_ = std::make_unique<S3Client>(settings, PolicyFromEnv());
+    client_ = std::make_unique<S3Client>(
+        settings, RetryPolicyFor(options.remote_attempts, options.remote_timeout_s));
     std::string cache_root;
     if (!options.cache_dir.empty() && options.cache_disk_bytes > 0) {
       const std::string ident = endpoint + " " + url_.ToString();
@@ -529,7 +575,15 @@ class S3Reader : public KvReader {
     return Load(*it, value);
   }
 
+  Status SeekKey(std::string_view key, std::string* found_key) override {
+    auto it = Find(key);
+    if (it == index_.entries.end()) return Status::NotFound("no key at or after");
+    *found_key = std::string(index_.Key(*it));
+    return Status::OK();
+  }
+
   std::string_view Name() const override { return "s3"; }
+  bool remote() const override { return true; }
 
   std::vector<std::pair<std::string, uint64_t>> Counters() const override {
     const auto& c = client_->counters();
@@ -537,6 +591,7 @@ class S3Reader : public KvReader {
             {"remote_get_bytes", c.get_bytes.load()},
             {"remote_retries", c.retries.load()},
             {"remote_failures", c.failures.load()},
+            {"recent_value_hits", recent_hits_.load()},
             {"disk_cache_hits", disk_hits_.load()},
             {"disk_cache_misses", disk_misses_.load()},
             {"disk_cache_evicted_blocks", disk_ ? disk_->evicted() : 0}};
@@ -559,6 +614,15 @@ class S3Reader : public KvReader {
   }
 
   Status Load(const Entry& e, PinnedValue* value) {
+    const uint64_t n = static_cast<uint64_t>(&e - index_.entries.data());
+    if (auto v = recent_.Get(n)) {
+      recent_hits_.fetch_add(1, std::memory_order_relaxed);
+      auto shared = std::make_unique<SharedPin>();
+      shared->bytes = std::move(v);
+      std::string_view data = *shared->bytes;
+      value->Set(data, std::move(shared));
+      return Status::OK();
+    }
     auto pin = std::make_unique<StringPin>();
     if (disk_ && disk_->Read(e.object, e.offset, e.length, e.sum, &pin->bytes)) {
       disk_hits_.fetch_add(1, std::memory_order_relaxed);
@@ -574,8 +638,11 @@ class S3Reader : public KvReader {
       }
       pin->bytes = std::move(raw);
     }
-    std::string_view data = pin->bytes;
-    value->Set(data, std::move(pin));
+    auto shared = std::make_unique<SharedPin>();
+    shared->bytes = std::make_shared<const std::string>(std::move(pin->bytes));
+    recent_.Put(n, shared->bytes);
+    std::string_view data = *shared->bytes;
+    value->Set(data, std::move(shared));
     return Status::OK();
   }
 
@@ -704,7 +771,8 @@ class S3Reader : public KvReader {
   std::mutex flights_mu_;  // guards flights_
   std::map<FlightKey, std::shared_ptr<Flight>> flights_;
   std::unique_ptr<DiskCache> disk_;
-  std::atomic<uint64_t> disk_hits_{0}, disk_misses_{0};
+  std::atomic<uint64_t> disk_hits_{0}, disk_misses_{0}, recent_hits_{0};
+  RecentValues recent_{kRecentValueBytes};
 };
 
 }  // namespace
@@ -715,7 +783,7 @@ Status NewS3Writer(const std::string& url_text, const KvWriterOptions& options,
   DSFS_RETURN_IF_ERROR(ParseS3Url(url_text, &url));
   AwsSettings settings;
   DSFS_RETURN_IF_ERROR(LoadAwsSettings(&settings));
-  auto w = std::make_unique<S3Writer>(std::make_unique<S3Client>(settings, PolicyFromEnv()), url,
+  auto w = std::make_unique<S3Writer>(std::make_unique<S3Client>(settings, RetryPolicyFor(0, 0)), url,
                                       options, s3_options);
   DSFS_RETURN_IF_ERROR(w->Begin());
   *writer = std::move(w);

@@ -3,6 +3,7 @@
 
   /usr/bin/python3 bench/s3_bench.py [--dsfs BUILD/dsfs] [--src TREE] [--work /var/tmp/dsfs-s3-bench]
                                      [--subset 20000] [--scale-files N]
+                                     [--scale-store STORE] [--scale-only]
 
 Starts its own single-host Ceph cluster (tests/ceph_rgw.sh, 127.0.0.1, memstore) and stops it at
 the end. Packs TREE (default: the core benchmark's fmnist_20000 ImageFolder tree, built by
@@ -15,7 +16,10 @@ images, epochs 1 and 2) over
 and records mount times and the mount's GET count and bytes (.dsfs/stats "backend").
 --scale-files N (e.g. 1000000): a store of N files from `dsfs-gentar --files N | dsfs pack -`,
 pushed, then `dsfs mount s3://...` with an empty disk cache, 3 times (time until the mount
-answers, a stat and a listing of the root; daemon RSS after).
+answers, a stat and a listing of the root; daemon RSS after); then, still mounted, the time to
+list one class directory and stat a file in it (the segments that takes are fetched then).
+--scale-store STORE: that store (already packed) instead of packing one; --scale-only: only the
+scale runs (no ImageFolder epochs).
 No network delay between client and gateway yet (both on 127.0.0.1; the netem variant is still
 to be done). Writes bench/results/s3-<date>.md and .jsonl. Mounts only under WORK/mnt.
 """
@@ -50,6 +54,8 @@ def main():
     ap.add_argument("--subset", type=int, default=20000)
     ap.add_argument("--scale-files", type=int, default=0)
     ap.add_argument("--gentar", default=os.path.join(REPO, "build", "bench", "dsfs-gentar"))
+    ap.add_argument("--scale-store", default="")
+    ap.add_argument("--scale-only", action="store_true")
     a = ap.parse_args()
     if not os.path.isdir(a.src):
         sys.exit(f"s3_bench: {a.src} missing (bench/datasets.py builds it)")
@@ -73,6 +79,8 @@ def main():
                         "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-X", "PUT",
                         fields["endpoint"] + "/bench"], check=True, stdout=subprocess.DEVNULL)
         store = os.path.join(a.work, "ds.dsfs")
+        if a.scale_only:
+            a.subset = 0
         pack_s, _ = timed([a.dsfs, "pack", "-q", a.src, store])
         store_bytes = os.path.getsize(store)
         push_s, _ = timed([a.dsfs, "push", "-q", store, "s3://bench/ds"], env=env)
@@ -85,7 +93,7 @@ def main():
         runs = [("local", store, []),
                 ("s3-cold", "s3://bench/ds", ["-o", f"cache_dir={cache}"]),
                 ("s3-warm", "s3://bench/ds", ["-o", f"cache_dir={cache}"])]
-        for label, source, opts in runs:
+        for label, source, opts in runs if not a.scale_only else []:
             drop_caches()
             t0 = time.monotonic()
             with Mount(a.dsfs, source, mnt, opts) as m:
@@ -98,11 +106,16 @@ def main():
         if a.scale_files:
             big = os.path.join(a.work, "scale.dsfs")
             t0 = time.monotonic()
-            p = subprocess.run(f"{a.gentar} --files {a.scale_files} | {a.dsfs} pack -q - {big}",
-                               shell=True, stderr=subprocess.PIPE, text=True)
-            if p.returncode != 0:
-                raise RuntimeError(f"scale pack: {p.stderr[-300:]}")
-            scale_pack_s = time.monotonic() - t0
+            if a.scale_store:
+                big = a.scale_store
+                scale_pack_s = 0
+            else:
+                p = subprocess.run(f"{a.gentar} --files {a.scale_files} | {a.dsfs} pack -q - {big}",
+                                   shell=True, stderr=subprocess.PIPE, text=True)
+                if p.returncode != 0:
+                    raise RuntimeError(f"scale pack: {p.stderr[-300:]}")
+                scale_pack_s = time.monotonic() - t0
+            info = json.loads(sh([a.dsfs, "info", "--json", big]).stdout or "{}")
             scale_push_s, _ = timed([a.dsfs, "push", "-q", big, "s3://bench/scale"], env=env)
             for i in range(3):
                 shutil.rmtree(os.path.join(a.work, "scale-cache"), ignore_errors=True)
@@ -110,8 +123,17 @@ def main():
                 t0 = time.monotonic()
                 with Mount(a.dsfs, "s3://bench/scale", mnt,
                            ["-o", f"cache_dir={os.path.join(a.work, 'scale-cache')}"]) as m:
-                    os.listdir(mnt)
+                    top = os.listdir(mnt)
                     mount_s = time.monotonic() - t0
+                    t1 = time.monotonic()
+                    sub = os.path.join(mnt, sorted(top)[0])
+                    while os.path.isdir(sub):
+                        names = sorted(os.listdir(sub))
+                        if not names:
+                            break
+                        sub = os.path.join(sub, names[len(names) // 2])
+                    os.stat(sub)
+                    dir_s = time.monotonic() - t1
                     rss_kb = None
                     for pid in sh(["pgrep", "-f", "dsfs mount s3://bench/scale"]).stdout.split():
                         with open(f"/proc/{pid}/status") as f:
@@ -120,6 +142,9 @@ def main():
                 row = {"what": "scale-mount", "files": a.scale_files, "run": i,
                        "store_bytes": os.path.getsize(big), "pack_s": round(scale_pack_s, 1),
                        "push_s": round(scale_push_s, 2), "mount_s": round(mount_s, 3),
+                       "first_dir_s": round(dir_s, 3),
+                       "format_version": info.get("format_version"),
+                       "metadata_bytes": info.get("metadata_bytes"),
                        "rss_mb": round(rss_kb / 1024, 1) if rss_kb else None, **backend}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -130,7 +155,7 @@ def main():
     with open(out + ".jsonl", "w") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
-    local = next(r for r in rows if r["what"] == "local")
+    local = next((r for r in rows if r["what"] == "local"), None)
     with open(out + ".md", "w") as f:
         f.write(f"# S3 (Ceph RGW on 127.0.0.1) against local disk, {stamp}\n\n")
         f.write(f"Host: {platform.node()}, {os.cpu_count()} cores. Tree: {a.src}; "
@@ -142,7 +167,7 @@ def main():
         f.write("| run | mount s | epoch 1 img/s | vs local | epoch 2 img/s | vs local | GETs | "
                 "GET MB | disk cache hits / misses |\n|---|---|---|---|---|---|---|---|---|\n")
         for r in rows[1:]:
-            if r["what"] == "scale-mount":
+            if r["what"] == "scale-mount" or local is None:
                 continue
             f.write(f"| {r['what']} | {r['mount_s']} | {r['epoch1']:.0f} | "
                     f"{r['epoch1'] / local['epoch1']:.2f}x | {r['epoch2']:.0f} | "
@@ -154,11 +179,15 @@ def main():
             s0 = scale[0]
             f.write(f"\nA store of {s0['files']} files ({s0['store_bytes'] / 1e6:.0f} MB, packed in "
                     f"{s0['pack_s']} s, pushed in {s0['push_s']} s), mounted from S3 with an empty "
-                    "disk cache after drop_caches (until the root is listed):\n\n"
-                    "| run | mount s | daemon RSS MB | GETs | GET MB |\n|---|---|---|---|---|\n")
+                    f"disk cache after drop_caches (until the root is listed; store format "
+                    f"v{s0.get('format_version')}, metadata {s0.get('metadata_bytes') or 0:,} bytes "
+                    "as stored); then one class directory listed and a file in it stat'ed. GETs "
+                    "and bytes: after both.\n\n"
+                    "| run | mount s | first directory s | daemon RSS MB | GETs | GET MB |\n"
+                    "|---|---|---|---|---|---|\n")
             for r in scale:
-                f.write(f"| {r['run']} | {r['mount_s']} | {r['rss_mb']} | {r.get('remote_gets')} | "
-                        f"{r.get('remote_get_bytes', 0) / 1e6:.1f} |\n")
+                f.write(f"| {r['run']} | {r['mount_s']} | {r['first_dir_s']} | {r['rss_mb']} | "
+                        f"{r.get('remote_gets')} | {r.get('remote_get_bytes', 0) / 1e6:.1f} |\n")
     print(f"wrote {out}.md", flush=True)
 
 

@@ -135,7 +135,7 @@ constexpr uint64_t kMaxTensorIndexBytes = 256 << 20;  // all directory paths of 
 struct Entry {
   uint32_t ino;
   InodeRecord rec;
-  std::string_view name;
+  std::string name;  // a copy: a store's name views do not outlive many more lookups
 };
 
 Status Entries(const Store& store, uint32_t dir, std::vector<Entry>* out) {
@@ -143,7 +143,9 @@ Status Entries(const Store& store, uint32_t dir, std::vector<Entry>* out) {
   Status name_status;
   DSFS_RETURN_IF_ERROR(store.ForEachEntry(dir, [&](uint32_t ino, const InodeRecord& rec) {
     Entry e{ino, rec, {}};
-    name_status = store.GetName(rec, &e.name);
+    std::string_view name;
+    name_status = store.GetName(rec, &name);
+    e.name = name;
     if (!name_status.ok()) return false;
     out->push_back(e);
     return true;
@@ -260,7 +262,7 @@ Status AddClass(const Store& store, uint32_t cls, const std::string& prefix, uin
   SortAsPython(&dirs, [](const Dir& d) -> std::string_view { return d.rel; });
   for (const Dir& d : dirs) {
     DSFS_RETURN_IF_ERROR(Entries(store, d.ino, &entries));
-    SortAsPython(&entries, [](const Entry& e) { return e.name; });
+    SortAsPython(&entries, [](const Entry& e) -> std::string_view { return e.name; });
     for (const Entry& e : entries) {
       if (IsDir(e.rec) || !HasImageExtension(e.name)) continue;
       std::string path = EntryPath(prefix, d.rel, e.name);
@@ -321,7 +323,7 @@ Status BuildTensorIndex(const Store& store, uint32_t dir, TensorIndex* index,
     }
     if (IsDir(e.rec)) classes.push_back(e);
   }
-  SortAsPython(&classes, [](const Entry& e) { return e.name; });
+  SortAsPython(&classes, [](const Entry& e) -> std::string_view { return e.name; });
   ReadAccess above;
   DSFS_RETURN_IF_ERROR(AccessFromRoot(store, dir, &above));
   if (index->why.empty() && classes.empty()) {

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "store/segments.h"
 
 namespace dsfs {
 namespace {
@@ -16,9 +17,9 @@ constexpr int kMaxPackThreads = 1024;
 
 Status CheckOptions(const PackOptions& options) {
   if (options.chunk_bytes < 4096 || options.segment_bytes < 4096 ||
-      options.chunk_bytes > kMaxChunkBytes) {
+      options.chunk_bytes > kMaxChunkBytes || options.segment_bytes > kMaxSegmentRawBytes) {
     return Status::InvalidArgument(
-        "chunk sizes must be 4096 bytes to 64 MiB, segment sizes at least 4096 bytes");
+        "chunk sizes must be 4096 bytes to 64 MiB, segment sizes 4096 bytes to 16 MiB");
   }
   if (options.zstd_level < 1 || options.zstd_level > ZSTD_maxCLevel()) {
     return Status::InvalidArgument("compression level must be between 1 and " +
@@ -185,15 +186,22 @@ Status PackRun::Finish(const std::vector<InodeRecord>& inodes, const std::string
   }
   InodeLayout layout = InodeLayout::For(inodes);
   std::string inode_bytes(inodes.size() * layout.record_bytes(), '\0');
+  const uint64_t inode_bytes_size = inode_bytes.size();
   for (size_t i = 0; i < inodes.size(); ++i) {
     layout.Encode(inodes[i], inode_bytes.data() + i * layout.record_bytes());
   }
   DSFS_RETURN_IF_ERROR(writer_->Put(kLayoutKey, layout.Serialize()));
-  DSFS_RETURN_IF_ERROR(writer_->Put(kInodeKey, inode_bytes));
-  DSFS_RETURN_IF_ERROR(
-      writer_->Put(kInodeSumKey, SegmentSums(inode_bytes, options_.segment_bytes)));
-  DSFS_RETURN_IF_ERROR(writer_->Put(kNameKey, names));
-  DSFS_RETURN_IF_ERROR(writer_->Put(kNameSumKey, SegmentSums(names, options_.segment_bytes)));
+  // The tables in compressed segments (store/segments.h), at the store's level.
+  MetadataRecords meta;
+  DSFS_RETURN_IF_ERROR(EncodeMetadata(inodes, inode_bytes, layout.record_bytes(), names,
+                                      options_.segment_bytes, options_.zstd_level, threads_,
+                                      &meta));
+  std::string().swap(inode_bytes);
+  for (const auto& [key, value] : meta.records) DSFS_RETURN_IF_ERROR(writer_->Put(key, value));
+  st->metadata_raw_bytes = inode_bytes_size + names.size();
+  st->metadata_bytes = 0;
+  for (const auto& r : meta.records) st->metadata_bytes += r.second.size();
+  LogPhase("metadata segments");
   // The dictionary is stored uncompressed so readers use it in place.
   if (!dict_bytes.empty() && write_dict_)
     DSFS_RETURN_IF_ERROR(writer_->Put(kDictKey, RawPayloadRecord(dict_bytes)));

@@ -27,7 +27,7 @@ struct PackOptions {
   int zstd_level = 9;
   uint32_t dict_bytes = 112640;       // zstd's customary 110 KiB; 0 = none; else 1 KiB-16 MiB
   uint32_t chunk_bytes = 256 << 10;   // large files are split into independently read chunks
-  uint32_t segment_bytes = 64 << 10;  // metadata checksum granularity
+  uint32_t segment_bytes = 64 << 10;  // metadata segment size (raw; each stored compressed)
   int threads = 0;                    // compression threads; 0 = one per core
   // Also store every image's decoded pixels (compressed), so the views never decode.
   bool predecode = false;
@@ -69,6 +69,8 @@ struct PackStats {
   uint64_t images_as_is = 0;   // JPEG/PNG files the views serve as they are (see image.h)
   uint64_t pixel_bytes = 0;    // stored pixel records (predecode)
   uint32_t dict_bytes = 0;
+  // The metadata tables: raw bytes, and as stored (compressed segments and their index).
+  uint64_t metadata_raw_bytes = 0, metadata_bytes = 0;
   double seconds = 0;
   // Which of PackOptions::watch_root_names (AddOptions::) the stored root holds.
   std::vector<std::string> root_names_found;

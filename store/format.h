@@ -1,17 +1,23 @@
-// The dsfs store format, version 2: what the records in the key-value store mean.
+// The dsfs store format, version 3: what the records in the key-value store mean.
 //
 // Keys (all in one key-value namespace):
 //   "H"           StoreHeader
 //   "L"           InodeLayout: the bit widths of the packed inode records
-//   "I", "I.sum"  inode table: inode_count packed records; xxh3-64 per segment_bytes of it
-//   "N", "N.sum"  name pool: names and symlink targets, concatenated; same checksums
+//   "M"           the metadata segment index (store/segments.h)
+//   "I"+be64(s)   inode table segment s: the table is inode_count packed records, cut into
+//                 segments of a fixed number of records, each zstd-compressed (segments.h)
+//   "N"+be64(s)   name pool segment s: the pool is the names and symlink targets,
+//                 concatenated, cut between names into segments, each zstd-compressed
 //   "Z"           zstd dictionary, as a payload record (absent if dict_bytes == 0)
 //   "P"+be64(id)  payload group ending with payload `id` (see below)
 //   "Q"+be64(id)  pixel group ending with pixel record `id`: decoded images (pack --predecode),
 //                 grouped and encoded like payloads, numbered on their own
 //
-// Version 2 added the image fields of inode records (kind, size in pixels, pixel records);
-// version 1 stores are read as stores without image information.
+// Version 3 stores the metadata tables in compressed segments, read lazily (version 2 and 1
+// stores kept them raw, as "I" and "N" with per-segment checksums in "I.sum" and "N.sum";
+// they are still read, see CheckedTable). Version 2 added the image fields of inode records
+// (kind, size in pixels, pixel records); version 1 stores are read as stores without image
+// information.
 //
 // File contents are payload records, one per chunk of chunk_bytes, numbered by payload id.
 // On LMDB, consecutive records are stored together in groups of about 64 KiB (the size the
@@ -50,7 +56,9 @@ static_assert(std::endian::native == std::endian::little, "dsfs stores are littl
 namespace dsfs {
 
 inline constexpr char kStoreMagic[8] = {'D', 'S', 'F', 'S', 'T', 'O', 'R', 'E'};
-inline constexpr uint32_t kFormatVersion = 2;
+inline constexpr uint32_t kFormatVersion = 3;
+// The first version whose metadata tables are in compressed segments.
+inline constexpr uint32_t kSegmentedFormatVersion = 3;
 inline constexpr uint32_t kOldestFormatVersion = 1;
 
 inline constexpr std::string_view kHeaderKey = "H";
@@ -95,7 +103,7 @@ struct StoreHeader {
   uint64_t created_unix_s;
   int32_t zstd_level;
   uint32_t chunk_bytes;    // files larger than this are split into chunks of this size
-  uint32_t segment_bytes;  // checksum granularity of the metadata tables
+  uint32_t segment_bytes;  // metadata segment size (v3); checksum granularity (v1, v2)
   uint32_t dict_bytes;     // size of the dictionary; 0 = none
   uint64_t inode_count;
   uint64_t file_count;

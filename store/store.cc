@@ -29,9 +29,11 @@ Status Store::Open(const std::string& path, const StoreOptions& options,
   kv_options.random_access = options.random_access;
   kv_options.cache_dir = options.cache_dir;
   kv_options.cache_disk_bytes = options.cache_disk_bytes;
+  kv_options.remote_attempts = options.remote_attempts;
+  kv_options.remote_timeout_s = options.remote_timeout_s;
   std::unique_ptr<KvReader> kv;
   DSFS_RETURN_IF_ERROR(OpenKvReader(path, kv_options, &kv));
-  Status s = Open(std::move(kv), store, options.cache);
+  Status s = Open(std::move(kv), store, options.cache, options.metadata_cache_bytes);
   if (!s.ok()) {
     // Messages from below already start with the path when they came from the OS.
     if (s.message().rfind(path, 0) == 0) return s;
@@ -89,11 +91,20 @@ bool Store::HasStoreHeader(const std::string& path) {
   return false;
 }
 
+uint64_t DefaultMetadataCacheBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const uint64_t ram = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+  return std::max<uint64_t>(32ull << 20, ram / 32);
+}
+
 Status Store::Open(std::unique_ptr<KvReader> kv, std::unique_ptr<Store>* store,
-                   std::shared_ptr<ByteCache> cache) {
+                   std::shared_ptr<ByteCache> cache, uint64_t metadata_cache_bytes) {
   std::unique_ptr<Store> st(new Store());
   st->kv_ = std::move(kv);
   st->cache_ = std::move(cache);
+  // Created now, used only by version 3 stores (it takes no memory until it holds segments).
+  st->meta_cache_ = std::make_shared<ByteCache>(
+      metadata_cache_bytes ? metadata_cache_bytes : DefaultMetadataCacheBytes(), 4);
   if (st->cache_) st->cache_id_ = st->cache_->NewId();
   DSFS_RETURN_IF_ERROR(st->Init());
   *store = std::move(st);
@@ -120,21 +131,25 @@ Status Store::Init() {
   };
   DSFS_RETURN_IF_ERROR(get(kLayoutKey, &layout_value_));
   DSFS_RETURN_IF_ERROR(InodeLayout::Parse(layout_value_.data(), h.version, &layout_));
-  DSFS_RETURN_IF_ERROR(get(kInodeKey, &inode_value_));
-  DSFS_RETURN_IF_ERROR(get(kInodeSumKey, &inode_sums_));
-  DSFS_RETURN_IF_ERROR(get(kNameKey, &name_value_));
-  DSFS_RETURN_IF_ERROR(get(kNameSumKey, &name_sums_));
-  if (inode_value_.size() != h.inode_count * layout_.record_bytes()) {
-    return Status::Corruption("inode table size does not match the header");
+  if (h.version >= kSegmentedFormatVersion) {
+    DSFS_RETURN_IF_ERROR(InitSegments());
+  } else {
+    DSFS_RETURN_IF_ERROR(get(kInodeKey, &inode_value_));
+    DSFS_RETURN_IF_ERROR(get(kInodeSumKey, &inode_sums_));
+    DSFS_RETURN_IF_ERROR(get(kNameKey, &name_value_));
+    DSFS_RETURN_IF_ERROR(get(kNameSumKey, &name_sums_));
+    if (inode_value_.size() != h.inode_count * layout_.record_bytes()) {
+      return Status::Corruption("inode table size does not match the header");
+    }
+    if (name_value_.size() != h.names_bytes) {
+      return Status::Corruption("name table size does not match the header");
+    }
+    auto will_need = [kv = kv_.get()](std::string_view range) { kv->WillNeed(range); };
+    DSFS_RETURN_IF_ERROR(inodes_.Init("inode", inode_value_.data(), inode_sums_.data(),
+                                      h.segment_bytes, will_need));
+    DSFS_RETURN_IF_ERROR(
+        names_.Init("name", name_value_.data(), name_sums_.data(), h.segment_bytes, will_need));
   }
-  if (name_value_.size() != h.names_bytes) {
-    return Status::Corruption("name table size does not match the header");
-  }
-  auto will_need = [kv = kv_.get()](std::string_view range) { kv->WillNeed(range); };
-  DSFS_RETURN_IF_ERROR(
-      inodes_.Init("inode", inode_value_.data(), inode_sums_.data(), h.segment_bytes, will_need));
-  DSFS_RETURN_IF_ERROR(
-      names_.Init("name", name_value_.data(), name_sums_.data(), h.segment_bytes, will_need));
   std::string_view dict_bytes;
   if (h.dict_bytes > 0) {
     DSFS_RETURN_IF_ERROR(get(kDictKey, &dict_value_));
@@ -165,23 +180,35 @@ uint64_t Store::inode_decodes() const { return t_inode_decodes; }
 
 Status Store::GetInode(uint32_t ino, InodeRecord* rec) const {
   if (ino == 0 || ino > header_.inode_count) return Status::NotFound("no such inode");
+  if (segmented_) {
+    const uint64_t i = ino - 1;
+    const std::string* seg;
+    DSFS_RETURN_IF_ERROR(inode_segments_.Pinned(i / inodes_per_segment_, &seg));
+    ++t_inode_decodes;
+    // InitSegments checked every segment's raw size: whole records.
+    return layout_.Decode(seg->data() + (i % inodes_per_segment_) * layout_.record_bytes(), rec);
+  }
   uint64_t off = static_cast<uint64_t>(ino - 1) * layout_.record_bytes();
   DSFS_RETURN_IF_ERROR(inodes_.Check(off, layout_.record_bytes()));
   ++t_inode_decodes;
   return layout_.Decode(inodes_.data() + off, rec);
 }
 
-Status Store::GetName(const InodeRecord& rec, std::string_view* name) const {
-  DSFS_RETURN_IF_ERROR(names_.Check(rec.name_off, rec.name_len));
-  *name = std::string_view(names_.data() + rec.name_off, rec.name_len);
+Status Store::NameBytes(uint64_t off, uint64_t len, bool ring, SegmentedTable::Segment* pin,
+                        std::string_view* out) const {
+  if (segmented_) return name_segments_.View(off, len, ring, pin, out);
+  DSFS_RETURN_IF_ERROR(names_.Check(off, len));
+  *out = std::string_view(names_.data() + off, len);
   return Status::OK();
+}
+
+Status Store::GetName(const InodeRecord& rec, std::string_view* name) const {
+  return NameBytes(rec.name_off, rec.name_len, true, nullptr, name);
 }
 
 Status Store::ReadLink(const InodeRecord& rec, std::string_view* target) const {
   if (!IsLink(rec)) return Status::InvalidArgument("not a symbolic link");
-  DSFS_RETURN_IF_ERROR(names_.Check(rec.data, rec.size));
-  *target = std::string_view(names_.data() + rec.data, rec.size);
-  return Status::OK();
+  return NameBytes(rec.data, rec.size, true, nullptr, target);
 }
 
 Status Store::DirEntries(uint32_t dir, const InodeRecord& rec, uint32_t* first,
@@ -221,6 +248,9 @@ void Store::WillNeedEntries(uint32_t first, uint32_t count) const {
   // A lookup's binary search or a listing touches the whole range: one read from a cold disk
   // instead of a page fault per step. Huge directories are left to per-segment requests.
   constexpr uint64_t kMaxBytes = 1 << 20;
+  // Segments are fetched whole when first used (and a remote backend fetches their
+  // neighbours with them).
+  if (segmented_) return;
   const uint64_t rb = layout_.record_bytes();
   const uint64_t off = static_cast<uint64_t>(first - 1) * rb;
   if (count * rb > kMaxBytes) return;
@@ -243,12 +273,13 @@ Status Store::Lookup(uint32_t dir, std::string_view name, uint32_t* ino, InodeRe
   DSFS_RETURN_IF_ERROR(DirEntries(dir, d, &first, &count));
   // Entries are sorted bytewise by name.
   uint32_t lo = 0, hi = count;
+  SegmentedTable::Segment pin;  // not the thread's ring: callers may hold a name meanwhile
   while (lo < hi) {
     uint32_t mid = lo + (hi - lo) / 2;
     InodeRecord r;
     DSFS_RETURN_IF_ERROR(GetInode(first + mid, &r));
     std::string_view n;
-    DSFS_RETURN_IF_ERROR(GetName(r, &n));
+    DSFS_RETURN_IF_ERROR(NameBytes(r.name_off, r.name_len, false, &pin, &n));
     int c = n.compare(name);
     if (c == 0) {
       if (r.parent != dir) return Status::Corruption("directory entry has the wrong parent");
@@ -266,6 +297,20 @@ Status Store::Lookup(uint32_t dir, std::string_view name, uint32_t* ino, InodeRe
 }
 
 uint64_t Store::WillNeedMetadata(uint64_t max_bytes) const {
+  if (segmented_) {
+    // A remote backend fetches what it is asked for: the segments come as they are used.
+    if (kv_->remote()) return 0;
+    const uint64_t bytes = inode_segments_.stored_bytes() + name_segments_.stored_bytes();
+    if (bytes > max_bytes) return 0;
+    for (const SegmentedTable* t : {&inode_segments_, &name_segments_}) {
+      const char space = t == &inode_segments_ ? kInodeSegmentSpace : kNameSegmentSpace;
+      for (uint64_t i = 0; i < t->segments(); ++i) {
+        PinnedValue v;
+        if (kv_->Get(SegmentKey(space, i), &v).ok()) kv_->WillNeed(v.data());
+      }
+    }
+    return bytes;
+  }
   uint64_t bytes = inodes_.size() + names_.size();
   if (bytes > max_bytes) return 0;
   inodes_.WillNeed(0, inodes_.size());
@@ -309,14 +354,17 @@ Status Store::WalkUp(uint32_t ino, uint32_t top,
 
 Status Store::PathOf(uint32_t ino, uint32_t top, std::string* path) const {
   std::vector<std::string_view> parts;  // last component first
+  std::vector<SegmentedTable::Segment> pins;  // what they point into (version 3)
   bool reached = false;
   Status s = WalkUp(
       ino, top,
       [&](uint32_t cur, const InodeRecord& r) {
         if (cur == top) return Status::OK();
         std::string_view name;
-        DSFS_RETURN_IF_ERROR(GetName(r, &name));
+        SegmentedTable::Segment pin;
+        DSFS_RETURN_IF_ERROR(NameBytes(r.name_off, r.name_len, false, &pin, &name));
         parts.push_back(name);
+        if (pin) pins.push_back(std::move(pin));
         return Status::OK();
       },
       &reached);
@@ -431,9 +479,8 @@ Status Store::CheckGroupStart(char space, std::string_view group, uint64_t last_
   const uint64_t first = last_id - count + 1;
   if (first == 0) return Status::OK();
   std::string key;
-  PinnedValue prev;
   uint64_t prev_id = 0;
-  Status s = kv_->Seek(PayloadKey(first - 1, space), &key, &prev);
+  Status s = kv_->SeekKey(PayloadKey(first - 1, space), &key);
   if (!s.ok() && !s.IsNotFound()) return s;
   if (!s.ok() || !ParsePayloadKey(key, &prev_id, space) || prev_id != first - 1) {
     return Status::Corruption("payload group key damaged");
@@ -508,8 +555,16 @@ Status Store::Prefetch(const InodeRecord& rec, uint64_t index) const {
 }
 
 Status Store::VerifyMetadata() const {
-  DSFS_RETURN_IF_ERROR(inodes_.CheckAll());
-  DSFS_RETURN_IF_ERROR(names_.CheckAll());
+  if (segmented_) {
+    // Straight from the store, never from the cache: verify checks what is stored.
+    std::string raw;
+    for (const SegmentedTable* t : {&inode_segments_, &name_segments_}) {
+      for (uint64_t i = 0; i < t->segments(); ++i) DSFS_RETURN_IF_ERROR(t->Load(i, &raw));
+    }
+  } else {
+    DSFS_RETURN_IF_ERROR(inodes_.CheckAll());
+    DSFS_RETURN_IF_ERROR(names_.CheckAll());
+  }
   // A name the kernel cannot take makes its whole directory unlistable through a mount
   // (stores packed before pack refused them may hold one).
   for (uint32_t ino = 2; ino <= header_.inode_count; ++ino) {
@@ -535,6 +590,65 @@ Status Store::VerifyFile(const InodeRecord& rec) const {
     DSFS_RETURN_IF_ERROR(ReadChunk(rec, i, false, &pin, &scratch, &data));
   }
   return Status::OK();
+}
+
+Status Store::InitSegments() {
+  const StoreHeader& h = header_;
+  PinnedValue v;
+  Status s = kv_->Get(kSegmentIndexKey, &v);
+  if (s.IsNotFound()) return Status::Corruption("store is missing its 'M' record");
+  DSFS_RETURN_IF_ERROR(s);
+  SegmentIndex ix;
+  DSFS_RETURN_IF_ERROR(SegmentIndex::Parse(v.data(), &ix));
+  // The index must describe exactly the tables the header declares: the inode table in
+  // segments of inodes_per_segment whole records (the last may hold fewer), the name pool
+  // names_bytes long.
+  const uint64_t rb = layout_.record_bytes();
+  const uint64_t per = ix.inodes_per_segment;
+  if (per == 0 || per * rb > kMaxSegmentRawBytes ||
+      ix.inodes.size() != (h.inode_count + per - 1) / per) {
+    return Status::Corruption("segment index does not match the inode table");
+  }
+  for (size_t i = 0; i < ix.inodes.size(); ++i) {
+    const uint64_t records = i + 1 < ix.inodes.size() ? per : h.inode_count - i * per;
+    if (ix.inodes[i].raw_bytes != records * rb) {
+      return Status::Corruption("segment index does not match the inode table");
+    }
+  }
+  uint64_t names = 0;
+  for (const SegmentEntry& e : ix.names) names += e.raw_bytes;
+  if (names != h.names_bytes) {
+    return Status::Corruption("name table size does not match the header");
+  }
+  static std::atomic<uint64_t> serials{1};
+  const uint64_t serial = serials.fetch_add(1, std::memory_order_relaxed);
+  inodes_per_segment_ = per;
+  DSFS_RETURN_IF_ERROR(inode_segments_.Init("inode", kInodeSegmentSpace, std::move(ix.inodes),
+                                            kv_.get(), meta_cache_.get(), serial,
+                                            static_cast<uint32_t>(rb)));
+  DSFS_RETURN_IF_ERROR(name_segments_.Init("name", kNameSegmentSpace, std::move(ix.names),
+                                           kv_.get(), meta_cache_.get(), serial));
+  segmented_ = true;
+  return Status::OK();
+}
+
+Store::MetadataSize Store::metadata_size() const {
+  MetadataSize m;
+  if (segmented_) {
+    m.inode_bytes = inode_segments_.size();
+    m.name_bytes = name_segments_.size();
+    m.stored_bytes = inode_segments_.stored_bytes() + name_segments_.stored_bytes();
+    m.segments = inode_segments_.segments() + name_segments_.segments();
+  } else {
+    m.inode_bytes = inodes_.size();
+    m.name_bytes = names_.size();
+    m.stored_bytes = m.inode_bytes + m.name_bytes;
+  }
+  return m;
+}
+
+ByteCache::Stats Store::metadata_cache_stats() const {
+  return segmented_ && meta_cache_ ? meta_cache_->stats() : ByteCache::Stats{};
 }
 
 }  // namespace dsfs

@@ -2,7 +2,10 @@
 //
 // Thread safety: after Open, every const method may be called from any number of threads.
 // Everything returned as a string_view points into the store (the memory map) and stays valid
-// while the Store lives.
+// while the Store lives, but for names and symlink targets of a version 3 store (GetName,
+// ReadLink): those point into a decompressed metadata segment, and stay valid through at
+// least the calling thread's next SegmentedTable::kNameRingSlots - 1 (15) GetName/ReadLink
+// calls (of any store); copy a name kept longer.
 #pragma once
 
 #include <atomic>
@@ -17,6 +20,7 @@
 #include "image/image.h"
 #include "store/codec.h"
 #include "store/format.h"
+#include "store/segments.h"
 
 namespace dsfs {
 
@@ -29,7 +33,17 @@ struct StoreOptions {
   // For a store in object storage: the local disk cache (KvReaderOptions).
   std::string cache_dir;
   uint64_t cache_disk_bytes = 0;
+  // Remote stores: KvReaderOptions::remote_attempts, remote_timeout_s (0: defaults).
+  int remote_attempts = 0;
+  int remote_timeout_s = 0;
+  // Decompressed metadata segments (version 3 stores) are kept in a cache of their own of at
+  // most this many bytes; 0: DefaultMetadataCacheBytes().
+  uint64_t metadata_cache_bytes = 0;
 };
+
+// The default bound of a Store's metadata segment cache: a 32nd of physical memory, at least
+// 32 MiB (the whole tree of 1M files takes ~25 MB decompressed, of 10M ~290 MB).
+uint64_t DefaultMetadataCacheBytes();
 
 // Where the bytes of a read live: a cached chunk (pinned here), the store's memory map, or
 // bytes assembled in `bytes`. Reuse one per thread to avoid allocations.
@@ -52,7 +66,8 @@ class Store {
   static bool HasStoreHeader(const std::string& path);
   // Same, over an already opened key-value reader (tests use memory and fault-injecting ones).
   static Status Open(std::unique_ptr<KvReader> kv, std::unique_ptr<Store>* store,
-                     std::shared_ptr<ByteCache> cache = nullptr);
+                     std::shared_ptr<ByteCache> cache = nullptr,
+                     uint64_t metadata_cache_bytes = 0);
 
   const StoreHeader& header() const { return header_; }
   std::string_view backend_name() const { return kv_->Name(); }
@@ -120,8 +135,19 @@ class Store {
 
   // Asks the backend to read the whole tree's metadata (inode and name tables) ahead, if they
   // take at most `max_bytes`: lookups and listings then find it in memory. Returns the bytes
-  // announced (0 if over the limit).
+  // announced (0 if over the limit). A version 3 store announces its stored (compressed)
+  // segments to a local backend; one in object storage is left to fetch them as they are used
+  // (returns 0).
   uint64_t WillNeedMetadata(uint64_t max_bytes) const;
+
+  // The metadata as stored: raw bytes of the inode table and name pool, stored bytes (of a
+  // version 3 store's segments; the raw sizes for older ones) and segments (0 for older ones).
+  struct MetadataSize {
+    uint64_t inode_bytes = 0, name_bytes = 0, stored_bytes = 0, segments = 0;
+  };
+  MetadataSize metadata_size() const;
+  // Counters of the metadata segment cache (version 3 stores; zero otherwise).
+  ByteCache::Stats metadata_cache_stats() const;
 
   // Verifies the metadata tables completely (mounting checks them lazily, on first access),
   // and that no name is longer than kMaxNameBytes. Corruption names what is wrong.
@@ -139,6 +165,12 @@ class Store {
 
   // Asks the backend to read the metadata of entries [first, first + count) ahead.
   void WillNeedEntries(uint32_t first, uint32_t count) const;
+  Status InitSegments();
+  // Bytes [off, off + len) of the name pool. Version 3: pinned by the calling thread's ring
+  // (`ring`, GetName and ReadLink) or by *pin (the store's own uses, which hold names while
+  // they look up others); older versions: a view into the store, pin unused.
+  Status NameBytes(uint64_t off, uint64_t len, bool ring, SegmentedTable::Segment* pin,
+                   std::string_view* out) const;
   // Record `id` of `space` ("P" payloads, "Q" pixels), decompressed, of `expected` bytes; the
   // cache (may be null) is looked up and filled by id.
   Status ReadRecord(char space, uint64_t id, uint64_t expected, ByteCache* cache,
@@ -152,7 +184,12 @@ class Store {
   StoreHeader header_{};
   PinnedValue layout_value_, inode_value_, inode_sums_, name_value_, name_sums_, dict_value_;
   InodeLayout layout_;
-  CheckedTable inodes_, names_;
+  CheckedTable inodes_, names_;  // versions 1 and 2: the tables stored raw
+  // Version 3: the tables in segments, read lazily into meta_cache_.
+  bool segmented_ = false;
+  uint64_t inodes_per_segment_ = 0;
+  SegmentedTable inode_segments_, name_segments_;
+  std::shared_ptr<ByteCache> meta_cache_;
   std::shared_ptr<Dictionary> dict_;
   std::string_view dict_bytes_;
   std::shared_ptr<ByteCache> cache_;

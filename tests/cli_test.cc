@@ -182,7 +182,9 @@ TEST_F(CliTest, LsCatInfoVerify) {
   nlohmann::json info = nlohmann::json::parse(r.out, nullptr, false);
   ASSERT_TRUE(info.is_object()) << r.out;
   EXPECT_EQ(info["files"], 103) << r.out;
-  EXPECT_EQ(info["format_version"], 2);
+  EXPECT_EQ(info["format_version"], 3);
+  EXPECT_GT(info["metadata_segments"], 0) << r.out;
+  EXPECT_LT(info["metadata_bytes"], info["metadata_raw_bytes"]) << r.out;
   EXPECT_EQ(info["tensor"]["path"], "/");
   // A store path that is not UTF-8 still gives a valid document (the bytes become U+FFFD).
   const std::string odd = dir_ / "s\xff.db";
@@ -294,6 +296,13 @@ TEST(MountOptionsTest, ParsesEveryOption) {
   EXPECT_FALSE(c.fuse.zero_message_open);
   EXPECT_EQ(c.fuse.preload_path, "/train");
   EXPECT_FALSE(c.store.random_access);
+  MountConfig s3;
+  ASSERT_TRUE(ParseMountOptions("s3_attempts=12,s3_timeout=30", &s3).ok());
+  EXPECT_EQ(s3.store.remote_attempts, 12);
+  EXPECT_EQ(s3.store.remote_timeout_s, 30);
+  EXPECT_EQ(c.store.remote_attempts, 0);  // not given: the environment's or the default
+  EXPECT_FALSE(ParseMountOptions("s3_attempts=0", &s3).ok());
+  EXPECT_FALSE(ParseMountOptions("s3_timeout=x", &s3).ok());
   MountConfig p;
   ASSERT_TRUE(ParseMountOptions("preload", &p).ok());
   EXPECT_EQ(p.fuse.preload_path, "/");

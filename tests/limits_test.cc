@@ -9,6 +9,7 @@
 #include "backend/kv_store.h"
 #include "fs/filesystem.h"
 #include "store/format.h"
+#include "store/segments.h"
 #include "tests/fuzz/fuzz_targets.h"
 #include "tests/test_util.h"
 #include "tools/commands.h"
@@ -39,19 +40,33 @@ class LimitsTest : public ::testing::Test {
     ASSERT_TRUE(store->LookupPath("train/c0/b.jpg", &b_, &r).ok());
     ASSERT_TRUE(store->LookupPath("notes.txt", &notes_, &r).ok());
     ASSERT_TRUE(IsDecodableImage(records_[a_ - 1]));
+    std::string inode_bytes;
+    ASSERT_TRUE(ReadMetadataTables(NewMemReader(table_).get(), &inode_bytes, &names_).ok());
   }
 
-  // Writes `records_` back (new layout, inode table, header) with every checksum right.
+  // Writes `records` and names_ back (new layout, metadata segments, header) with every
+  // checksum right.
   void Rewrite(const std::vector<InodeRecord>& records) {
     InodeLayout l = InodeLayout::For(records);
     table_->data[std::string(kLayoutKey)] = l.Serialize();
     std::string inodes(records.size() * l.record_bytes(), '\0');
     for (size_t i = 0; i < records.size(); ++i) l.Encode(records[i], &inodes[i * l.record_bytes()]);
-    table_->data[std::string(kInodeKey)] = inodes;
     StoreHeader h;
     std::memcpy(&h, table_->data.at(std::string(kHeaderKey)).data(), sizeof(h));
+    for (auto it = table_->data.begin(); it != table_->data.end();) {
+      uint64_t s;
+      bool meta = it->first == kSegmentIndexKey ||
+                  ParsePayloadKey(it->first, &s, kInodeSegmentSpace) ||
+                  ParsePayloadKey(it->first, &s, kNameSegmentSpace);
+      it = meta ? table_->data.erase(it) : std::next(it);
+    }
+    MetadataRecords meta;
+    ASSERT_TRUE(
+        EncodeMetadata(records, inodes, l.record_bytes(), names_, h.segment_bytes, 3, 1, &meta)
+            .ok());
+    for (auto& [k, v] : meta.records) table_->data[k] = v;
     h.inode_count = records.size();
-    h.names_bytes = table_->data.at(std::string(kNameKey)).size();
+    h.names_bytes = names_.size();
     SealHeader(&h);
     table_->data[std::string(kHeaderKey)] = std::string(reinterpret_cast<char*>(&h), sizeof(h));
     fuzz::RepairChecksums(table_.get());
@@ -80,6 +95,7 @@ class LimitsTest : public ::testing::Test {
   PackOptions options_;
   std::shared_ptr<MemTable> table_;
   std::vector<InodeRecord> records_;
+  std::string names_;  // the name pool
   uint32_t a_ = 0, b_ = 0, notes_ = 0;
 };
 
@@ -173,7 +189,7 @@ TEST_F(LimitsTest, ParentLoopFailsTheTensorFileListInsteadOfHanging) {
 TEST_F(LimitsTest, VeryDeepTreeIsRefusedByTheWalkAndTheTensorView) {
   constexpr uint32_t kDepth = 20000;
   std::vector<InodeRecord> recs(kDepth);
-  table_->data[std::string(kNameKey)] = "d";
+  names_ = "d";
   for (uint32_t i = 0; i < kDepth; ++i) {
     InodeRecord& r = recs[i];
     r = records_[0];  // the root: a directory
@@ -212,7 +228,7 @@ TEST_F(LimitsTest, VeryDeepTreeIsRefusedByTheWalkAndTheTensorView) {
 // A name longer than the kernel takes (stores packed before pack refused them): verify calls
 // the store damaged.
 TEST_F(LimitsTest, NameLongerThanTheKernelTakesFailsVerify) {
-  std::string& names = table_->data.at(std::string(kNameKey));
+  std::string& names = names_;
   std::vector<InodeRecord> recs = records_;
   recs[notes_ - 1].name_off = names.size();
   recs[notes_ - 1].name_len = 4096;

@@ -402,6 +402,12 @@ TEST(S3StoreTest, DiskCacheServesASecondReaderWithoutGetsAndIsChecked) {
   EXPECT_GT(first.gets, 1u);
   // Adjacent values come in one GET: far fewer GETs than values read.
   EXPECT_LT(first.gets, first.disk_misses + first.disk_hits);
+  // The files of one payload group, read one after another, read the group once.
+  uint64_t recent = 0;
+  for (const auto& [name, n] : kv->Counters()) {
+    if (name == "recent_value_hits") recent = n;
+  }
+  EXPECT_GT(recent, 0u);
   kv.reset();
   // A later reader of the same store: only the index is fetched.
   EXPECT_EQ(ListingOf(url, ko, &kv), want);
@@ -603,6 +609,47 @@ TEST(S3MountTest, MountReadsTheTreeAndErrorsAreOneLine) {
   ::setenv("AWS_SECRET_ACCESS_KEY", g_ceph->secret.c_str(), 1);
   EXPECT_TRUE(IsOneLineError(denied, {"access denied"}));
   EXPECT_EQ(denied.err.find("wrong-secret"), std::string::npos);
+  EXPECT_FALSE(IsMounted(mp));
+}
+
+// The retry budget as mount options (s3_attempts=, s3_timeout=): they win over the
+// environment (DSFS_S3_ATTEMPTS=3 here), which stays the default.
+TEST(S3ReaderTest, RetryBudgetOptionsOverrideTheEnvironment) {
+  ScopedEnv env;
+  env.Set("AWS_ENDPOINT_URL", "http://127.0.0.1:1");  // nothing listens there
+  env.Set("AWS_ACCESS_KEY_ID", "k");
+  env.Set("AWS_SECRET_ACCESS_KEY", "s");
+  env.Set("DSFS_S3_ATTEMPTS", "3");
+  std::unique_ptr<KvReader> kv;
+  KvReaderOptions ko;
+  ko.remote_attempts = 2;
+  ko.remote_timeout_s = 1;
+  Status s = OpenKvReader("s3://bucket/x", ko, &kv);
+  EXPECT_NE(s.message().find("gave up after 2 tries"), std::string::npos) << s.ToString();
+  s = OpenKvReader("s3://bucket/x", KvReaderOptions{}, &kv);
+  EXPECT_NE(s.message().find("gave up after 3 tries"), std::string::npos) << s.ToString();
+}
+
+TEST(S3MountTest, RetryBudgetMountOptionsReachTheClient) {
+  SKIP_UNLESS_CAN_MOUNT();
+  ScopedEnv env;
+  env.Set("AWS_ENDPOINT_URL", "http://127.0.0.1:1");
+  env.Set("AWS_ACCESS_KEY_ID", "k");
+  env.Set("AWS_SECRET_ACCESS_KEY", "s");
+  env.Set("DSFS_S3_ATTEMPTS", "3");
+  TempDir dir;
+  std::string mp = dir / "mnt";
+  MakeDir(mp);
+  MountGuard g(mp);
+  EXPECT_TRUE(IsOneLineError(
+      g.MountBackground("s3://bucket/x", {"-o", "cache_disk=0,s3_attempts=1,s3_timeout=2"}),
+      {"gave up after 1 tries"}));
+  EXPECT_TRUE(IsOneLineError(g.MountBackground("s3://bucket/x", {"-o", "cache_disk=0"}),
+                             {"gave up after 3 tries"}));
+  CommandResult bad = g.MountBackground("s3://bucket/x", {"-o", "s3_attempts=0"});
+  EXPECT_EQ(bad.exit_code, 2) << Describe(bad);  // a usage error
+  EXPECT_NE(bad.err.find("s3_attempts=0: not a whole number from 1 to 1000"), std::string::npos)
+      << Describe(bad);
   EXPECT_FALSE(IsMounted(mp));
 }
 

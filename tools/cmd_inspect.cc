@@ -172,6 +172,7 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
   uint64_t store_bytes = StoreBytes(store_path);
   double ratio =
       h.file_bytes ? static_cast<double>(store_bytes) / static_cast<double>(h.file_bytes) : 0;
+  const Store::MetadataSize meta = store->metadata_size();
   if (json) {
     // Key order as written, one line as the stats file (fs/stats.h: bytes that are not UTF-8,
     // which a store path may hold, become U+FFFD rather than an invalid document).
@@ -184,7 +185,9 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
         {"ratio", std::round(ratio * 1e4) / 1e4}, {"zstd_level", h.zstd_level},
         {"dictionary_bytes", h.dict_bytes}, {"chunk_bytes", h.chunk_bytes},
         {"images", h.image_count}, {"pixel_records", h.pixel_count},
-        {"pixel_bytes", h.pixel_bytes}};
+        {"pixel_bytes", h.pixel_bytes}, {"metadata_bytes", meta.stored_bytes},
+        {"metadata_raw_bytes", meta.inode_bytes + meta.name_bytes},
+        {"metadata_segments", meta.segments}};
     nlohmann::ordered_json& tensor = j["tensor"];
     tensor = {{"path", path}, {"available", t.available}};
     if (t.available) {
@@ -207,6 +210,7 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
       "entries:      %llu (%llu files, %llu directories, %llu symlinks)\n"
       "file bytes:   %s\n"
       "store bytes:  %s (ratio %.3f; payloads %s in %llu records)\n"
+      "metadata:     %s (%s raw; %s)\n"
       "compression:  zstd level %d, dictionary %s, chunks of %s\n"
       "images:       %llu decodable by the views; decoded pixels stored: %s\n",
       store_path.c_str(), std::string(store->backend_name()).c_str(), h.version,
@@ -215,7 +219,11 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
       static_cast<unsigned long long>(h.file_count), static_cast<unsigned long long>(h.dir_count),
       static_cast<unsigned long long>(h.symlink_count), FormatBytes(h.file_bytes).c_str(),
       FormatBytes(store_bytes).c_str(), ratio, FormatBytes(h.payload_bytes).c_str(),
-      static_cast<unsigned long long>(h.payload_count), h.zstd_level,
+      static_cast<unsigned long long>(h.payload_count), FormatBytes(meta.stored_bytes).c_str(),
+      FormatBytes(meta.inode_bytes + meta.name_bytes).c_str(),
+      meta.segments ? (std::to_string(meta.segments) + " compressed segments").c_str()
+                    : "stored raw",
+      h.zstd_level,
       h.dict_bytes ? FormatBytes(h.dict_bytes).c_str() : "none",
       FormatBytes(h.chunk_bytes).c_str(), static_cast<unsigned long long>(h.image_count),
       h.pixel_count ? FormatBytes(h.pixel_bytes).c_str() : "no");

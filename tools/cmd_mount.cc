@@ -134,6 +134,12 @@ Status ParseOptionList(const std::string& list, MountConfig* config, SeenOptions
       DSFS_RETURN_IF_ERROR(ParseSize(value, &bytes).WithContext("mount option cache_disk"));
       config->store.cache_disk_bytes = bytes;
       config->cache_disk_set = true;
+    } else if (key == "s3_attempts") {
+      DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1, 1000, &n));
+      config->store.remote_attempts = static_cast<int>(n);
+    } else if (key == "s3_timeout") {
+      DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1, 86400, &n));
+      config->store.remote_timeout_s = static_cast<int>(n);
     } else if (key == "preload") {
       config->fuse.preload_path = value.empty() ? "/" : std::string(value);
     } else if (key == "timeout") {

@@ -73,6 +73,10 @@ constexpr const char* kMountOptionsHelp = R"(Mount options (-o, comma-separated;
   cache_dir=DIR         a store in S3 (s3://BUCKET/PREFIX): keep what was fetched under DIR
                         (default: ~/.cache/dsfs), shared by later mounts of the same store
   cache_disk=SIZE       ... within SIZE of disk (default: 8G; 0: no disk cache)
+  s3_attempts=N         a store in S3: tries per request before a read fails with EIO
+                        (default: $DSFS_S3_ATTEMPTS, else 5)
+  s3_timeout=SECONDS    ... a transfer stalled this long is dropped and retried
+                        (default: $DSFS_S3_TIMEOUT_S, else 10)
   preload[=PATH]        decompress PATH (default: all) into the RAM cache after mounting
   threads=N             FUSE session threads (default 2)
   nice=N                their nice value, so readers' requests are served first (default -10)

@@ -162,6 +162,30 @@ void RepairChecksums(MemTable* table) {
       if (t != d.end()) d[std::string(sum_key)] = SegmentSums(t->second, segment_bytes);
     }
   }
+  // Version 3: each segment's stored size and checksum in the segment index, then the index's
+  // own checksum (what the index says of raw sizes is left as it is).
+  if (auto it = d.find(kSegmentIndexKey); it != d.end()) {
+    std::string& ix = it->second;
+    constexpr size_t kHead = 24, kEntry = 16;
+    if (ix.size() >= kHead + 8) {
+      uint64_t ni, nn;
+      std::memcpy(&ni, ix.data() + 8, 8);
+      std::memcpy(&nn, ix.data() + 16, 8);
+      const uint64_t room = (ix.size() - kHead - 8) / kEntry;
+      for (uint64_t i = 0; i < room && i < ni + nn && ni <= room; ++i) {
+        const bool inode = i < ni;
+        auto seg = d.find(SegmentKey(inode ? kInodeSegmentSpace : kNameSegmentSpace,
+                                     inode ? i : i - ni));
+        if (seg == d.end() || seg->second.empty()) continue;
+        char* e = ix.data() + kHead + kEntry * i;
+        uint32_t stored = static_cast<uint32_t>(seg->second.size());
+        uint64_t sum = XXH3_64bits(seg->second.data(), seg->second.size());
+        std::memcpy(e + 4, &stored, 4);
+        std::memcpy(e + 8, &sum, 8);
+      }
+      RepairTrailingSum(&ix);
+    }
+  }
   if (auto it = d.find(kDictKey); it != d.end()) RepairRecord(it->second.data(), it->second.size());
   for (auto& [k, v] : d) {
     uint64_t id;

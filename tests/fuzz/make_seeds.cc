@@ -12,6 +12,7 @@
 
 #include "tests/fakes/mem_store.h"
 #include "store/format.h"
+#include "store/segments.h"
 #include "pack/packer.h"
 #include "tests/fuzz/fuzz_targets.h"
 
@@ -93,10 +94,15 @@ int main(int argc, char** argv) {
     const auto& d = table->data;
     Put(corpus / "record" / "header", std::string(1, '\3') + d.at(std::string(dsfs::kHeaderKey)));
     std::string layout = d.at(std::string(dsfs::kLayoutKey));
+    std::string inode_bytes, names;
+    if (!dsfs::ReadMetadataTables(dsfs::NewMemReader(keep).get(), &inode_bytes, &names).ok()) {
+      std::cerr << "dsfs_fuzz_seeds: cannot read the metadata back\n";
+      return 1;
+    }
     uint16_t n = static_cast<uint16_t>(layout.size());
     Put(corpus / "record" / "layout",
         std::string(1, '\1') + std::string(reinterpret_cast<const char*>(&n), 2) + layout +
-            d.at(std::string(dsfs::kInodeKey)).substr(0, 256));
+            inode_bytes.substr(0, 256));
     int groups = 0;
     for (const auto& [k, v] : d) {
       uint64_t id;

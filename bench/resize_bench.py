@@ -31,7 +31,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from views_bench import PY, REPO, Mount, drop_caches, epochs_of, sh  # noqa: E402
+import views_bench  # noqa: E402
+from views_bench import PY, REPO, Mount, drop_caches, sh  # noqa: E402
 
 READERS = ["ext4", "ext4_bmp", "ext4_jpeg", "dsfs", "bmp", "jpeg", "kernel_bmp"]
 
@@ -55,7 +56,7 @@ def write_resized(src, out, size, fmt):
     if os.path.exists(stamp):
         return
     shutil.rmtree(out, ignore_errors=True)
-    code = f"""
+    code = """
 import os, sys
 from concurrent.futures import ProcessPoolExecutor
 from PIL import Image
@@ -68,7 +69,7 @@ def one(rel):
     dst = os.path.join(out, rel)
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     with open(dst, "wb") as f:
-        img.save(f, "BMP" if fmt == "bmp" else "JPEG", **({{}} if fmt == "bmp" else {{"quality": 90}}))
+        img.save(f, "BMP" if fmt == "bmp" else "JPEG", **({} if fmt == "bmp" else {"quality": 90}))
 rels = sorted(os.path.relpath(os.path.join(d, n), src) for d, _, ns in os.walk(src) for n in ns)
 with ProcessPoolExecutor(2) as ex:
     list(ex.map(one, rels, chunksize=64))
@@ -80,14 +81,10 @@ with ProcessPoolExecutor(2) as ex:
 
 
 def imagefolder(root, subset, size, crop, label):
-    r = sh([PY, os.path.join(REPO, "bench", "imagefolder_read.py"), root, "--epochs", "2",
-            "--workers", "2", "--batch", "256", "--subset", str(subset), "--resize", str(size),
-            "--crop", str(crop), "--label", label], timeout=3600)
-    if r.returncode != 0:
-        raise RuntimeError(f"imagefolder_read {root}: {r.stderr.strip()[-500:]}")
-    ev = epochs_of(r.stdout)
-    return {"scan_s": ev[0]["scan_s"], "images": ev[1]["images"],
-            "epoch1": ev[1]["images_per_s"], "epoch2": ev[2]["images_per_s"]}
+    res = views_bench.imagefolder(root, subset, label,
+                                  ["--resize", str(size), "--crop", str(crop)], timeout=3600)
+    res["images"] = res.pop("epoch_images")  # the images an epoch read
+    return res
 
 
 def median(xs):

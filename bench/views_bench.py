@@ -94,14 +94,16 @@ def epochs_of(output):
     return [json.loads(l) for l in output.splitlines() if l.startswith("{")]
 
 
-def imagefolder(root, subset, label):
+def imagefolder(root, subset, label, extra=(), timeout=1800):
+    """Two epochs of bench/imagefolder_read.py (`extra`: more of its options, e.g. --resize)."""
     r = sh([PY, os.path.join(REPO, "bench", "imagefolder_read.py"), root, "--epochs", "2",
-            "--workers", "2", "--batch", "256", "--subset", str(subset), "--label", label],
-           timeout=1800)
+            "--workers", "2", "--batch", "256", "--subset", str(subset), "--label", label,
+            *extra], timeout=timeout)
     if r.returncode != 0:
         raise RuntimeError(f"imagefolder_read {root}: {r.stderr.strip()[-500:]}")
     ev = epochs_of(r.stdout)
     return {"scan_s": ev[0]["scan_s"], "images": ev[0]["images"],
+            "epoch_images": ev[1]["images"],
             "epoch1": ev[1]["images_per_s"], "epoch2": ev[2]["images_per_s"]}
 
 

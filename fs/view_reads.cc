@@ -23,6 +23,16 @@ void AppendRange(std::string_view part, uint64_t part_begin, uint64_t offset, ui
   if (b < e) out->append(part.substr(b - part_begin, e - b));
 }
 
+// One more image rendered, and the time since `t0` it took (statistics: relaxed).
+void CountSince(std::chrono::steady_clock::time_point t0, std::atomic<uint64_t>* images,
+                std::atomic<uint64_t>* ns) {
+  images->fetch_add(1, std::memory_order_relaxed);
+  ns->fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::steady_clock::now() - t0)
+                                          .count()),
+                std::memory_order_relaxed);
+}
+
 }  // namespace
 
 bool Filesystem::ReadDecodes(uint64_t fuse_ino, uint64_t offset, uint64_t size) const {
@@ -90,12 +100,7 @@ Status Filesystem::Pixels(uint32_t ino, const InodeRecord& rec, bool keep,
       }
       *px = std::move(img.rgb);
     }
-    images_decoded_.fetch_add(1, std::memory_order_relaxed);
-    image_decode_ns_.fetch_add(
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                  std::chrono::steady_clock::now() - t0)
-                                  .count()),
-        std::memory_order_relaxed);
+    CountSince(t0, &images_decoded_, &image_decode_ns_);
     *px_out = std::move(px);
     return Status::OK();
   };
@@ -132,12 +137,7 @@ Status Filesystem::ResizedFile(View v, uint32_t ino, const InodeRecord& rec,
       } else {
         RenderBmp(w, h, resized, file.get());
       }
-      images_resized_.fetch_add(1, std::memory_order_relaxed);
-      image_resize_ns_.fetch_add(
-          static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                    std::chrono::steady_clock::now() - t0)
-                                    .count()),
-          std::memory_order_relaxed);
+      CountSince(t0, &images_resized_, &image_resize_ns_);
     }
     *file_out = std::move(file);
     return Status::OK();

@@ -18,7 +18,9 @@ and drop_caches, epoch 2 hot. Readers:
   - dsfs `-o kernel=loop`: the original tree over a loop device with direct I/O (what kernels
     without file-backed EROFS mounts get);
   - dsfs classic over FUSE over io_uring (-o transport=uring, with the fuse module's
-    enable_uring set to Y for those mounts and put back): the original tree and the bmp view.
+    enable_uring set to Y for those mounts and put back): the original tree and the bmp view;
+  - dsfs classic and over io_uring with the daemon in a session of its own (`setsid dsfs
+    mount`: another scheduler autogroup than the reader, as a daemon started elsewhere is).
 Then, per data set, shuffled open+read+close of the --subset files with bench/readfiles.cc
 (dsfs-readbench, 1 and 4 threads; pass 1 after a fresh mount and drop_caches, then the median
 of 5 hot passes) on
@@ -53,6 +55,11 @@ READERS = (
     ("kernel_loop", "dsfs -o kernel=loop, original tree", ["-o", "kernel=loop"]),
     ("uring", "dsfs FUSE over io_uring, original tree", ["-o", "transport=uring"]),
     ("uring_bmp", "dsfs FUSE over io_uring, -o view=bmp", ["-o", "transport=uring,view=bmp"]),
+    # The daemon in a session of its own (`setsid dsfs mount`): another scheduler autogroup than
+    # the reader, as a daemon started elsewhere would be (docs/io_uring.md).
+    ("classic_setsid", "dsfs classic, original tree, daemon in its own session", []),
+    ("uring_setsid", "dsfs FUSE over io_uring, original tree, daemon in its own session",
+     ["-o", "transport=uring"]),
 )
 ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
 
@@ -161,6 +168,10 @@ def main():
             with Mount(dsfs, store, mnt, ["-o", "view=bmp"]):
                 shutil.copytree(mnt, bmp_copy + ".partial", ignore=shutil.ignore_patterns(".dsfs"))
             os.rename(bmp_copy + ".partial", bmp_copy)
+        setsid_dsfs = os.path.join(a.work, "dsfs-setsid")
+        with open(setsid_dsfs, "w") as f:
+            f.write(f'#!/bin/sh\nexec setsid -w {dsfs} "$@"\n')
+        os.chmod(setsid_dsfs, 0o755)
         for _ in range(0 if a.skip_imagefolder else a.rounds):
             for key, label, opts in READERS:
                 if key != "ext4" and key not in a.readers:
@@ -172,7 +183,8 @@ def main():
                     continue
                 t0 = time.perf_counter()
                 with EnableUring() if key.startswith("uring") else contextlib.nullcontext(), \
-                        Mount(dsfs, store, mnt, opts) as m:
+                        Mount(setsid_dsfs if key.endswith("_setsid") else dsfs, store, mnt,
+                              opts) as m:
                     mount_s = time.perf_counter() - t0
                     drop_caches()
                     if key.startswith("uring"):

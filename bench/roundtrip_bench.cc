@@ -9,7 +9,7 @@
 // found.
 //
 //   dsfs-roundtrip-bench [--seconds S] [--reps R] [--rounds N] [--busy 0,2]
-//                        [--configs classic,uring,uring:defer,uring:coop,uring:poll=20:nopin]
+//                        [--configs classic,uring,uring:nodefer,uring:coop,uring:poll=20:nopin]
 //                        [--ext4-dir DIR] [--dsfs BINARY --store STORE --file PATH]
 //
 // With --dsfs, the server is a real dsfs mount instead: `BINARY mount STORE DIR -o
@@ -18,8 +18,8 @@
 // cache), pread() of 4 KiB with O_DIRECT (one READ round trip each) and the unmodified read a
 // program does: open, read the whole file (from the page cache), close.
 //
-// A config is a transport (auto, uring, classic) with options: defer (IORING_SETUP_SINGLE_ISSUER
-// | DEFER_TASKRUN), coop (COOP_TASKRUN), poll=US (busy-poll before sleeping), nopin (queue
+// A config is a transport (auto, uring, classic) with options: nodefer (rings without dsfs's
+// IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN), coop (COOP_TASKRUN), poll=US (busy-poll before sleeping), nopin (queue
 // threads not pinned to their CPUs). The configs take turns, round after round, so that each
 // sees the same background load; printed is the median per (target, busy processes, call) of
 // microseconds per call over all rounds.
@@ -222,7 +222,7 @@ bool Parse(int argc, char** argv, Args* a) {
   return argc % 2 == 1;
 }
 
-// "uring:defer:poll=20:nopin" -> options. False on an unknown word.
+// "uring:nodefer:poll=20:nopin" -> options. False on an unknown word.
 bool ConfigOptions(const std::string& config, dsfs::TransportOptions* o) {
   std::vector<std::string> words = Split(config, ':');
   if (words.empty() || !dsfs::ParseTransportMode(words[0], &o->mode).ok()) return false;
@@ -232,8 +232,8 @@ bool ConfigOptions(const std::string& config, dsfs::TransportOptions* o) {
       o->pin_threads = false;
     } else if (w == "coop") {
       o->extra_ring_flags |= IORING_SETUP_COOP_TASKRUN;
-    } else if (w == "defer") {
-      o->extra_ring_flags |= IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+    } else if (w == "nodefer") {
+      o->defer_taskrun = false;
     } else if (w.rfind("poll=", 0) == 0) {
       o->busy_poll_us = std::stoi(w.substr(5));
     } else {
@@ -387,7 +387,7 @@ int main(int argc, char** argv) {
   if (!ok) {
     std::fprintf(stderr,
                  "usage: %s [--seconds S] [--reps R] [--rounds N] [--busy 0,2]\n"
-                 "          [--configs classic,uring,uring:defer,uring:coop,uring:poll=20:nopin]\n"
+                 "          [--configs classic,uring,uring:nodefer,uring:coop,uring:poll=20:nopin]\n"
                  "          [--ext4-dir DIR] [--dsfs BINARY --store STORE --file /PATH]\n",
                  argv[0]);
     return 2;

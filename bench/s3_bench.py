@@ -2,8 +2,8 @@
 """A store read from S3 object storage (Ceph RGW) against the same store on local disk (issue 17).
 
   /usr/bin/python3 bench/s3_bench.py [--dsfs BUILD/dsfs] [--src TREE] [--work /var/tmp/dsfs-s3-bench]
-                                     [--subset 20000] [--scale-files N]
-                                     [--scale-store STORE] [--scale-only]
+                                     [--subset 20000] [--rounds 3] [--delay-ms 1]
+                                     [--scale-files N] [--scale-store STORE] [--scale-only]
 
 Starts its own single-host Ceph cluster (tests/ceph_rgw.sh, 127.0.0.1, memstore) and stops it at
 the end. Packs TREE (default: the core benchmark's fmnist_20000 ImageFolder tree, built by
@@ -13,28 +13,90 @@ images, epochs 1 and 2) over
   local    the store on local disk, mounted after drop_caches
   s3-cold  s3://bench/ds with an empty disk cache, after drop_caches
   s3-warm  s3://bench/ds mounted again after drop_caches, its disk cache kept from s3-cold
-and records mount times and the mount's GET count and bytes (.dsfs/stats "backend").
+in turn, --rounds times, and records mount times and the mount's GET count and bytes
+(.dsfs/stats "backend"); the table has the medians over the rounds.
+The S3 mounts run in a network namespace of their own (another node): their daemon reaches the
+gateway through tests/netns_proxy.py on the namespace's loopback, --delay-ms away each way (a
+`tc netem` delay where the kernel has sch_netem, else the relay's own delay line). --delay-ms 0:
+no namespace, the gateway straight on 127.0.0.1.
 --scale-files N (e.g. 1000000): a store of N files from `dsfs-gentar --files N | dsfs pack -`,
 pushed, then `dsfs mount s3://...` with an empty disk cache, 3 times (time until the mount
 answers, a stat and a listing of the root; daemon RSS after); then, still mounted, the time to
 list one class directory and stat a file in it (the segments that takes are fetched then).
 --scale-store STORE: that store (already packed) instead of packing one; --scale-only: only the
-scale runs (no ImageFolder epochs).
-No network delay between client and gateway yet (both on 127.0.0.1; the netem variant is still
-to be done). Writes bench/results/s3-<date>.md and .jsonl. Mounts only under WORK/mnt.
+scale runs (no ImageFolder epochs). Writes bench/results/s3-<date>.md and .jsonl. Mounts only
+under WORK/mnt.
 """
 import argparse
 import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
-from views_bench import Mount, drop_caches, imagefolder, sh  # noqa: E402
+from views_bench import PY, Mount, drop_caches, imagefolder, sh  # noqa: E402
+
+
+class Node:
+    """A network namespace (another node) whose 127.0.0.1:8000 relays to the gateway's port,
+    `delay_ms` away each way. Removed, and the relay ended by PID, on exit."""
+
+    def __init__(self, gateway_port, delay_ms):
+        self.name = f"dsfs-s3b-{os.getpid()}"
+        self.port, self.delay_ms, self.proxy, self.made = gateway_port, delay_ms, None, False
+        self.how = ""
+
+    def __enter__(self):
+        r = sh(["ip", "netns", "add", self.name])
+        if r.returncode != 0:
+            raise RuntimeError(f"ip netns add: {r.stderr.strip()}")
+        self.made = True
+        sh(["ip", "-n", self.name, "link", "set", "lo", "up"])
+        r = sh(["tc", "-n", self.name, "qdisc", "add", "dev", "lo", "root", "netem", "delay",
+                f"{self.delay_ms}ms"])
+        netem = r.returncode == 0
+        self.how = (f"tc netem delay {self.delay_ms} ms on the node's loopback" if netem else
+                    f"the relay's delay line, {self.delay_ms} ms each way (this kernel has no "
+                    "sch_netem)")
+        self.proxy = subprocess.Popen(
+            [PY, os.path.join(REPO, "tests", "netns_proxy.py"), self.name, "8000", str(self.port),
+             "0" if netem else str(self.delay_ms)], stdout=subprocess.PIPE, text=True)
+        if self.proxy.stdout.readline().strip() != "ready":
+            raise RuntimeError("netns_proxy.py did not start")
+        return self
+
+    def mount(self, dsfs, source, mnt, opts):
+        """`dsfs mount` inside the namespace (its daemon stays there)."""
+        os.makedirs(mnt, exist_ok=True)
+        r = sh(["nsenter", f"--net=/run/netns/{self.name}", "env",
+                "AWS_ENDPOINT_URL=http://127.0.0.1:8000", dsfs, "mount", source, mnt, *opts])
+        if r.returncode != 0:
+            raise RuntimeError(f"dsfs mount {source} in {self.name}: {r.stderr.strip()}")
+
+    def __exit__(self, *exc):
+        if self.proxy:
+            self.proxy.kill()
+            self.proxy.wait()
+        if self.made:
+            sh(["ip", "netns", "del", self.name])
+        return False
+
+
+class NodeMount(Mount):
+    """A Mount whose daemon runs on `node` (unmounted from here, as any mount)."""
+
+    def __init__(self, node, *args):
+        super().__init__(*args)
+        self.node = node
+
+    def __enter__(self):
+        self.node.mount(self.dsfs, self.store, self.mnt, self.opts)
+        return self
 
 
 def timed(argv, env=None):
@@ -52,6 +114,8 @@ def main():
     ap.add_argument("--src", default="/var/tmp/dsfs-bench/fmnist_20000")
     ap.add_argument("--work", default="/var/tmp/dsfs-s3-bench")
     ap.add_argument("--subset", type=int, default=20000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--delay-ms", type=float, default=1.0)
     ap.add_argument("--scale-files", type=int, default=0)
     ap.add_argument("--gentar", default=os.path.join(REPO, "build", "bench", "dsfs-gentar"))
     ap.add_argument("--scale-store", default="")
@@ -73,7 +137,10 @@ def main():
                AWS_ACCESS_KEY_ID=fields["access_key"], AWS_SECRET_ACCESS_KEY=fields["secret_key"])
     os.environ.update(env)  # the mounts' daemons inherit it
     rows = []
+    node = None
     try:
+        if a.delay_ms > 0:
+            node = Node(fields["endpoint"].rsplit(":", 1)[1], a.delay_ms).__enter__()
         subprocess.run(["curl", "-sf", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user",
                         f"{fields['access_key']}:{fields['secret_key']}", "-H",
                         "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-X", "PUT",
@@ -93,16 +160,21 @@ def main():
         runs = [("local", store, []),
                 ("s3-cold", "s3://bench/ds", ["-o", f"cache_dir={cache}"]),
                 ("s3-warm", "s3://bench/ds", ["-o", f"cache_dir={cache}"])]
-        for label, source, opts in runs if not a.scale_only else []:
-            drop_caches()
-            t0 = time.monotonic()
-            with Mount(a.dsfs, source, mnt, opts) as m:
-                mount_s = time.monotonic() - t0
-                res = imagefolder(mnt, a.subset, label)
-                backend = m.stats().get("backend", {})
-            row = {"what": label, "mount_s": round(mount_s, 3), **res, **backend}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+        for rnd in range(a.rounds if not a.scale_only else 0):
+            for label, source, opts in runs:
+                if label == "s3-cold":
+                    shutil.rmtree(cache, ignore_errors=True)
+                drop_caches()
+                t0 = time.monotonic()
+                remote = source.startswith("s3://") and node
+                with (NodeMount(node, a.dsfs, source, mnt, opts) if remote else
+                      Mount(a.dsfs, source, mnt, opts)) as m:
+                    mount_s = time.monotonic() - t0
+                    res = imagefolder(mnt, a.subset, label)
+                    backend = m.stats().get("backend", {})
+                row = {"what": label, "round": rnd, "mount_s": round(mount_s, 3), **res, **backend}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
         if a.scale_files:
             big = os.path.join(a.work, "scale.dsfs")
             t0 = time.monotonic()
@@ -121,8 +193,9 @@ def main():
                 shutil.rmtree(os.path.join(a.work, "scale-cache"), ignore_errors=True)
                 drop_caches()
                 t0 = time.monotonic()
-                with Mount(a.dsfs, "s3://bench/scale", mnt,
-                           ["-o", f"cache_dir={os.path.join(a.work, 'scale-cache')}"]) as m:
+                scale_opts = ["-o", f"cache_dir={os.path.join(a.work, 'scale-cache')}"]
+                with (NodeMount(node, a.dsfs, "s3://bench/scale", mnt, scale_opts) if node else
+                      Mount(a.dsfs, "s3://bench/scale", mnt, scale_opts)) as m:
                     top = os.listdir(mnt)
                     mount_s = time.monotonic() - t0
                     t1 = time.monotonic()
@@ -149,31 +222,52 @@ def main():
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     finally:
+        if node:
+            node.__exit__(None, None, None)
         sh([script, "stop", ceph_dir], timeout=60)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = os.path.join(REPO, "bench", "results", f"s3-{stamp}")
     with open(out + ".jsonl", "w") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
-    local = next((r for r in rows if r["what"] == "local"), None)
+    def median_row(label):
+        rs = [r for r in rows if r["what"] == label]
+        if not rs:
+            return None
+        m = dict(rs[-1])
+        for k in ("mount_s", "epoch1", "epoch2"):
+            m[k] = statistics.median(r[k] for r in rs)
+        m["rounds"] = len(rs)
+        m["epoch1_all"] = [r["epoch1"] for r in rs]
+        m["epoch2_all"] = [r["epoch2"] for r in rs]
+        return m
+
+    local = median_row("local")
+    delay = (f"The S3 mounts ran in a network namespace of their own, reaching the gateway "
+             f"through {node.how}." if node else "No network delay (both on 127.0.0.1).")
     with open(out + ".md", "w") as f:
-        f.write(f"# S3 (Ceph RGW on 127.0.0.1) against local disk, {stamp}\n\n")
+        f.write(f"# S3 (Ceph RGW) against local disk, {stamp}\n\n")
         f.write(f"Host: {platform.node()}, {os.cpu_count()} cores. Tree: {a.src}; "
                 f"ImageFolder + DataLoader, 2 workers, batch 256, {a.subset} images per epoch. "
-                "No network delay (the netem variant is still to be done).\n\n")
+                f"{delay}\n\n")
         p = rows[0]
         f.write(f"Ceph serving after {p['ceph_start_s']} s. Store {p['store_bytes'] / 1e6:.1f} MB; "
                 f"push {p['seconds']} s ({p['mb_per_s']} MB/s).\n\n")
-        f.write("| run | mount s | epoch 1 img/s | vs local | epoch 2 img/s | vs local | GETs | "
-                "GET MB | disk cache hits / misses |\n|---|---|---|---|---|---|---|---|---|\n")
-        for r in rows[1:]:
-            if r["what"] == "scale-mount" or local is None:
-                continue
-            f.write(f"| {r['what']} | {r['mount_s']} | {r['epoch1']:.0f} | "
-                    f"{r['epoch1'] / local['epoch1']:.2f}x | {r['epoch2']:.0f} | "
-                    f"{r['epoch2'] / local['epoch2']:.2f}x | {r.get('remote_gets', '-')} | "
-                    f"{r.get('remote_get_bytes', 0) / 1e6:.1f} | "
-                    f"{r.get('disk_cache_hits', '-')} / {r.get('disk_cache_misses', '-')} |\n")
+        if local:
+            f.write(f"Medians of {local['rounds']} rounds (local, s3-cold, s3-warm in turn; every "
+                    "epoch 1 after drop_caches; GETs and disk cache counts of the last round).\n\n"
+                    "| run | mount s | epoch 1 img/s | vs local | epoch 2 img/s | vs local | GETs | "
+                    "GET MB | disk cache hits / misses | epoch 1, each round | epoch 2, each round |\n"
+                    "|---|---|---|---|---|---|---|---|---|---|---|\n")
+            for label in ("local", "s3-cold", "s3-warm"):
+                r = median_row(label)
+                f.write(f"| {label} | {r['mount_s']} | {r['epoch1']:.0f} | "
+                        f"{r['epoch1'] / local['epoch1']:.2f}x | {r['epoch2']:.0f} | "
+                        f"{r['epoch2'] / local['epoch2']:.2f}x | {r.get('remote_gets', '-')} | "
+                        f"{r.get('remote_get_bytes', 0) / 1e6:.1f} | "
+                        f"{r.get('disk_cache_hits', '-')} / {r.get('disk_cache_misses', '-')} | "
+                        f"{', '.join(f'{x:.0f}' for x in r['epoch1_all'])} | "
+                        f"{', '.join(f'{x:.0f}' for x in r['epoch2_all'])} |\n")
         scale = [r for r in rows if r["what"] == "scale-mount"]
         if scale:
             s0 = scale[0]

@@ -117,6 +117,7 @@ bool FuseTransport::Impl::SetUpRing(Queue* q, std::string* error) {
   // completions carry nothing beyond res, so 16-byte CQEs do. CQ twice the SQ: every command
   // (depth + the eventfd poll) has at most one completion outstanding.
   p.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQSIZE | options_.extra_ring_flags;
+  if (options_.defer_taskrun) p.flags |= IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
   p.cq_entries = static_cast<unsigned>(2 * (q->depth + 1));
   int rc = io_uring_queue_init_params(static_cast<unsigned>(q->depth + 1), &q->ring, &p);
   if (rc < 0) {
@@ -245,7 +246,7 @@ void FuseTransport::Impl::RunQueue(Queue* q) {
       struct io_uring_cqe* cqe = nullptr;
       // With DEFER_TASKRUN the kernel delivers requests only when asked to (io_uring_enter
       // with GETEVENTS), so the spin has to ask.
-      const bool deferred = options_.extra_ring_flags & IORING_SETUP_DEFER_TASKRUN;
+      const bool deferred = options_.defer_taskrun;
       while (io_uring_peek_cqe(&q->ring, &cqe) != 0 && std::chrono::steady_clock::now() < until) {
         if (deferred) io_uring_get_events(&q->ring);
 #if defined(__x86_64__)

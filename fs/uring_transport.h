@@ -51,6 +51,11 @@ struct TransportOptions {
   // Before sleeping in the kernel, look for the next request this long (0 = never). Only
   // useful where the serving thread has a CPU of its own (see bench/roundtrip_bench.cc).
   int busy_poll_us = 0;
+  // Set up each ring with IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN: only the
+  // queue thread submits, and the kernel runs the ring's completions (a request arriving)
+  // when that thread waits for them instead of interrupting it. A round trip costs about a
+  // quarter less (bench/results/roundtrip-20261201-2100.md).
+  bool defer_taskrun = true;
   // Added to each ring's io_uring_setup flags (IORING_SETUP_COOP_TASKRUN, ..._SINGLE_ISSUER,
   // for measurements). A flag the kernel rejects makes the setup fail, and the transport falls
   // back to the classic loop as it would if io_uring were disabled (the tests do this).

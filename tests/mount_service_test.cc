@@ -246,6 +246,29 @@ TEST(ServiceTest, SighupReopensTheLogFile) {
   }
 }
 
+// The background daemon stays in the session of whoever mounted (so in the same scheduler
+// autogroup: a reader in another task group is woken on the other CPU after every round trip,
+// fs/mount.cc) but in a process group of its own, which the shell's job control never signals.
+TEST(ServiceTest, BackgroundDaemonKeepsTheCallersSessionInAProcessGroupOfItsOwn) {
+  SKIP_UNLESS_CAN_MOUNT();
+  SmallStore s;
+  ASSERT_EQ(s.pack.exit_code, 0) << Describe(s.pack);
+  MountGuard guard(s.mp);
+  CommandResult r = guard.MountBackground(s.store);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  ASSERT_EQ(guard.daemons().size(), 1u);
+  pid_t pid = guard.daemons()[0];
+  EXPECT_EQ(::getsid(pid), ::getsid(0));
+  EXPECT_EQ(::getpgid(pid), pid);
+  std::string ours = ReadFile("/proc/self/autogroup");
+  if (!ours.empty()) {
+    EXPECT_EQ(ReadFile("/proc/" + std::to_string(pid) + "/autogroup"), ours);
+  }
+  std::string data, error;
+  ASSERT_TRUE(ReadAll(s.mp + "/a.txt", &data, &error)) << error;
+  EXPECT_EQ(data, "small store\n");
+}
+
 // A damaged file read a thousand times: one error line and a "repeated K times" count, not a
 // thousand lines.
 TEST(ServiceTest, RepeatedReadErrorsAreLoggedWithACount) {

@@ -26,9 +26,13 @@ OUT=$REPO/build-gpu
 [[ -d $WORK/photo32 ]] || { echo "gpu_bundle: $WORK/photo32 missing: run bench/core_bench.sh once" >&2; exit 1; }
 rm -rf "$OUT"
 mkdir -p "$OUT"
-cp "$DSFS" "$OUT/dsfs"
-ldd "$DSFS" | awk '/=> \//{ print $3 }' |
-  grep -v -E '/(libc|libm|libpthread|libdl|librt|libresolv)\.so' |
+# Without debug information: a RelWithDebInfo binary is ~56 MB of the 64 MiB a run carries.
+strip --strip-debug -o "$OUT/dsfs" "$DSFS"
+# The round-trip benchmark (isatty, stat, O_DIRECT pread on a dsfs file, classic vs io_uring).
+RT=$(dirname "$DSFS")/bench/dsfs-roundtrip-bench
+[[ -x $RT ]] && strip --strip-debug -o "$OUT/dsfs-roundtrip-bench" "$RT"
+ldd "$DSFS" "$OUT"/dsfs-roundtrip-bench 2>/dev/null | awk '/=> \//{ print $3 }' |
+  grep -v -E '/(libc|libm|libpthread|libdl|librt|libresolv)\.so' | sort -u |
   tar -chJf "$OUT/libs.tar.xz" --transform 's|.*/||' -T -
 mapfile -t dirs < <(cd "$WORK/photo32" && ls | sort | head -n "$CLASSES")
 tar -cf - -C "$WORK/photo32" "${dirs[@]}" | "$DSFS" pack -q - "$OUT/photo32.dsfs"

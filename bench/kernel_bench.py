@@ -4,7 +4,7 @@ dsfs `-o kernel`, side by side in one run.
 
   /usr/bin/python3 bench/kernel_bench.py [--dsfs BUILD/dsfs] [--work /var/tmp/dsfs-bench]
                                          [--datasets fmnist photo32] [--subset 20000]
-                                         [--rounds 1]
+                                         [--rounds 1] [--readers KEY...] [--skip-files]
 
 Per data set (fmnist: Fashion-MNIST, 70,000 28x28 PNGs; photo32: 32x32 JPEG photo crops, both
 built by bench/datasets.py), one `dsfs pack`, then for each reader, in turn, round after round:
@@ -130,6 +130,8 @@ def main():
     ap.add_argument("--scale", nargs="*", default=[], metavar="STORE",
                     help="stores whose -o kernel mount time and memory to measure")
     ap.add_argument("--skip-imagefolder", action="store_true")
+    ap.add_argument("--skip-files", action="store_true",
+                    help="no open+read+close runs (dsfs-readbench) after the ImageFolder ones")
     ap.add_argument("--readers", nargs="+", default=[k for k, _, _ in READERS],
                     help="ImageFolder readers to run (ext4 always runs: the baseline)")
     a = ap.parse_args()
@@ -196,6 +198,8 @@ def main():
                     res["mount_s"] = round(mount_s, 3)
                     rec(ds, key, res)
 
+        if a.skip_files:
+            continue
         # Shuffled open+read+close of the same files, no Python in the loop.
         listing = os.path.join(a.work, f"{ds}.kernel-bench.list")
         r = sh([a.readbench, src, "--write-list", listing])

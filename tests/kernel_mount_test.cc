@@ -71,6 +71,13 @@ TEST_F(KernelMountTest, TreeEqualsTheSourceAndUmountTearsDownEveryLayer) {
   EXPECT_NE(r.out.find("kernel.image_reads"), std::string::npos) << r.out;
   r = Dsfs({"stats", "--json", mp_});
   EXPECT_NE(r.out.find("\"image_bytes\""), std::string::npos) << r.out;
+  // Through a symbolic link to the mountpoint, as any other command takes it.
+  const std::string link = mp_ + ".link";
+  ASSERT_EQ(::symlink(mp_.c_str(), link.c_str()), 0);
+  r = Dsfs({"stats", link});
+  ::unlink(link.c_str());
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("kernel.image_reads"), std::string::npos) << r.out;
 
   r = Dsfs({"umount", mp_});
   EXPECT_EQ(r.exit_code, 0) << Describe(r);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cstdlib>
 #include <cerrno>
 #include <fstream>
 #include <functional>
@@ -43,7 +44,14 @@ bool Flatten(std::string_view text, std::vector<std::pair<std::string, std::stri
 
 }  // namespace
 
-Status RunStats(const std::string& mountpoint, bool json, std::ostream& out) {
+Status RunStats(const std::string& mountpoint_arg, bool json, std::ostream& out) {
+  // A symbolic link to the mountpoint names the mount too (-o kernel mounts are found by
+  // their path in the mount table). A dead mount does not resolve (ENOTCONN): kept as given.
+  std::string mountpoint = mountpoint_arg;
+  if (char* real = ::realpath(mountpoint_arg.c_str(), nullptr)) {
+    mountpoint = real;
+    ::free(real);
+  }
   std::string path = mountpoint + "/.dsfs/stats";
   const bool kernel = KernelStatsPath(mountpoint, &path);  // -o kernel: the image mount's
   std::ifstream f(path);

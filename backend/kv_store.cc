@@ -68,6 +68,13 @@ Status OpenKvReader(const std::string& path, const KvReaderOptions& options,
   return OpenLmdbReader(path, options, reader);
 }
 
+Status CheckKvStructure(const std::string& path, std::optional<std::chrono::milliseconds> timeout) {
+  std::string backend;
+  DSFS_RETURN_IF_ERROR(DetectBackend(path, &backend));
+  if (backend != "lmdb") return Status::OK();
+  return CheckLmdbTree(path, timeout);
+}
+
 void RemoveDeadTemporaries(const std::string& path) {
   std::error_code ec;
   std::filesystem::path p(path);

@@ -11,10 +11,12 @@
 // from what is on disk (or the s3:// of the source); writers are created by name.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -238,7 +240,15 @@ bool IsRemoteStore(std::string_view source);
 
 // Opens the store at `path` read-only, detecting its backend from what is on disk.
 // NotFound if nothing is there; InvalidArgument ("not a dsfs store") if it is not a known backend.
+// An LMDB store's tree is checked before it is served (in a child process: a damaged tree
+// makes LMDB fault, docs/hardening.md); a damaged one is refused with a Corruption status.
 Status OpenKvReader(const std::string& path, const KvReaderOptions& options,
                     std::unique_ptr<KvReader>* reader);
+
+// The structural check OpenKvReader runs on the store at `path`, on its own: for LMDB the walk
+// of its B-tree (CheckLmdbTree, killed after `timeout` if given, else after a generous bound
+// of its own); OK for the other backends, whose readers check what they read.
+Status CheckKvStructure(const std::string& path,
+                        std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 
 }  // namespace dsfs

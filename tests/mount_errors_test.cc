@@ -99,6 +99,35 @@ TEST_F(MountErrorsTest, TruncatedStore) {
   }
 }
 
+// A damaged LMDB B-tree (node offsets, a page header): LMDB would follow it wherever it leads
+// and the daemon die of SIGSEGV on its first read. The daemon checks the tree when it opens the
+// store, in a child process, and the mount fails with one line; the pristine store mounts.
+TEST_F(MountErrorsTest, DamagedLmdbTreeIsRefused) {
+  const std::string bytes = ReadFile(store_);
+  std::vector<LmdbPage> pages = LmdbTreePages(bytes);
+  ASSERT_FALSE(pages.empty());
+  std::vector<std::pair<size_t, size_t>> damage;  // offset, length
+  for (const LmdbPage& page : pages) {
+    ASSERT_GT(page.lower, 16u);
+    damage.emplace_back(page.offset() + 16, std::min<size_t>(16, page.lower - 16u));
+    damage.emplace_back(page.offset() + 12, 4);  // where its offsets end and its nodes begin
+  }
+  for (const auto& [offset, n] : damage) {
+    SCOPED_TRACE(std::to_string(n) + " bytes at " + std::to_string(offset));
+    std::string damaged = dir_ / "damaged.dsfs";
+    PutFile(damaged, XorBytes(bytes, offset, n));
+    MountGuard guard(mp_);
+    CommandResult r = guard.MountBackground(damaged);
+    EXPECT_TRUE(IsOneLineError(r, {"damaged store", "corrupt"}));
+    EXPECT_TRUE(IsOneLineError(r, {"damaged.dsfs"}));
+    ExpectNothingLeft(mp_);
+  }
+  MountGuard guard(mp_);
+  CommandResult r = guard.MountBackground(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(ReadFile(mp_ + "/hello.txt"), "hello\n");
+}
+
 TEST_F(MountErrorsTest, MountpointMissing) {
   std::string nowhere = dir_ / "no_such_dir";
   MountGuard guard(nowhere);

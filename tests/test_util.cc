@@ -310,6 +310,40 @@ std::string Jpeg(int w, int h, int seed) {
   return jpeg;
 }
 
+std::vector<LmdbPage> LmdbTreePages(const std::string& bytes) {
+  constexpr size_t kPage = 4096;
+  auto u16 = [&](size_t at) {
+    uint16_t v;
+    std::memcpy(&v, bytes.data() + at, sizeof(v));
+    return v;
+  };
+  std::vector<LmdbPage> pages;
+  for (size_t pgno = 0; (pgno + 1) * kPage <= bytes.size();) {
+    const size_t at = pgno * kPage;
+    uint64_t stored;
+    std::memcpy(&stored, bytes.data() + at, sizeof(stored));
+    const uint16_t flags = u16(at + 10);
+    if (stored == pgno && (flags & 0x04)) {  // P_OVERFLOW: the run's length follows
+      uint32_t run;
+      std::memcpy(&run, bytes.data() + at + 12, sizeof(run));
+      pgno += std::max<uint32_t>(run, 1);
+      continue;
+    }
+    if (stored == pgno && (flags & 0x03) && !(flags & 0x08)) {
+      pages.push_back({pgno, flags, u16(at + 12), u16(at + 14)});
+    }
+    ++pgno;
+  }
+  return pages;
+}
+
+std::string XorBytes(std::string bytes, size_t offset, size_t n, uint8_t mask) {
+  for (size_t i = offset; i < offset + n && i < bytes.size(); ++i) {
+    bytes[i] = static_cast<char>(static_cast<uint8_t>(bytes[i]) ^ mask);
+  }
+  return bytes;
+}
+
 ::testing::AssertionResult DamageStoredFile(const std::string& store, const std::string& data) {
   std::string bytes = ReadFile(store);
   size_t at = bytes.find(data.substr(50000, 64));

@@ -114,6 +114,21 @@ std::string EncodePng(uint32_t w, uint32_t h, uint32_t format, std::string pixel
 // A JPEG of w x h pixels of a pattern that depends on `seed` (quality 90, 4:2:0).
 std::string Jpeg(int w, int h, int seed);
 
+// A page of an LMDB store file, as its page header says (4 KiB pages).
+struct LmdbPage {
+  size_t pgno = 0;
+  uint16_t flags = 0;             // 0x01 branch, 0x02 leaf
+  uint16_t lower = 0, upper = 0;  // the end of its node-offset array, the start of its nodes
+  size_t offset() const { return pgno * 4096; }
+};
+// The branch and leaf pages (the B-tree) of the LMDB store file `bytes`: the page headers are
+// read to skip meta pages and runs of overflow pages (a test's own view; dsfs never parses
+// LMDB's pages).
+std::vector<LmdbPage> LmdbTreePages(const std::string& bytes);
+// `bytes` with the `n` bytes at `offset` XOR `mask`: 16 bytes XOR 0x5a made the store of a
+// crash report (a damaged node-offset array).
+std::string XorBytes(std::string bytes, size_t offset, size_t n, uint8_t mask = 0x5a);
+
 // Flips a bit in the middle of `data`, the contents of a file that the LMDB store file `store`
 // holds as they are (incompressible, 100,000 bytes or so): reading that file then fails its
 // checksum. Fails if the bytes are not in the store verbatim.

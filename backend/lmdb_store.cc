@@ -646,8 +646,12 @@ bool LooksLikeLmdb(const std::string& path) {
   return n == sizeof(magic) && magic == kLmdbMagic;
 }
 
-Status OpenLmdbReader(const std::string& path, const KvReaderOptions& options,
-                      std::unique_ptr<KvReader>* reader) {
+namespace {
+
+// OpenLmdbReader, with the tree check killed after `timeout` if given (else DefaultCheckTimeout).
+Status OpenCheckedReader(const std::string& path, const KvReaderOptions& options,
+                         std::optional<std::chrono::milliseconds> timeout,
+                         std::unique_ptr<KvReader>* reader) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return Status::FromErrno(errno, path);
   if (!LooksLikeLmdb(path)) return Status::InvalidArgument(path + ": not a dsfs store");
@@ -685,7 +689,7 @@ Status OpenLmdbReader(const std::string& path, const KvReaderOptions& options,
     return LmdbError(rc, "opening the database", path);
   }
   // Before anything reads the tree in this process: a damaged one is refused here, in one line.
-  Status check = CheckTree(env, dbi, path, st, DefaultCheckTimeout(env));
+  Status check = CheckTree(env, dbi, path, st, timeout ? *timeout : DefaultCheckTimeout(env));
   if (!check.ok()) {
     mdb_env_close(env);
     return check;
@@ -696,29 +700,16 @@ Status OpenLmdbReader(const std::string& path, const KvReaderOptions& options,
   return Status::OK();
 }
 
+}  // namespace
+
+Status OpenLmdbReader(const std::string& path, const KvReaderOptions& options,
+                      std::unique_ptr<KvReader>* reader) {
+  return OpenCheckedReader(path, options, std::nullopt, reader);
+}
+
 Status CheckLmdbTree(const std::string& path, std::optional<std::chrono::milliseconds> timeout) {
-  KvReaderOptions options;
-  if (!timeout) {
-    std::unique_ptr<KvReader> reader;
-    return OpenLmdbReader(path, options, &reader);  // which checks
-  }
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return Status::FromErrno(errno, path);
-  if (!LooksLikeLmdb(path)) return Status::InvalidArgument(path + ": not a dsfs store");
-  MDB_env* env = nullptr;
-  int rc = mdb_env_create(&env);
-  if (rc != 0) return LmdbError(rc, "creating environment", path);
-  rc = mdb_env_open(env, path.c_str(), MDB_RDONLY | MDB_NOLOCK | MDB_NOSUBDIR | MDB_NOTLS, 0);
-  MDB_txn* txn = nullptr;
-  MDB_dbi dbi = 0;
-  if (rc == 0) rc = mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn);
-  if (rc == 0) {
-    rc = mdb_dbi_open(txn, nullptr, 0, &dbi);
-    mdb_txn_abort(txn);
-  }
-  Status s = rc == 0 ? CheckTree(env, dbi, path, st, *timeout) : LmdbError(rc, "opening", path);
-  mdb_env_close(env);
-  return s;
+  std::unique_ptr<KvReader> reader;
+  return OpenCheckedReader(path, KvReaderOptions(), timeout, &reader);  // which checks
 }
 
 Status NewLmdbWriter(const std::string& path, const KvWriterOptions& options,

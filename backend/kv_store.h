@@ -99,29 +99,18 @@ void WillNeedMapped(std::string_view range);
 // same limit per call).
 void WillNeedFile(int fd, uint64_t offset, uint64_t length);
 
-// A backend's value-size policy: how large the values it stores best are. Where small
-// values waste space (LMDB puts every value over ~2 KB on whole pages), records are grouped
-// into values of at least `target_bytes`; where the backend packs small values into blocks of
-// its own (RocksDB), one record per value is cheapest to read (target_bytes 0).
+// How a backend lays out large values: on whole pages of `page_bytes`, each carrying
+// `page_header_bytes` of the backend's own (LMDB puts every value over ~2 KB on whole 4 KiB
+// pages), or packed back to back (page_bytes 0: RocksDB, S3). Solid payload groups fill
+// their last page (store/codec.h).
 struct ValueSizing {
-  // A value of fewer bytes takes the next record too. 0: one record per value.
-  size_t target_bytes = 0;
-  // From target_bytes on, a value ends where the next record would make it take one more
-  // page of `page_bytes` (each value's pages carry `page_header_bytes` of the backend's own),
-  // so the last page wastes less than a record; and at max_bytes at the latest.
   size_t page_bytes = 0;
   size_t page_header_bytes = 0;
-  size_t max_bytes = 0;
 
-  // Whether a value of `value_bytes` so far ends before a record that would add `next_bytes`.
-  bool EndsBefore(size_t value_bytes, size_t next_bytes) const {
-    if (target_bytes == 0) return true;
-    if (value_bytes < target_bytes) return false;
-    if (value_bytes >= max_bytes) return true;
-    if (page_bytes == 0) return true;
-    size_t pages_now = (value_bytes + page_header_bytes + page_bytes - 1) / page_bytes;
-    size_t pages_next = (value_bytes + next_bytes + page_header_bytes + page_bytes - 1) / page_bytes;
-    return pages_next > pages_now;
+  // The bytes a value of `value_bytes` occupies: its pages, or itself where values are packed.
+  size_t Footprint(size_t value_bytes) const {
+    if (page_bytes == 0) return value_bytes;
+    return (value_bytes + page_header_bytes + page_bytes - 1) / page_bytes * page_bytes;
   }
 };
 
@@ -134,8 +123,8 @@ class KvWriter {
   // Makes everything durable and moves the store to its final path atomically. After a failed
   // Commit, or if the writer is destroyed without one, the temporary data is removed.
   virtual Status Commit() = 0;
-  // How callers that store many small records should group consecutive ones into values
-  // (dsfs's payload groups, see store/format.h). Constant for the writer's life.
+  // How the backend lays out large values (dsfs's payload groups fill their pages, see
+  // store/codec.h). Constant for the writer's life.
   virtual ValueSizing value_sizing() const { return ValueSizing{}; }
 };
 

@@ -185,15 +185,10 @@ class LmdbReader final : public KvReader {
 }  // namespace
 
 ValueSizing LmdbValueSizing() {
-  // After 64 KiB, a value ends where the next record would spill onto a new page: LMDB stores
-  // large values on whole 4 KiB pages (16-byte page header), so the value then wastes less than
-  // one record's worth of its last page. 256 KiB at most: a read of one record of a group
-  // still faults in only the pages it touches, but the group's index stays small.
+  // LMDB stores a large value on whole 4 KiB pages, the first with a 16-byte page header.
   ValueSizing v;
-  v.target_bytes = 64 << 10;
   v.page_bytes = 4096;
   v.page_header_bytes = 16;
-  v.max_bytes = 4 * v.target_bytes;
   return v;
 }
 

@@ -35,8 +35,8 @@ Status NewLmdbWriter(const std::string& path, const KvWriterOptions& options,
 // copy of the store, renamed over it at Commit.
 Status NewLmdbUpdater(const std::string& path, std::unique_ptr<KvWriter>* writer);
 
-// How LMDB stores values best (KvWriter::value_sizing): every value over ~2 KB takes whole
-// 4 KiB pages, so small records are grouped into values of 64-256 KiB that fill their pages.
+// How LMDB lays out values (KvWriter::value_sizing): every value over ~2 KB takes whole
+// 4 KiB pages, so payload groups fill their last page.
 ValueSizing LmdbValueSizing();
 
 // True if the file at `path` starts like an LMDB data file.

@@ -59,13 +59,12 @@ Status FromRocks(const rocksdb::Status& s, const std::string& path, std::string_
 
 // The settings dsfs uses, and the alternatives bench/rocksdb_options_bench.py measured against
 // them (results in bench/results/rocksdb-options-*.md). The defaults:
-//  - No RocksDB compression: payload and pixel records are zstd-compressed (with dsfs's own
-//    dictionary) record by record already, and the metadata tables are read in place; an
+//  - No RocksDB compression: payload and pixel groups are zstd-compressed (with dsfs's own
+//    dictionary) already, and so are the metadata segments; an
 //    uncompressed block is served straight from the memory map, a compressed one would be
 //    copied into a heap block on every read.
-//  - 4 KiB blocks: payload records (one per value, see KvWriter::value_sizing) share
-//    blocks, so a cold read of a small file touches one or two pages; large records and the
-//    metadata tables are blocks of their own.
+//  - 4 KiB blocks: small values share blocks; payload groups (~100 KiB) and the metadata
+//    segments are blocks of their own. (Measured when stores held one record per small file.)
 //  - No bloom filter: dsfs reads payloads by Seek (a filter helps only point lookups), and its
 //    few point lookups (the metadata keys, once at open) always hit.
 //  - No block cache, memory-mapped reads: the page cache is the block cache, and dsfs keeps

@@ -137,6 +137,7 @@ Status AddDirectory(const Store& base, const std::string& src_in, const AddOptio
   options.zstd_level = h.zstd_level;
   options.chunk_bytes = h.chunk_bytes;
   options.segment_bytes = h.segment_bytes;
+  if (h.version >= kSolidFormatVersion) options.group_bytes = h.group_bytes;
   options.dict_bytes = 0;  // nothing is trained: the store's own dictionary is used as it is
   options.threads = add.threads;
   options.predecode = h.pixel_count > 0;

@@ -25,9 +25,9 @@ constexpr uint64_t kMaxHeldOtherBytes = 32 << 20;
 constexpr uint64_t kHeldChunkOverheadBytes = 64;
 
 // Decodes the image of `job` (its chunks are in `b`): what the views can make of it and, with
-// an encoder (predecode), its pixels as encoded records of at most `chunk_bytes` raw bytes.
-ImageResult AnalyzeImage(const Batch& b, const ImageJob& job, PayloadEncoder* enc,
-                         uint32_t chunk_bytes, Status* status) {
+// `predecode`, its pixels as raw records of at most `chunk_bytes`.
+ImageResult AnalyzeImage(const Batch& b, const ImageJob& job, bool predecode,
+                         uint32_t chunk_bytes) {
   ImageResult r;
   r.handle = job.handle;
   std::string joined;
@@ -47,13 +47,11 @@ ImageResult AnalyzeImage(const Batch& b, const ImageJob& job, PayloadEncoder* en
   r.kind = SniffImage(data);
   r.width = img.width;
   r.height = img.height;
-  if (enc) {
+  if (predecode) {
     for (size_t off = 0; off < img.rgb.size(); off += chunk_bytes) {
-      std::string_view part = std::string_view(img.rgb).substr(off, chunk_bytes);
-      *status = enc->Encode(part, false, &r.pixel_records);
-      if (!status->ok()) return r;
-      r.pixel_ends.push_back(r.pixel_records.size());
+      r.pixel_chunks.emplace_back(std::string_view(img.rgb).substr(off, chunk_bytes));
     }
+    r.pixel_records = static_cast<uint32_t>(r.pixel_chunks.size());
     r.pixel_raw_bytes = img.rgb.size();
   }
   return r;
@@ -67,8 +65,9 @@ uint64_t SampleBytes(uint32_t dict_bytes) {
 
 OrderedCompressor::OrderedCompressor(int threads, int level,
                                      std::shared_ptr<const Dictionary> dict, size_t max_in_flight,
-                                     bool predecode, uint32_t chunk_bytes)
-    : max_in_flight_(max_in_flight), dict_(std::move(dict)) {
+                                     bool predecode, uint32_t chunk_bytes,
+                                     GroupSizing groups)
+    : groups_(groups), max_in_flight_(max_in_flight), dict_(std::move(dict)) {
   for (int t = 0; t < threads; ++t) {
     workers_.emplace_back([this, level, predecode, chunk_bytes] {
       Work(level, predecode, chunk_bytes);
@@ -96,15 +95,22 @@ void OrderedCompressor::Work(int level, bool predecode, uint32_t chunk_bytes) {
       if (!encoder) encoder.emplace(level, dict_);
     }
     PayloadEncoder& enc = *encoder;
-    for (size_t i = 0; b.status.ok() && i < b.raws.size(); ++i) {
-      b.status = enc.Encode(b.raws[i], b.use_dict[i], &b.records);
-      b.ends.push_back(b.records.size());
+    if (b.status.ok()) {
+      std::vector<std::string_view> chunks(b.raws.begin(), b.raws.end());
+      b.status = EncodeSolidGroups(chunks, groups_, &enc, &b.payloads);
     }
     for (const ImageJob& job : b.images) {
       if (!b.status.ok()) break;
-      b.image_results.push_back(
-          AnalyzeImage(b, job, predecode ? &enc : nullptr, chunk_bytes, &b.status));
+      b.image_results.push_back(AnalyzeImage(b, job, predecode, chunk_bytes));
     }
+    if (b.status.ok() && predecode) {
+      std::vector<std::string_view> pixels;
+      for (const ImageResult& r : b.image_results) {
+        pixels.insert(pixels.end(), r.pixel_chunks.begin(), r.pixel_chunks.end());
+      }
+      b.status = EncodeSolidGroups(pixels, groups_, &enc, &b.pixels);
+    }
+    for (ImageResult& r : b.image_results) r.pixel_chunks = {};
     b.images.clear();
     b.raws.clear();
     std::lock_guard lock(mu_);

@@ -1,6 +1,6 @@
 // Internal to pack/: the compression side of a pack. Sources cut file contents into chunks and
-// gather them into batches; worker threads compress each batch (and decode the images in it)
-// and hand the batches back in submission order; the dictionary is trained on small files
+// gather them into batches; worker threads cut each batch into solid groups and compress them
+// (and decode the images in it) and hand the batches back in submission order; the dictionary is trained on small files
 // (dir_source samples the tree; HeldTraining trains on the first files of a stream).
 #pragma once
 
@@ -40,23 +40,25 @@ struct ImageResult {
   uint32_t handle;
   ImageKind kind;
   uint32_t width = 0, height = 0;
-  std::string pixel_records;       // encoded pixel records (predecode), back to back
-  std::vector<size_t> pixel_ends;  // end offset of each
+  std::vector<std::string> pixel_chunks;  // raw pixel records (predecode; the worker groups them)
+  uint32_t pixel_records = 0;             // how many
   uint64_t pixel_raw_bytes = 0;
   std::string path, why;  // kUnsupported: what was refused
 };
 
-// A batch of consecutive payloads (chunks), compressed together by one worker.
+// A batch of consecutive payloads (chunks), compressed by one worker into solid groups (no
+// group spans two batches).
 struct Batch {
-  // A unit of compression work: up to this many payloads or raw bytes.
-  static constexpr size_t kMaxPayloads = 256;
+  // A unit of compression work: up to this many payloads or raw bytes (a batch of small files
+  // makes tens of groups, so few end short at the batch's end).
+  static constexpr size_t kMaxPayloads = 16384;
   static constexpr uint64_t kMaxBytes = 8 << 20;
 
   uint64_t first_id = 0;
   std::vector<std::string> raws;  // raw chunks
-  std::vector<uint8_t> use_dict;
-  std::string records;       // encoded payload records, back to back
-  std::vector<size_t> ends;  // end offset of each record in `records`
+  std::vector<uint8_t> use_dict;  // whether a chunk is a dictionary training sample
+  EncodedGroups payloads;         // the chunks' groups, encoded
+  EncodedGroups pixels;           // the pixel records' groups (predecode), in image order
   uint64_t raw_bytes = 0;
   uint64_t files_completed = 0;  // files whose last chunk is in this batch
   Status status;                 // a producer error travels to the writer in its batch
@@ -76,10 +78,12 @@ struct Batch {
 // (Next) at a time; Abort from either. mu_ guards the queues.
 class OrderedCompressor {
  public:
-  // `threads` workers compress at `level` with `dict` (may be null until SetDictionary);
-  // with `predecode`, images' pixels are stored as records of at most `chunk_bytes`.
+  // `threads` workers compress at `level` with `dict` (may be null until SetDictionary) into
+  // groups cut by `groups`; with `predecode`, images' pixels are stored as records of at most
+  // `chunk_bytes`.
   OrderedCompressor(int threads, int level, std::shared_ptr<const Dictionary> dict,
-                    size_t max_in_flight, bool predecode, uint32_t chunk_bytes);
+                    size_t max_in_flight, bool predecode, uint32_t chunk_bytes,
+                    GroupSizing groups);
   // Aborts and joins the workers.
   ~OrderedCompressor();
 
@@ -97,6 +101,8 @@ class OrderedCompressor {
 
  private:
   void Work(int level, bool predecode, uint32_t chunk_bytes);
+
+  const GroupSizing groups_;
   // Sets *flag (closed_ or aborted_) under mu_ and wakes every waiter.
   void SetAndWakeAll(bool* flag);
 

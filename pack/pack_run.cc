@@ -21,6 +21,9 @@ Status CheckOptions(const PackOptions& options) {
     return Status::InvalidArgument(
         "chunk sizes must be 4096 bytes to 64 MiB, segment sizes 4096 bytes to 16 MiB");
   }
+  if (options.group_bytes < 1024 || options.group_bytes > kMaxGroupBytes) {
+    return Status::InvalidArgument("group sizes must be 1 KiB to 4 MiB");
+  }
   if (options.zstd_level < 1 || options.zstd_level > ZSTD_maxCLevel()) {
     return Status::InvalidArgument("compression level must be between 1 and " +
                                    std::to_string(ZSTD_maxCLevel()));
@@ -50,7 +53,10 @@ std::string StripSlashes(std::string src) {
 
 PackRun::PackRun(const PackOptions& options, KvWriter* writer,
                  const std::function<void(const PackProgress&)>& progress)
-    : options_(options), writer_(writer), sizing_(writer->value_sizing()), progress_(progress) {
+    : options_(options),
+      writer_(writer),
+      groups_{options.group_bytes, writer->value_sizing()},
+      progress_(progress) {
   threads_ = options.threads > 0
                  ? options.threads
                  : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -62,6 +68,9 @@ void PackRun::ContinueFrom(const StoreHeader& h) {
   next_pixel_id_ = h.pixel_count;
   pixel_bytes_ = h.pixel_bytes;
   images_ = h.image_count;
+  const bool solid = h.version >= kSolidFormatVersion;
+  solid_payload_from_ = solid ? h.solid_payload_from : h.payload_count;
+  solid_pixel_from_ = solid ? h.solid_pixel_from : h.pixel_count;
   write_dict_ = false;
 }
 
@@ -80,14 +89,14 @@ void PackRun::LogPhase(const char* name) {
   phase_start_ = now;
 }
 
-Status PackRun::AddToGroup(GroupBuilder* group, char space, uint64_t* next_id,
-                           std::string_view record) {
-  // The 4 bytes: the record's entry in the group's index.
-  if (group->count() > 0 && sizing_.EndsBefore(group->bytes(), record.size() + 4)) {
-    DSFS_RETURN_IF_ERROR(writer_->Put(PayloadKey(*next_id - 1, space), group->Finish()));
+Status PackRun::WriteGroups(const EncodedGroups& g, char space, uint64_t* next_id) {
+  size_t begin = 0;
+  for (size_t i = 0; i < g.ends.size(); ++i) {
+    *next_id += g.counts[i];
+    DSFS_RETURN_IF_ERROR(writer_->Put(PayloadKey(*next_id - 1, space),
+                                      std::string_view(g.values).substr(begin, g.ends[i] - begin)));
+    begin = g.ends[i];
   }
-  group->Add(record);
-  ++*next_id;
   return Status::OK();
 }
 
@@ -97,14 +106,13 @@ Status PackRun::Compress(std::shared_ptr<const Dictionary> dict,
   prog_.phase = "compressing";
   OrderedCompressor comp(threads_, options_.zstd_level, std::move(dict),
                          static_cast<size_t>(threads_) * 4, options_.predecode,
-                         options_.chunk_bytes);
+                         options_.chunk_bytes, groups_);
   Status produced;
   std::thread producer([&] {
     produced = produce(&comp);
     comp.CloseInput();
   });
   Status s;
-  GroupBuilder group;
   for (;;) {
     if (!(s = CheckCancelled(options_.cancel)).ok()) break;
     Batch b;
@@ -115,28 +123,27 @@ Status PackRun::Compress(std::shared_ptr<const Dictionary> dict,
       continue;
     }
     s = b.status;
-    if (s.ok() && !b.ends.empty() && b.first_id != next_id_) {
+    if (s.ok() && !b.payloads.ends.empty() && b.first_id != next_id_) {
       s = Status::IOError("pack: payloads out of order");
     }
-    size_t begin = 0;
-    for (size_t i = 0; s.ok() && i < b.ends.size(); ++i) {
-      std::string_view record = std::string_view(b.records).substr(begin, b.ends[i] - begin);
-      begin = b.ends[i];
-      s = AddToGroup(&group, kPayloadSpace, &next_id_, record);
-    }
-    for (size_t i = 0; s.ok() && i < b.image_results.size(); ++i) {
-      s = WriteImage(b.image_results[i], on_image);
-    }
+    if (s.ok()) s = WriteGroups(b.payloads, kPayloadSpace, &next_id_);
+    uint64_t pixel_id = next_pixel_id_;
+    if (s.ok()) s = WriteGroups(b.pixels, kPixelSpace, &next_pixel_id_);
     if (!s.ok()) break;
-    payload_bytes_ += b.records.size();
+    for (const ImageResult& r : b.image_results) {
+      WriteImage(r, pixel_id, on_image);
+      pixel_id += r.pixel_records;
+    }
+    if (pixel_id != next_pixel_id_) {
+      s = Status::IOError("pack: pixel records out of order");
+      break;
+    }
+    payload_bytes_ += b.payloads.values.size();
+    pixel_bytes_ += b.pixels.values.size();
     prog_.files_done += b.files_completed;
     prog_.bytes_done += b.raw_bytes;
     prog_.bytes_stored = payload_bytes_;
     Report(false);
-  }
-  if (s.ok() && group.count() > 0) s = writer_->Put(PayloadKey(next_id_ - 1), group.Finish());
-  if (s.ok() && pixel_group_.count() > 0) {
-    s = writer_->Put(PayloadKey(next_pixel_id_ - 1, kPixelSpace), pixel_group_.Finish());
   }
   comp.Abort();  // on error: unblock the producer
   producer.join();
@@ -144,8 +151,7 @@ Status PackRun::Compress(std::shared_ptr<const Dictionary> dict,
   return s;
 }
 
-Status PackRun::WriteImage(const ImageResult& r, const ImageFn& on_image) {
-  uint64_t pixels = 0;
+void PackRun::WriteImage(const ImageResult& r, uint64_t first_pixel, const ImageFn& on_image) {
   if (r.kind == ImageKind::kUnsupported) {
     // One line per image for the first few; a tree of millions of non-images (or of one
     // unsupported kind) must not bury the log: the rest are counted in the pack summary.
@@ -159,16 +165,7 @@ Status PackRun::WriteImage(const ImageResult& r, const ImageFn& on_image) {
   } else {
     ++images_;
   }
-  if (!r.pixel_ends.empty()) pixels = next_pixel_id_ + 1;
-  size_t begin = 0;
-  for (size_t end : r.pixel_ends) {
-    std::string_view record = std::string_view(r.pixel_records).substr(begin, end - begin);
-    begin = end;
-    DSFS_RETURN_IF_ERROR(AddToGroup(&pixel_group_, kPixelSpace, &next_pixel_id_, record));
-  }
-  pixel_bytes_ += r.pixel_records.size();
-  on_image(r, pixels);
-  return Status::OK();
+  on_image(r, r.pixel_records > 0 ? first_pixel + 1 : 0);
 }
 
 Status PackRun::Finish(const std::vector<InodeRecord>& inodes, const std::string& names,
@@ -202,9 +199,11 @@ Status PackRun::Finish(const std::vector<InodeRecord>& inodes, const std::string
   st->metadata_bytes = 0;
   for (const auto& r : meta.records) st->metadata_bytes += r.second.size();
   LogPhase("metadata segments");
-  // The dictionary is stored uncompressed so readers use it in place.
-  if (!dict_bytes.empty() && write_dict_)
-    DSFS_RETURN_IF_ERROR(writer_->Put(kDictKey, RawPayloadRecord(dict_bytes)));
+  if (!dict_bytes.empty() && write_dict_) {
+    std::string record;
+    DSFS_RETURN_IF_ERROR(EncodeDictionaryRecord(dict_bytes, options_.zstd_level, &record));
+    DSFS_RETURN_IF_ERROR(writer_->Put(kDictKey, record));
+  }
   StoreHeader h{};
   h.created_unix_s = static_cast<uint64_t>(std::time(nullptr));
   h.zstd_level = options_.zstd_level;
@@ -222,6 +221,9 @@ Status PackRun::Finish(const std::vector<InodeRecord>& inodes, const std::string
   h.image_count = images_;
   h.pixel_count = next_pixel_id_;
   h.pixel_bytes = pixel_bytes_;
+  h.group_bytes = options_.group_bytes;
+  h.solid_payload_from = solid_payload_from_;
+  h.solid_pixel_from = solid_pixel_from_;
   SealHeader(&h);
   DSFS_RETURN_IF_ERROR(
       writer_->Put(kHeaderKey, std::string_view(reinterpret_cast<const char*>(&h), sizeof(h))));

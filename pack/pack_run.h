@@ -1,7 +1,7 @@
 // Internal to pack/: one pack or add from start to commit. The source's producer (on a thread
-// of its own) feeds an OrderedCompressor; the calling thread writes the compressed records in
-// payload-id order, grouped into backend values as the backend asks (KvWriter::value_sizing),
-// reports progress, and at the end writes the metadata tables, dictionary and header and
+// of its own) feeds an OrderedCompressor, which cuts the records into solid groups that fill
+// the backend's pages (KvWriter::value_sizing); the calling thread writes the groups in
+// payload-id order, reports progress, and at the end writes the metadata tables, dictionary and header and
 // commits.
 //
 // Thread safety: a PackRun is used by the thread that made it; only the producer passed to
@@ -41,7 +41,8 @@ class PackRun {
   // The progress reported; sources fill in totals and phases.
   PackProgress& progress() { return prog_; }
   // Continues the numbering and totals of an existing store (dsfs add): new payload and pixel
-  // records get the ids after its last ones; its dictionary record is kept as it is.
+  // records get the ids after its last ones (in solid groups, whatever the store's version);
+  // its dictionary record is kept as it is.
   void ContinueFrom(const StoreHeader& h);
   uint64_t next_payload_id() const { return next_id_; }
   // Calls the progress callback, at most every 200 ms unless `force`.
@@ -66,21 +67,22 @@ class PackRun {
                 const std::string& dict_bytes, PackStats* st);
 
  private:
-  // Stores an image's pixel records and reports it.
-  Status WriteImage(const ImageResult& r, const ImageFn& on_image);
-  // Adds `record` to `group` of record space `space`, first writing out the group (keyed by
-  // `next_id` - 1) where the backend wants a value to end before it; then counts it in next_id.
-  Status AddToGroup(GroupBuilder* group, char space, uint64_t* next_id, std::string_view record);
+  // Reports an image whose pixel records (if any) start at pixel id `first_pixel`.
+  void WriteImage(const ImageResult& r, uint64_t first_pixel, const ImageFn& on_image);
+  // Writes the groups of record space `space` in `g`, the first starting at id *next_id;
+  // advances *next_id past them.
+  Status WriteGroups(const EncodedGroups& g, char space, uint64_t* next_id);
 
   const PackOptions& options_;
   KvWriter* writer_;
-  const ValueSizing sizing_;
+  const GroupSizing groups_;
   std::function<void(const PackProgress&)> progress_;
   int threads_;
   PackProgress prog_;
   Clock::time_point start_ = Clock::now(), phase_start_ = start_, last_report_ = start_;
   uint64_t next_id_ = 0, payload_bytes_ = 0;
-  GroupBuilder pixel_group_;
+  // Version 4 header fields: what ContinueFrom found, or a new store's.
+  uint64_t solid_payload_from_ = 0, solid_pixel_from_ = 0;
   uint64_t next_pixel_id_ = 0, pixel_bytes_ = 0, images_ = 0, images_as_is_ = 0;
   bool write_dict_ = true;
 };

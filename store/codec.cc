@@ -4,6 +4,8 @@
 #include <xxhash.h>
 #include <zdict.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace dsfs {
@@ -104,6 +106,92 @@ Status PayloadEncoder::Encode(std::string_view raw, bool use_dict, std::string* 
   SealRecord(codec, static_cast<uint32_t>(raw.size()), out->data() + start,
              sizeof(PayloadHeader) + n);
   return Status::OK();
+}
+
+namespace {
+
+// Encodes records [a, b) as one solid group into *out (replacing it).
+Status EncodeGroup(const std::vector<std::string_view>& records, size_t a, size_t b,
+                   PayloadEncoder* enc, std::string* content, std::string* out) {
+  GroupBuilder g;
+  for (size_t i = a; i < b; ++i) g.Add(records[i]);
+  *content = g.Finish();
+  out->clear();
+  return enc->Encode(*content, /*use_dict=*/true, out);
+}
+
+}  // namespace
+
+Status EncodeSolidGroups(const std::vector<std::string_view>& records, const GroupSizing& sizing,
+                         PayloadEncoder* enc, EncodedGroups* out) {
+  // A group's last page is worth filling when this much of it is left.
+  constexpr size_t kMinFillBytes = 64;
+  constexpr int kFillTries = 5;
+  const uint64_t target = sizing.group_bytes;
+  const ValueSizing& pages = sizing.values;
+  std::string content, group, bigger;
+  size_t a = 0;
+  while (a < records.size()) {
+    size_t b = a + 1;
+    uint64_t raw = records[a].size();
+    while (b < records.size() && b - a < kMaxGroupRecords && raw + records[b].size() <= target) {
+      raw += records[b++].size();
+    }
+    DSFS_RETURN_IF_ERROR(EncodeGroup(records, a, b, enc, &content, &group));
+    // Fill the last page: estimate how many more records fit from the ratio so far, compress
+    // again, keep the larger group if it still fits; after a miss, try with half as many.
+    size_t limit = SIZE_MAX;
+    for (int t = 0; t < kFillTries && pages.page_bytes > 0 && b < records.size(); ++t) {
+      const size_t footprint = pages.Footprint(group.size());
+      const size_t free = footprint - pages.page_header_bytes - group.size();
+      if (free < kMinFillBytes) break;
+      const double ratio = static_cast<double>(group.size()) / static_cast<double>(content.size());
+      size_t c = b;
+      uint64_t raw2 = raw;
+      double estimate = 0;
+      while (c < records.size() && c - b < limit && c - a < kMaxGroupRecords &&
+             raw2 + records[c].size() <= 2 * target &&
+             estimate + (records[c].size() + 4) * ratio <= free * 0.9) {
+        estimate += (records[c].size() + 4) * ratio;
+        raw2 += records[c++].size();
+      }
+      if (c == b) break;
+      std::string bigger_content;
+      DSFS_RETURN_IF_ERROR(EncodeGroup(records, a, c, enc, &bigger_content, &bigger));
+      if (pages.Footprint(bigger.size()) <= footprint) {
+        group.swap(bigger);
+        content.swap(bigger_content);
+        b = c;
+        raw = raw2;
+        limit = SIZE_MAX;
+      } else {
+        limit = std::max<size_t>(1, (c - b) / 2);
+        if (c - b == 1) break;
+      }
+    }
+    out->values += group;
+    out->ends.push_back(out->values.size());
+    out->counts.push_back(static_cast<uint32_t>(b - a));
+    a = b;
+  }
+  return Status::OK();
+}
+
+Status EncodeDictionaryRecord(std::string_view dict, int level, std::string* record) {
+  record->clear();
+  PayloadEncoder enc(level, nullptr);
+  return enc.Encode(dict, /*use_dict=*/false, record);
+}
+
+Status DecodeDictionaryRecord(std::string_view record, uint32_t dict_bytes, std::string* dict) {
+  PayloadView p;
+  DSFS_RETURN_IF_ERROR(ParsePayload(record, &p).WithContext("dictionary"));
+  if (p.codec == Codec::kZstdDict || p.raw_bytes != dict_bytes) {
+    return Status::Corruption("dictionary record does not match the header");
+  }
+  dict->resize(p.raw_bytes);
+  PayloadDecoder decoder;
+  return decoder.Decode(p, nullptr, dict->data()).WithContext("dictionary");
 }
 
 std::string RawPayloadRecord(std::string_view raw) {

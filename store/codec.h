@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/kv_store.h"
 #include "common/status.h"
 #include "store/format.h"
 
@@ -53,6 +54,32 @@ class PayloadEncoder {
   std::shared_ptr<const Dictionary> dict_;
   ZSTD_CCtx* cctx_;
 };
+
+// How a pack cuts records into solid groups (store/format.h).
+struct GroupSizing {
+  uint32_t group_bytes = 128 << 10;  // raw bytes a group fills
+  ValueSizing values;                // the backend's: a group fills its last page
+};
+
+// Solid groups, encoded: payload records, back to back.
+struct EncodedGroups {
+  std::string values;
+  std::vector<size_t> ends;      // end offset of each group in `values`
+  std::vector<uint32_t> counts;  // records in each
+};
+
+// Cuts `records` (raw chunks, consecutive ids) into solid groups and appends each, encoded,
+// to *out: the records that fit in sizing.group_bytes (at least one), and then, where the
+// backend stores values on pages, as many of the following ones as still fit in the group's
+// last page once compressed (tried by compressing again, a few times at most).
+Status EncodeSolidGroups(const std::vector<std::string_view>& records, const GroupSizing& sizing,
+                         PayloadEncoder* enc, EncodedGroups* out);
+
+// The dictionary record ("Z") of a store: the dictionary compressed (without a dictionary),
+// or stored raw where that is not smaller (and in stores of versions before 4).
+Status EncodeDictionaryRecord(std::string_view dict, int level, std::string* record);
+// The dictionary of `dict_bytes` held by `record`; Corruption if it does not check out.
+Status DecodeDictionaryRecord(std::string_view record, uint32_t dict_bytes, std::string* dict);
 
 // The record holding `raw` uncompressed (checksummed).
 std::string RawPayloadRecord(std::string_view raw);

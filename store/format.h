@@ -1,4 +1,4 @@
-// The dsfs store format, version 3: what the records in the key-value store mean.
+// The dsfs store format, version 4: what the records in the key-value store mean.
 //
 // Keys (all in one key-value namespace):
 //   "H"           StoreHeader
@@ -13,21 +13,26 @@
 //   "Q"+be64(id)  pixel group ending with pixel record `id`: decoded images (pack --predecode),
 //                 grouped and encoded like payloads, numbered on their own
 //
-// Version 3 stores the metadata tables in compressed segments, read lazily (version 2 and 1
+// Version 4 made payload groups solid (above). Version 3 stores the metadata tables in compressed segments, read lazily (version 2 and 1
 // stores kept them raw, as "I" and "N" with per-segment checksums in "I.sum" and "N.sum";
 // they are still read, see CheckedTable). Version 2 added the image fields of inode records
 // (kind, size in pixels, pixel records); version 1 stores are read as stores without image
 // information.
 //
 // File contents are payload records, one per chunk of chunk_bytes, numbered by payload id.
-// On LMDB, consecutive records are stored together in groups of about 64 KiB (the size the
-// backend asks for: KvWriter::value_sizing), keyed by the id of their last record: LMDB puts
-// every value over ~2 KB on whole 4 KiB pages, so one value per small file would waste up to
-// half the space on files of a few KB. (RocksDB packs
-// small values into its own blocks: there each record is a group of one, read alone.) Each record
-// is still compressed and checksummed alone, so reading one file decompresses only that file, and a
-// cold read faults in only the pages it touches. A group is
-//   u32 count, u32 end[count] (end offset of each record, from the first record), records.
+// Consecutive records are stored together in groups, keyed by the id of their last record.
+// A group's index is
+//   u32 count, u32 end[count] (end offset of each record, from the first record), records
+// (GroupBuilder). Version 4 stores keep their groups solid: the records are raw chunks, and
+// the whole group (index and records) is compressed as one payload record (PayloadHeader,
+// below), as squashfs compresses small files together in fragment blocks. A group holds the
+// records that fit in group_bytes raw (the header's; at least one record), and on a backend
+// that stores values on whole pages (LMDB, ValueSizing) it takes as many more as still fit in
+// its last page. Reading one small file decompresses its group, which the RAM cache then
+// keeps whole for its neighbours. Records before solid_payload_from (and pixel records before
+// solid_pixel_from) are in the groups of older versions (a store of version 3 or older that
+// `dsfs add` extended): there each record is compressed and checksummed alone, a payload
+// record of its own, and the group is the index with those records, stored as it is.
 //
 // Tree layout: inode number i (FUSE's, root = 1) is record i-1. Inodes are numbered
 // breadth-first with each directory's entries sorted by name (bytewise), so the entries of a
@@ -56,9 +61,11 @@ static_assert(std::endian::native == std::endian::little, "dsfs stores are littl
 namespace dsfs {
 
 inline constexpr char kStoreMagic[8] = {'D', 'S', 'F', 'S', 'T', 'O', 'R', 'E'};
-inline constexpr uint32_t kFormatVersion = 3;
+inline constexpr uint32_t kFormatVersion = 4;
 // The first version whose metadata tables are in compressed segments.
 inline constexpr uint32_t kSegmentedFormatVersion = 3;
+// The first version whose payload groups are solid.
+inline constexpr uint32_t kSolidFormatVersion = 4;
 inline constexpr uint32_t kOldestFormatVersion = 1;
 
 inline constexpr std::string_view kHeaderKey = "H";
@@ -116,7 +123,13 @@ struct StoreHeader {
   uint64_t image_count;  // files the views decode (version 2)
   uint64_t pixel_count;  // pixel records ("Q"; pack --predecode)
   uint64_t pixel_bytes;  // bytes of pixel records as stored
-  uint64_t reserved[7];  // zero; room for later fields
+  // Version 4: the raw size a solid group fills (see above), and the first payload and pixel
+  // ids in solid groups (0 unless `dsfs add` extended an older store).
+  uint32_t group_bytes;
+  uint32_t reserved32;  // zero
+  uint64_t solid_payload_from;
+  uint64_t solid_pixel_from;
+  uint64_t reserved[4];  // zero; room for later fields
   uint64_t checksum;     // xxh3-64 of all bytes above
 };
 static_assert(sizeof(StoreHeader) == 192);
@@ -191,6 +204,16 @@ inline constexpr uint32_t kMaxPayloadBytes = (1u << 30) - 1;
 // Largest chunk a store may declare (dsfs pack --chunk-size allows no more): a reader never
 // allocates more than this for one record, whatever a damaged or crafted store claims.
 inline constexpr uint32_t kMaxChunkBytes = 64u << 20;
+// The largest group_bytes a store may declare (dsfs pack --group-size allows no more), and the
+// most records a solid group holds: a group's index and records, raw, never exceed
+// SolidGroupMaxBytes, which is what a reader allocates for one at most.
+inline constexpr uint32_t kMaxGroupBytes = 4u << 20;
+inline constexpr uint32_t kMaxGroupRecords = 1u << 16;
+inline constexpr uint64_t SolidGroupMaxBytes(uint32_t group_bytes, uint32_t chunk_bytes) {
+  // Records up to group_bytes, as many more as fill the last page (at most group_bytes more),
+  // or one chunk alone; and the index.
+  return 2ull * group_bytes + chunk_bytes + 4 + 4ull * kMaxGroupRecords;
+}
 // The longest entry name a store may hold: the kernel's NAME_MAX (a longer name in a
 // directory makes the whole directory unlistable through a mount).
 inline constexpr size_t kMaxNameBytes = 255;

@@ -21,6 +21,19 @@ PayloadDecoder& ThreadDecoder() {
   return decoder;
 }
 
+// The solid group a thread decompressed last, for reads without the RAM cache (dsfs verify
+// and the tools read a group's files one after another; the views read pixels): one group per
+// thread at most.
+struct GroupMemo {
+  uint64_t serial = 0;  // Store::serial_ (never reused, unlike a Store's address)
+  char space = 0;
+  uint64_t last_id = 0;
+  ByteCache::Value content;
+};
+thread_local GroupMemo t_group_memo;
+
+std::atomic<uint64_t> g_store_serials{1};
+
 }  // namespace
 
 Status Store::Open(const std::string& path, const StoreOptions& options,
@@ -105,7 +118,12 @@ Status Store::Open(std::unique_ptr<KvReader> kv, std::unique_ptr<Store>* store,
   // Created now, used only by version 3 stores (it takes no memory until it holds segments).
   st->meta_cache_ = std::make_shared<ByteCache>(
       metadata_cache_bytes ? metadata_cache_bytes : DefaultMetadataCacheBytes(), 4);
-  if (st->cache_) st->cache_id_ = st->cache_->NewId();
+  if (st->cache_) {
+    st->cache_id_ = st->cache_->NewId();
+    st->group_cache_id_ = st->cache_->NewId();
+    st->pixel_group_cache_id_ = st->cache_->NewId();
+  }
+  st->serial_ = g_store_serials.fetch_add(1, std::memory_order_relaxed);
   DSFS_RETURN_IF_ERROR(st->Init());
   *store = std::move(st);
   return Status::OK();
@@ -121,6 +139,15 @@ Status Store::Init() {
   if (h.inode_count == 0 || h.inode_count > UINT32_MAX - 1 || h.chunk_bytes == 0 ||
       h.chunk_bytes > kMaxChunkBytes || h.segment_bytes == 0) {
     return Status::Corruption("store header has impossible values");
+  }
+  if (h.version >= kSolidFormatVersion) {
+    if (h.group_bytes == 0 || h.group_bytes > kMaxGroupBytes ||
+        h.solid_payload_from > h.payload_count || h.solid_pixel_from > h.pixel_count) {
+      return Status::Corruption("store header has impossible values");
+    }
+    solid_payload_from_ = h.solid_payload_from;
+    solid_pixel_from_ = h.solid_pixel_from;
+    max_group_bytes_ = SolidGroupMaxBytes(h.group_bytes, h.chunk_bytes);
   }
   auto get = [&](std::string_view key, PinnedValue* v) -> Status {
     Status gs = kv_->Get(key, v);
@@ -150,18 +177,12 @@ Status Store::Init() {
     DSFS_RETURN_IF_ERROR(
         names_.Init("name", name_value_.data(), name_sums_.data(), h.segment_bytes, will_need));
   }
-  std::string_view dict_bytes;
   if (h.dict_bytes > 0) {
-    DSFS_RETURN_IF_ERROR(get(kDictKey, &dict_value_));
-    PayloadView p;
-    DSFS_RETURN_IF_ERROR(ParsePayload(dict_value_.data(), &p).WithContext("dictionary"));
-    if (p.codec != Codec::kRaw || p.raw_bytes != h.dict_bytes) {
-      return Status::Corruption("dictionary record does not match the header");
-    }
-    dict_bytes = p.stored;
+    PinnedValue dict_value;
+    DSFS_RETURN_IF_ERROR(get(kDictKey, &dict_value));
+    DSFS_RETURN_IF_ERROR(DecodeDictionaryRecord(dict_value.data(), h.dict_bytes, &dict_bytes_));
   }
-  dict_bytes_ = dict_bytes;
-  DSFS_RETURN_IF_ERROR(Dictionary::Create(dict_bytes, h.zstd_level, &dict_));
+  DSFS_RETURN_IF_ERROR(Dictionary::Create(dict_bytes_, h.zstd_level, &dict_));
   // The root must be a directory: checks the first segment of each table on the way.
   InodeRecord root;
   DSFS_RETURN_IF_ERROR(GetInode(kRootIno, &root));
@@ -419,8 +440,81 @@ Status Store::ReadPixels(const InodeRecord& rec, std::string* rgb) const {
   return Status::OK();
 }
 
+bool Store::ChunkCached(const InodeRecord& rec, uint64_t index) const {
+  if (!cache_) return false;
+  const uint64_t id = rec.data + index;
+  if (id < solid_payload_from_) return cache_->Contains(cache_id_, id);
+  std::string key;
+  uint64_t last_id;
+  return kv_->SeekKey(PayloadKey(id), &key).ok() && ParsePayloadKey(key, &last_id) &&
+         cache_->Contains(group_cache_id_, last_id);
+}
+
+Status Store::ReadSolid(char space, uint64_t id, uint64_t expected, ByteCache* cache,
+                        ByteCache::Value* pin, std::string_view* out) const {
+  std::string key;
+  uint64_t last_id = 0;
+  Status s = kv_->SeekKey(PayloadKey(id, space), &key);
+  if (s.IsNotFound() || (s.ok() && !ParsePayloadKey(key, &last_id, space))) {
+    return Status::Corruption("payload record missing");
+  }
+  DSFS_RETURN_IF_ERROR(s);
+  const ByteCache::Id ns = space == kPixelSpace ? pixel_group_cache_id_ : group_cache_id_;
+  GroupMemo& memo = t_group_memo;
+  ByteCache::Value group;
+  if (cache) {
+    group = cache->Get(ns, last_id);
+  } else if (memo.serial == serial_ && memo.space == space && memo.last_id == last_id) {
+    group = memo.content;
+  }
+  std::string_view content;
+  PinnedValue v;
+  if (group) {
+    content = *group;
+  } else {
+    s = kv_->Get(key, &v);
+    if (s.IsNotFound()) return Status::Corruption("payload record missing");
+    DSFS_RETURN_IF_ERROR(s);
+    NoteBackendRead(v.size());
+    if (v.size() > kWillNeedBytes) kv_->WillNeed(v.data());
+    PayloadView p;
+    DSFS_RETURN_IF_ERROR(ParsePayload(v.data(), &p));
+    if (p.raw_bytes > max_group_bytes_) return Status::Corruption("payload group too large");
+    if (p.codec == Codec::kRaw && v.stable()) {
+      // Zero copy: the value lives as long as the store (and the page cache is its cache).
+      content = p.stored;
+    } else {
+      auto decode = [&](ByteCache::Value* made) {
+        auto fresh = std::make_shared<std::string>(p.raw_bytes, '\0');
+        Status ds = TimedDecode(p, fresh->data());
+        if (ds.ok()) *made = std::move(fresh);
+        return ds;
+      };
+      if (cache) {
+        DSFS_RETURN_IF_ERROR(cache->GetOrLoad(ns, last_id, decode, &group));
+      } else {
+        DSFS_RETURN_IF_ERROR(decode(&group));
+      }
+      content = *group;
+    }
+    // Checked once, when the group is read from the store.
+    DSFS_RETURN_IF_ERROR(CheckGroupStart(space, content, last_id));
+    if (!cache && group) memo = {serial_, space, last_id, group};
+  }
+  std::string_view record;
+  DSFS_RETURN_IF_ERROR(FindInGroup(content, last_id, id, &record));
+  if (record.size() != expected) return Status::Corruption("payload has the wrong size");
+  *out = record;
+  *pin = std::move(group);
+  return Status::OK();
+}
+
 Status Store::ReadRecord(char space, uint64_t id, uint64_t expected, ByteCache* cache,
                          ByteCache::Value* pin, std::string* scratch, std::string_view* out) const {
+  if (id >= (space == kPixelSpace ? solid_pixel_from_ : solid_payload_from_)) {
+    return ReadSolid(space, id, expected, cache, pin, out);
+  }
+  // Older versions: each record compressed alone, cached alone.
   if (cache) {
     if (ByteCache::Value v = cache->Get(cache_id_, id)) {
       *out = *v;
@@ -474,7 +568,8 @@ Status Store::CheckGroupStart(char space, std::string_view group, uint64_t last_
   // next group's) would hand out its neighbours' records, checksums and all. The group before
   // must end exactly where this one starts.
   uint32_t count;
-  std::memcpy(&count, group.data(), 4);  // FindInGroup checked the size
+  if (group.size() < 4) return Status::Corruption("payload group too short");
+  std::memcpy(&count, group.data(), 4);
   if (count > last_id + 1) return Status::Corruption("payload group key damaged");
   const uint64_t first = last_id - count + 1;
   if (first == 0) return Status::OK();
@@ -620,8 +715,7 @@ Status Store::InitSegments() {
   if (names != h.names_bytes) {
     return Status::Corruption("name table size does not match the header");
   }
-  static std::atomic<uint64_t> serials{1};
-  const uint64_t serial = serials.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t serial = serial_;
   inodes_per_segment_ = per;
   DSFS_RETURN_IF_ERROR(inode_segments_.Init("inode", kInodeSegmentSpace, std::move(ix.inodes),
                                             kv_.get(), meta_cache_.get(), serial,

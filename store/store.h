@@ -122,12 +122,10 @@ class Store {
   uint64_t ChunkCount(const InodeRecord& rec) const {
     return (rec.size + header_.chunk_bytes - 1) / header_.chunk_bytes;
   }
-  // True if chunk `index` of `rec` is in the RAM cache (no hit or miss counted).
-  bool ChunkCached(const InodeRecord& rec, uint64_t index) const {
-    return cache_ && cache_->Contains(cache_id_, rec.data + index);
-  }
-  // The zstd dictionary the payloads were compressed with (empty if none); points into the
-  // store.
+  // True if chunk `index` of `rec` is in the RAM cache (no hit or miss counted): the record,
+  // or in a version 4 store its solid group.
+  bool ChunkCached(const InodeRecord& rec, uint64_t index) const;
+  // The zstd dictionary the payloads were compressed with (empty if none).
   std::string_view dictionary_bytes() const { return dict_bytes_; }
   // Chunks decompressed since open, and the time spent on it.
   uint64_t decoded_chunks() const { return decoded_chunks_.load(std::memory_order_relaxed); }
@@ -175,14 +173,19 @@ class Store {
   // cache (may be null) is looked up and filled by id.
   Status ReadRecord(char space, uint64_t id, uint64_t expected, ByteCache* cache,
                     ByteCache::Value* pin, std::string* scratch, std::string_view* out) const;
-  // Corruption unless the group before `group` (keyed `last_id`) ends right before it.
+  // ReadRecord of a record in a solid group: the group is looked up in `cache` (or, without
+  // one, the thread's last group), else read, decompressed and put there; *pin holds it.
+  Status ReadSolid(char space, uint64_t id, uint64_t expected, ByteCache* cache,
+                   ByteCache::Value* pin, std::string_view* out) const;
+  // Corruption unless the group before `group` (its index; keyed `last_id`) ends right
+  // before it.
   Status CheckGroupStart(char space, std::string_view group, uint64_t last_id) const;
   Status TimedDecode(const PayloadView& p, char* dst) const;
   void NoteBackendRead(uint64_t bytes) const;
 
   std::unique_ptr<KvReader> kv_;
   StoreHeader header_{};
-  PinnedValue layout_value_, inode_value_, inode_sums_, name_value_, name_sums_, dict_value_;
+  PinnedValue layout_value_, inode_value_, inode_sums_, name_value_, name_sums_;
   InodeLayout layout_;
   CheckedTable inodes_, names_;  // versions 1 and 2: the tables stored raw
   // Version 3: the tables in segments, read lazily into meta_cache_.
@@ -191,9 +194,14 @@ class Store {
   SegmentedTable inode_segments_, name_segments_;
   std::shared_ptr<ByteCache> meta_cache_;
   std::shared_ptr<Dictionary> dict_;
-  std::string_view dict_bytes_;
+  std::string dict_bytes_;
   std::shared_ptr<ByteCache> cache_;
-  ByteCache::Id cache_id_ = 0;  // the payloads' namespace in cache_
+  ByteCache::Id cache_id_ = 0;  // the payloads' namespace in cache_ (older versions' records)
+  // Version 4: solid groups, cached whole, keyed by their last id, in namespaces of their own.
+  ByteCache::Id group_cache_id_ = 0, pixel_group_cache_id_ = 0;
+  uint64_t solid_payload_from_ = UINT64_MAX, solid_pixel_from_ = UINT64_MAX;
+  uint64_t max_group_bytes_ = 0;
+  uint64_t serial_ = 0;  // unique among the process's stores
   mutable std::atomic<uint64_t> decoded_chunks_{0}, decode_ns_{0};
   // Bytes of payload read from the backend since it last released its cached memory.
   mutable std::atomic<uint64_t> read_since_release_{0};

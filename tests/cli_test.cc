@@ -182,7 +182,7 @@ TEST_F(CliTest, LsCatInfoVerify) {
   nlohmann::json info = nlohmann::json::parse(r.out, nullptr, false);
   ASSERT_TRUE(info.is_object()) << r.out;
   EXPECT_EQ(info["files"], 103) << r.out;
-  EXPECT_EQ(info["format_version"], 3);
+  EXPECT_EQ(info["format_version"], kFormatVersion);
   EXPECT_GT(info["metadata_segments"], 0) << r.out;
   EXPECT_LT(info["metadata_bytes"], info["metadata_raw_bytes"]) << r.out;
   EXPECT_EQ(info["tensor"]["path"], "/");

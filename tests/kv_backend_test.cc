@@ -286,33 +286,27 @@ TEST(KvRocksdbLayoutTest, EveryLayoutIsAValidStoreReadLikeAnyOther) {
 INSTANTIATE_TEST_SUITE_P(Backends, KvBackendTest, ::testing::Values("lmdb", "rocksdb"),
                          [](const auto& info) { return info.param; });
 
-// The value-size policy each writer gives (KvWriter::value_sizing): LMDB (and its updater)
-// groups records into values that fill whole 4 KiB pages, 64-256 KiB; RocksDB takes one
-// record per value. Store layouts depend on it: it must not change unnoticed.
-TEST(KvValueSizingTest, LmdbFillsPagesRocksdbTakesOneRecordPerValue) {
+// The value layout each writer reports (KvWriter::value_sizing): LMDB (and its updater)
+// stores large values on whole 4 KiB pages with a 16-byte header; RocksDB packs them. Store
+// layouts depend on it (solid groups fill their last page): it must not change unnoticed.
+TEST(KvValueSizingTest, LmdbStoresValuesOnPagesRocksdbPacksThem) {
   TempDir dir;
   std::unique_ptr<KvWriter> w;
   ASSERT_TRUE(NewKvWriter(dir / "l.db", "lmdb", KvWriterOptions{}, &w).ok());
   const ValueSizing lmdb = w->value_sizing();
-  EXPECT_EQ(lmdb.target_bytes, 64u << 10);
-  EXPECT_EQ(lmdb.max_bytes, 256u << 10);
   EXPECT_EQ(lmdb.page_bytes, 4096u);
   EXPECT_EQ(lmdb.page_header_bytes, 16u);
-  EXPECT_EQ(BackendValueSizing("lmdb").target_bytes, lmdb.target_bytes);  // what mem_store mimics
+  EXPECT_EQ(BackendValueSizing("lmdb").page_bytes, lmdb.page_bytes);  // what mem_store mimics
   ASSERT_TRUE(w->Commit().ok());
   ASSERT_TRUE(NewKvUpdater(dir / "l.db", &w).ok());
-  EXPECT_EQ(w->value_sizing().target_bytes, lmdb.target_bytes);
+  EXPECT_EQ(w->value_sizing().page_bytes, lmdb.page_bytes);
   w.reset();
-  // Below the target a value takes the next record; from it on, only one that fits the
-  // value's last page; at the maximum, none.
-  EXPECT_FALSE(lmdb.EndsBefore(1000, 60000));
-  const size_t v = 17 * 4096 - 16 - 100;  // past the target; 100 bytes left on its 17th page
-  EXPECT_FALSE(lmdb.EndsBefore(v, 100));
-  EXPECT_TRUE(lmdb.EndsBefore(v, 101));
-  EXPECT_TRUE(lmdb.EndsBefore(256 << 10, 1));
+  EXPECT_EQ(lmdb.Footprint(4096 - 16), 4096u);
+  EXPECT_EQ(lmdb.Footprint(4096 - 15), 8192u);
+  EXPECT_EQ(lmdb.Footprint(1), 4096u);
   ASSERT_TRUE(NewKvWriter(dir / "r.db", "rocksdb", KvWriterOptions{}, &w).ok());
-  EXPECT_EQ(w->value_sizing().target_bytes, 0u);
-  EXPECT_TRUE(w->value_sizing().EndsBefore(1, 1));
+  EXPECT_EQ(w->value_sizing().page_bytes, 0u);
+  EXPECT_EQ(w->value_sizing().Footprint(12345), 12345u);
 }
 
 TEST(KvFactoryTest, UnknownBackendAndNotAStore) {

@@ -277,9 +277,11 @@ TEST(ServiceTest, RepeatedReadErrorsAreLoggedWithACount) {
   std::string src = dir / "src", store = dir / "s.dsfs", mp = dir / "mnt";
   MakeDir(src);
   MakeDir(mp);
-  std::string bad = RandomBytes(100000, 9);  // incompressible: stored as is
+  // Incompressible, stored as is; over a chunk (256K), so good.txt, before it, is in a solid
+  // group of its own.
+  std::string bad = RandomBytes(300000, 9);
   PutFile(src + "/bad.bin", bad);
-  PutFile(src + "/good.txt", "good\n");
+  PutFile(src + "/a-good.txt", "good\n");
   // LMDB: the damage is done to the store file's bytes.
   CommandResult r = Dsfs({"pack", "-q", "--backend", "lmdb", src, store});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
@@ -299,7 +301,7 @@ TEST(ServiceTest, RepeatedReadErrorsAreLoggedWithACount) {
     ASSERT_NE(error.find("errno 5"), std::string::npos) << error;  // EIO
   }
   std::string data, error;
-  ASSERT_TRUE(ReadAll(mp + "/good.txt", &data, &error)) << error;
+  ASSERT_TRUE(ReadAll(mp + "/a-good.txt", &data, &error)) << error;
   EXPECT_EQ(data, "good\n");
   ASSERT_EQ(::kill(pid, SIGTERM), 0);
   EXPECT_EQ(ExitCode(pid, milliseconds(5000)), 0);

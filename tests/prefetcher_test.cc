@@ -29,6 +29,7 @@ class PrefetcherTest : public ::testing::Test {
     WriteFile(dir_ / "src/b/empty", "");
     PackOptions o;
     o.chunk_bytes = 8192;
+    o.group_bytes = 8192;  // groups a small cache holds
     std::unique_ptr<Store> plain;
     ASSERT_TRUE(PackToMemory(dir_ / "src", o, &table_, &plain).ok());
     cache_ = std::make_shared<ByteCache>(1 << 20, 4);

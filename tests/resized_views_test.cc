@@ -278,15 +278,21 @@ TEST_F(ResizedViewsTest, ResizedViewAsRoot) {
   EXPECT_TRUE(S_ISDIR(st.st_mode));
 }
 
-TEST_F(ResizedViewsTest, DamagedImageFailsOnlyItself) {
+TEST_F(ResizedViewsTest, DamagedImageFailsOnlyItsGroup) {
+  // Groups of 1 KiB: wide.png and tall.png in different ones.
+  PackOptions o;
+  o.group_bytes = 1024;
   std::shared_ptr<MemTable> table;
   std::unique_ptr<Store> store;
-  ASSERT_TRUE(PackToMemory(dir_ / "src", PackOptions{}, &table, &store).ok());
+  ASSERT_TRUE(PackToMemory(dir_ / "src", o, &table, &store).ok());
   uint32_t ino;
-  InodeRecord victim;
+  InodeRecord victim, other;
   ASSERT_TRUE(store->LookupPath("cat/wide.png", &ino, &victim).ok());
+  ASSERT_TRUE(store->LookupPath("cat/tall.png", &ino, &other).ok());
   std::shared_ptr<MemTable> damaged;
-  ASSERT_TRUE(testing::DamagePayload(*table, victim.data, &damaged).ok());
+  uint64_t first, last;
+  ASSERT_TRUE(testing::DamagePayload(*table, victim.data, &damaged, &first, &last).ok());
+  ASSERT_FALSE(other.data >= first && other.data <= last) << "tall.png shares wide.png's group";
   ASSERT_TRUE(Store::Open(NewMemReader(damaged), &store).ok());
   Filesystem fs(std::move(store), FsOptions{});
   Status s;

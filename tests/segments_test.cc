@@ -94,7 +94,7 @@ class SegmentsTest : public ::testing::Test {
 TEST_F(SegmentsTest, TablesAreStoredInCompressedSegmentsThatReadBackWhole) {
   auto store = Open(table_);
   ASSERT_TRUE(store);
-  EXPECT_EQ(store->header().version, 3u);
+  EXPECT_EQ(store->header().version, kFormatVersion);
   for (const char* old : {"I", "I.sum", "N", "N.sum"}) EXPECT_EQ(table_->data.count(old), 0u) << old;
   SegmentIndex ix;
   ASSERT_TRUE(SegmentIndex::Parse(table_->data.at(std::string(kSegmentIndexKey)), &ix).ok());
@@ -268,6 +268,7 @@ TEST_F(SegmentsTest, VersionTwoStoresStillRead) {
   for (const auto& [k, v] : table_->data) {
     if (!IsSegmentKey(k) && k != kSegmentIndexKey) v2->data[k] = v;
   }
+  ASSERT_TRUE(testing::UnsolidGroups(v2.get()).ok());
   v2->data["I"] = inodes;
   v2->data["I.sum"] = SegmentSums(inodes, options_.segment_bytes);
   v2->data["N"] = names;
@@ -285,16 +286,20 @@ TEST_F(SegmentsTest, VersionTwoStoresStillRead) {
   CheckEverything(*store);
 }
 
-// dsfs add to a version 2 store writes its metadata in segments: the result is a version 3
-// store holding the old tree and the new one.
-TEST_F(SegmentsTest, AddToAVersionTwoStoreMakesAVersionThreeOne) {
+// dsfs add to a version 2 store writes its metadata in segments and the new files in solid
+// groups: the result is a version 4 store holding the old tree (in the old groups) and the new
+// one.
+TEST_F(SegmentsTest, AddToAVersionTwoStoreMakesAVersionFourOne) {
   std::string inodes, names;
   ASSERT_TRUE(ReadMetadataTables(NewMemReader(table_).get(), &inodes, &names).ok());
+  MemTable old;
+  old.data = table_->data;
+  ASSERT_TRUE(testing::UnsolidGroups(&old).ok());
   const std::string path = dir_ / "v2.db";
   {
     std::unique_ptr<KvWriter> w;
     ASSERT_TRUE(NewKvWriter(path, "lmdb", {}, &w).ok());
-    for (const auto& [k, v] : table_->data) {
+    for (const auto& [k, v] : old.data) {
       if (k == "H" || IsSegmentKey(k) || k == kSegmentIndexKey) continue;
       ASSERT_TRUE(w->Put(k, v).ok());
     }
@@ -310,10 +315,12 @@ TEST_F(SegmentsTest, AddToAVersionTwoStoreMakesAVersionThreeOne) {
     ASSERT_TRUE(w->Commit().ok());
   }
   WriteFile(dir_ / "more/new.txt", "a new file");
+  uint64_t base_payloads = 0;
   {
     std::unique_ptr<Store> base;
     ASSERT_TRUE(Store::Open(path, StoreOptions{}, &base).ok());
     ASSERT_EQ(base->header().version, 2u);
+    base_payloads = base->header().payload_count;
     std::unique_ptr<KvWriter> up;
     ASSERT_TRUE(NewKvUpdater(path, &up).ok());
     AddOptions ao;
@@ -323,7 +330,8 @@ TEST_F(SegmentsTest, AddToAVersionTwoStoreMakesAVersionThreeOne) {
   }
   std::unique_ptr<Store> store;
   ASSERT_TRUE(Store::Open(path, StoreOptions{}, &store).ok());
-  EXPECT_EQ(store->header().version, 3u);
+  EXPECT_EQ(store->header().version, kFormatVersion);
+  EXPECT_EQ(store->header().solid_payload_from, base_payloads);
   EXPECT_GT(store->metadata_size().segments, 0u);
   EXPECT_TRUE(store->VerifyMetadata().ok());
   CheckEverything(*store);

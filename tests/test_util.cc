@@ -389,7 +389,8 @@ std::string CannotMountReason() {
 
 std::string DsfsBinary() { return DSFS_BINARY; }
 
-Status DamagePayload(const MemTable& table, uint64_t id, std::shared_ptr<MemTable>* damaged) {
+Status DamagePayload(const MemTable& table, uint64_t id, std::shared_ptr<MemTable>* damaged,
+                     uint64_t* first, uint64_t* last) {
   auto copy = std::make_shared<MemTable>();
   copy->data = table.data;
   auto it = copy->data.lower_bound(PayloadKey(id));
@@ -397,10 +398,52 @@ Status DamagePayload(const MemTable& table, uint64_t id, std::shared_ptr<MemTabl
   if (it == copy->data.end() || !ParsePayloadKey(it->first, &last_id)) {
     return Status::Corruption("no such payload");
   }
-  std::string_view rec;
-  DSFS_RETURN_IF_ERROR(FindInGroup(it->second, last_id, id, &rec));
-  it->second[static_cast<size_t>(rec.data() - it->second.data()) + rec.size() - 1] ^= 0x01;
+  // The group's first id: the key of the group before it, plus one.
+  uint64_t first_id = 0;
+  if (it != copy->data.begin()) {
+    uint64_t prev;
+    if (ParsePayloadKey(std::prev(it)->first, &prev)) first_id = prev + 1;
+  }
+  if (id < first_id) return Status::Corruption("no such payload");
+  it->second.back() ^= 0x01;
+  if (first) *first = first_id;
+  if (last) *last = last_id;
   *damaged = std::move(copy);
+  return Status::OK();
+}
+
+Status UnsolidGroups(MemTable* table) {
+  std::string dict_bytes;
+  if (auto z = table->data.find(std::string(kDictKey)); z != table->data.end()) {
+    StoreHeader h;
+    DSFS_RETURN_IF_ERROR(ParseHeader(table->data.at(std::string(kHeaderKey)), &h));
+    DSFS_RETURN_IF_ERROR(DecodeDictionaryRecord(z->second, h.dict_bytes, &dict_bytes));
+    // Older versions stored it raw.
+    z->second = RawPayloadRecord(dict_bytes);
+  }
+  std::shared_ptr<Dictionary> dict;
+  DSFS_RETURN_IF_ERROR(Dictionary::Create(dict_bytes, 3, &dict));
+  PayloadDecoder decoder;
+  for (auto& [key, value] : table->data) {
+    uint64_t last_id;
+    if (!ParsePayloadKey(key, &last_id, kPayloadSpace) &&
+        !ParsePayloadKey(key, &last_id, kPixelSpace)) {
+      continue;
+    }
+    PayloadView p;
+    DSFS_RETURN_IF_ERROR(ParsePayload(value, &p));
+    std::string content(p.raw_bytes, '\0');
+    DSFS_RETURN_IF_ERROR(decoder.Decode(p, dict.get(), content.data()));
+    uint32_t count;
+    std::memcpy(&count, content.data(), 4);
+    GroupBuilder old;
+    for (uint64_t id = last_id + 1 - count; id <= last_id; ++id) {
+      std::string_view record;
+      DSFS_RETURN_IF_ERROR(FindInGroup(content, last_id, id, &record));
+      old.Add(RawPayloadRecord(record));
+    }
+    value = old.Finish();
+  }
   return Status::OK();
 }
 

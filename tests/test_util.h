@@ -150,9 +150,16 @@ std::string CannotMountReason();
 // Path of the built dsfs executable.
 std::string DsfsBinary();
 
-// A copy of `table` with the last byte of payload record `id` flipped (its checksum then
-// fails); Corruption if the record is not there.
-Status DamagePayload(const MemTable& table, uint64_t id, std::shared_ptr<MemTable>* damaged);
+// A copy of `table` with the last byte of the solid group holding payload record `id` flipped
+// (its checksum then fails: every record of the group is lost); Corruption if the record is
+// not there. *first and *last (if given) receive the ids the group holds.
+Status DamagePayload(const MemTable& table, uint64_t id, std::shared_ptr<MemTable>* damaged,
+                     uint64_t* first = nullptr, uint64_t* last = nullptr);
+
+// Rewrites the solid payload and pixel groups of the version 4 store in `table` as the groups
+// of older versions (each record a payload record of its own, stored raw), so that the store,
+// given an older version in its header, is one as older dsfs wrote it.
+Status UnsolidGroups(MemTable* table);
 
 // Packs `src` into a new in-memory store and opens it.
 Status PackToMemory(const std::string& src, const PackOptions& options,

@@ -354,14 +354,25 @@ TEST_F(FilesystemViewsTest, TensorViewFollowsImageFolderOrder) {
   EXPECT_NE(Walk(fs.get(), ".dsfs/tensor/mixed/m"), 0u);
 }
 
-TEST_F(FilesystemViewsTest, DamagedImageFailsOnlyItselfInEveryView) {
+// A damaged solid group fails its images in every view (EIO, never wrong pixels); images of
+// other groups are unharmed.
+TEST_F(FilesystemViewsTest, DamagedImageFailsOnlyItsGroupInEveryView) {
+  PackOptions o;
+  o.group_bytes = 1024;  // the 13 small files make several groups
   std::shared_ptr<MemTable> table;
-  auto fs = Mount(false, &table);
+  std::unique_ptr<Store> packed;
+  ASSERT_TRUE(PackToMemory(dir_ / "src", o, &table, &packed).ok());
   uint32_t ino;
   InodeRecord victim;
-  ASSERT_TRUE(fs->store().LookupPath("b_class/2.jpg", &ino, &victim).ok());
+  ASSERT_TRUE(packed->LookupPath("b_class/2.jpg", &ino, &victim).ok());
   std::shared_ptr<MemTable> damaged;
-  ASSERT_TRUE(testing::DamagePayload(*table, victim.data, &damaged).ok());
+  uint64_t first, last;
+  ASSERT_TRUE(testing::DamagePayload(*table, victim.data, &damaged, &first, &last).ok());
+  auto in_group = [&](const char* rel) {
+    InodeRecord r;
+    EXPECT_TRUE(packed->LookupPath(rel, &ino, &r).ok()) << rel;
+    return r.data >= first && r.data <= last;
+  };
   std::unique_ptr<Store> store;
   ASSERT_TRUE(Store::Open(NewMemReader(damaged), &store).ok());
   Filesystem dfs(std::move(store), FsOptions{});
@@ -370,15 +381,33 @@ TEST_F(FilesystemViewsTest, DamagedImageFailsOnlyItselfInEveryView) {
     Status s;
     std::string got = ReadAll(&dfs, Walk(&dfs, p), &s);
     if (std::string(p).find("z.jpg") != std::string::npos) {
-      EXPECT_TRUE(s.ok()) << p;  // another image: unharmed
+      EXPECT_EQ(s.ok(), !in_group("b_class/x/z.jpg")) << p;  // another image
     } else {
       EXPECT_TRUE(s.IsCorruption()) << p << ": " << s.ToString();
     }
   }
   Status s;
   ReadAll(&dfs, Walk(&dfs, ".dsfs/tensor/b_class/images.npy"), &s);
-  EXPECT_TRUE(s.ok());  // 2.jpg is not below b_class's classes x and x-y
-  EXPECT_EQ(ReadAll(&dfs, Walk(&dfs, ".dsfs/bmp/b_class/1.png")).substr(0, 2), "BM");
+  // 2.jpg is not below b_class's classes x and x-y.
+  EXPECT_EQ(s.ok(), !in_group("b_class/x/z.jpg") && !in_group("b_class/x-y/w.jpg"));
+  s = Status::OK();
+  std::string bmp = ReadAll(&dfs, Walk(&dfs, ".dsfs/bmp/b_class/1.png"), &s);
+  EXPECT_EQ(s.ok(), !in_group("b_class/1.png"));
+  if (s.ok()) EXPECT_EQ(bmp.substr(0, 2), "BM");
+  // Some image is outside the damaged group, and reads in every view.
+  int unharmed = 0;
+  for (const char* rel : {"a_class/0.jpg", "mixed/m/big.jpg", "mixed/m/small.jpg", "c/k/x/1.jpg",
+                          "c/k/x/sub/3.jpg"}) {
+    if (in_group(rel)) continue;
+    ++unharmed;
+    for (const std::string& p : {std::string(rel), ".dsfs/bmp/" + std::string(rel),
+                                 ".dsfs/npy/" + std::string(rel) + ".npy"}) {
+      Status us;
+      ReadAll(&dfs, Walk(&dfs, p), &us);
+      EXPECT_TRUE(us.ok()) << p << ": " << us.ToString();
+    }
+  }
+  EXPECT_GT(unharmed, 0);
 }
 
 TEST_F(FilesystemViewsTest, ListedViewDirectoriesArePushedAsTheViewShowsThem) {

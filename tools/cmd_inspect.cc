@@ -184,6 +184,7 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
         {"payload_bytes", h.payload_bytes}, {"store_bytes", store_bytes},
         {"ratio", std::round(ratio * 1e4) / 1e4}, {"zstd_level", h.zstd_level},
         {"dictionary_bytes", h.dict_bytes}, {"chunk_bytes", h.chunk_bytes},
+        {"group_bytes", h.version >= kSolidFormatVersion ? h.group_bytes : 0},
         {"images", h.image_count}, {"pixel_records", h.pixel_count},
         {"pixel_bytes", h.pixel_bytes}, {"metadata_bytes", meta.stored_bytes},
         {"metadata_raw_bytes", meta.inode_bytes + meta.name_bytes},
@@ -211,7 +212,7 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
       "file bytes:   %s\n"
       "store bytes:  %s (ratio %.3f; payloads %s in %llu records)\n"
       "metadata:     %s (%s raw; %s)\n"
-      "compression:  zstd level %d, dictionary %s, chunks of %s\n"
+      "compression:  zstd level %d, dictionary %s, chunks of %s, %s\n"
       "images:       %llu decodable by the views; decoded pixels stored: %s\n",
       store_path.c_str(), std::string(store->backend_name()).c_str(), h.version,
       TimeString(static_cast<int64_t>(h.created_unix_s)).c_str(),
@@ -225,7 +226,11 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
                     : "stored raw",
       h.zstd_level,
       h.dict_bytes ? FormatBytes(h.dict_bytes).c_str() : "none",
-      FormatBytes(h.chunk_bytes).c_str(), static_cast<unsigned long long>(h.image_count),
+      FormatBytes(h.chunk_bytes).c_str(),
+      h.version >= kSolidFormatVersion
+          ? ("solid groups of " + FormatBytes(h.group_bytes)).c_str()
+          : "each file compressed alone",
+      static_cast<unsigned long long>(h.image_count),
       h.pixel_count ? FormatBytes(h.pixel_bytes).c_str() : "no");
   out << buf;
   if (t.available) {

@@ -165,7 +165,8 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   SizeValidator size_validator;
 
   PackCommand pack;
-  uint64_t dict_size = pack.options.dict_bytes, chunk_size = pack.options.chunk_bytes;
+  uint64_t dict_size = pack.options.dict_bytes, chunk_size = pack.options.chunk_bytes,
+           group_size = pack.options.group_bytes;
   auto* pack_cmd = app.add_subcommand(
       "pack",
       "pack SRC (a directory, a tar/cpio/zip archive, or - for an archive on stdin) into "
@@ -181,6 +182,10 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       ->transform(size_validator)
       ->capture_default_str();
   pack_cmd->add_option("--chunk-size", chunk_size, "large files are stored in chunks of this size")
+      ->transform(size_validator)
+      ->capture_default_str();
+  pack_cmd->add_option("--group-size", group_size,
+                       "small files are compressed together in groups of this size (1K-4M)")
       ->transform(size_validator)
       ->capture_default_str();
   pack_cmd->add_option("-j,--threads", pack.options.threads, "compression threads (0 = all cores)")
@@ -306,6 +311,11 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       return 2;
     }
     pack.options.chunk_bytes = static_cast<uint32_t>(chunk_size);
+    if (group_size < 1024 || group_size > kMaxGroupBytes) {
+      err << "dsfs: error: --group-size must be 1K to 4M\n";
+      return 2;
+    }
+    pack.options.group_bytes = static_cast<uint32_t>(group_size);
     s = RunPack(pack, out, err);
   } else if (*add_cmd) {
     s = RunAdd(add, out, err);

@@ -51,6 +51,8 @@ void RepairTrailingSum(std::string* v) {
   std::memcpy(v->data() + v->size() - 8, &sum, 8);
 }
 
+// A group of an older version: its index and records, each record checksummed. (A solid
+// group is one payload record: RepairRecord.)
 void RepairGroup(std::string* g) {
   if (g->size() < 4) return;
   uint32_t count;
@@ -144,10 +146,10 @@ void ParseTable(std::string_view in, MemTable* table) {
 void RepairChecksums(MemTable* table) {
   auto& d = table->data;
   uint32_t segment_bytes = 0;
+  StoreHeader h{};
   if (auto it = d.find(kHeaderKey); it != d.end()) {
     RepairHeader(&it->second);
     if (it->second.size() == sizeof(StoreHeader)) {
-      StoreHeader h;
       std::memcpy(&h, it->second.data(), sizeof(h));
       segment_bytes = h.segment_bytes;
     }
@@ -189,7 +191,13 @@ void RepairChecksums(MemTable* table) {
   if (auto it = d.find(kDictKey); it != d.end()) RepairRecord(it->second.data(), it->second.size());
   for (auto& [k, v] : d) {
     uint64_t id;
-    if (ParsePayloadKey(k, &id, kPayloadSpace) || ParsePayloadKey(k, &id, kPixelSpace)) {
+    const bool pixels = ParsePayloadKey(k, &id, kPixelSpace);
+    if (!pixels && !ParsePayloadKey(k, &id, kPayloadSpace)) continue;
+    const bool solid = h.version >= kSolidFormatVersion &&
+                       id >= (pixels ? h.solid_pixel_from : h.solid_payload_from);
+    if (solid) {
+      RepairRecord(v.data(), v.size());
+    } else {
       RepairGroup(&v);
     }
   }

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "tests/fakes/mem_store.h"
+#include "store/codec.h"
 #include "store/format.h"
 #include "store/segments.h"
 #include "pack/packer.h"
@@ -103,24 +104,38 @@ int main(int argc, char** argv) {
     Put(corpus / "record" / "layout",
         std::string(1, '\1') + std::string(reinterpret_cast<const char*>(&n), 2) + layout +
             inode_bytes.substr(0, 256));
+    // Solid groups: the group record itself (a payload record), and its index and records
+    // decompressed (the group harness).
+    std::shared_ptr<dsfs::Dictionary> dict;
+    std::string dict_bytes;
+    if (auto z = d.find(std::string(dsfs::kDictKey)); z != d.end()) {
+      dsfs::StoreHeader h;
+      if (!dsfs::ParseHeader(d.at(std::string(dsfs::kHeaderKey)), &h).ok() ||
+          !dsfs::DecodeDictionaryRecord(z->second, h.dict_bytes, &dict_bytes).ok()) {
+        return 1;
+      }
+    }
+    if (!dsfs::Dictionary::Create(dict_bytes, 3, &dict).ok()) return 1;
     int groups = 0;
+    uint64_t first = 0;  // the group's first id: one past the group before
     for (const auto& [k, v] : d) {
       uint64_t id;
       if (!dsfs::ParsePayloadKey(k, &id) || groups >= 3) continue;
       ++groups;
-      uint64_t first = id;  // the group's first id: its last record id minus count + 1
-      uint32_t count;
-      std::memcpy(&count, v.data(), 4);
-      first = id - count + 1;
+      Put(corpus / "record" / ("payload" + std::to_string(groups)), std::string(1, '\0') + v);
+      dsfs::PayloadView p;
+      std::string content;
+      if (dsfs::ParsePayload(v, &p).ok()) {
+        content.resize(p.raw_bytes);
+        dsfs::PayloadDecoder decoder;
+        if (!decoder.Decode(p, dict.get(), content.data()).ok()) content.clear();
+      }
       std::string ids(16, '\0');
       std::memcpy(ids.data(), &id, 8);
       std::memcpy(ids.data() + 8, &first, 8);
-      Put(corpus / "record" / ("group" + std::to_string(groups)), std::string(1, '\2') + ids + v);
-      std::string_view rec;
-      if (dsfs::FindInGroup(v, id, first, &rec).ok()) {
-        Put(corpus / "record" / ("payload" + std::to_string(groups)),
-            std::string(1, '\0') + std::string(rec));
-      }
+      Put(corpus / "record" / ("group" + std::to_string(groups)),
+          std::string(1, '\2') + ids + content);
+      first = id + 1;
     }
   }
   fs::remove_all(src);

@@ -188,10 +188,11 @@ Status PackRun::Finish(const std::vector<InodeRecord>& inodes, const std::string
     layout.Encode(inodes[i], inode_bytes.data() + i * layout.record_bytes());
   }
   DSFS_RETURN_IF_ERROR(writer_->Put(kLayoutKey, layout.Serialize()));
-  // The tables in compressed segments (store/segments.h), at the store's level.
+  // The tables in compressed segments (store/segments.h), at kMinMetadataLevel at least.
   MetadataRecords meta;
-  DSFS_RETURN_IF_ERROR(EncodeMetadata(inodes, inode_bytes, layout.record_bytes(), names,
-                                      options_.segment_bytes, options_.zstd_level, threads_,
+  DSFS_RETURN_IF_ERROR(EncodeMetadata(inodes, inode_bytes, layout, names,
+                                      options_.segment_bytes,
+                                      std::max(options_.zstd_level, kMinMetadataLevel), threads_,
                                       &meta));
   std::string().swap(inode_bytes);
   for (const auto& [key, value] : meta.records) DSFS_RETURN_IF_ERROR(writer_->Put(key, value));

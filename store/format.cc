@@ -191,6 +191,57 @@ void InodeLayout::Encode(const InodeRecord& r, char* dst) const {
   for (int f = 0; f < kFields; ++f) PutBits(p, offset_[f], bits_[f], v[f]);
 }
 
+namespace {
+
+uint64_t WidthMask(int width) { return width >= 64 ? ~uint64_t{0} : (uint64_t{1} << width) - 1; }
+
+// A field of a record in place, touching only the field's own bytes.
+uint64_t GetField(const char* rec, uint32_t bit, int width) {
+  const auto* q = reinterpret_cast<const unsigned char*>(rec) + bit / 8;
+  unsigned __int128 x = 0;
+  for (int i = 0, n = static_cast<int>((bit % 8 + width + 7) / 8); i < n; ++i) {
+    x |= static_cast<unsigned __int128>(q[i]) << (8 * i);
+  }
+  return static_cast<uint64_t>(x >> (bit % 8)) & WidthMask(width);
+}
+void SetField(char* rec, uint32_t bit, int width, uint64_t value) {
+  auto* q = reinterpret_cast<unsigned char*>(rec) + bit / 8;
+  const unsigned __int128 m = static_cast<unsigned __int128>(WidthMask(width)) << (bit % 8);
+  const unsigned __int128 v = static_cast<unsigned __int128>(value & WidthMask(width))
+                              << (bit % 8);
+  for (int i = 0, n = static_cast<int>((bit % 8 + width + 7) / 8); i < n; ++i) {
+    q[i] = static_cast<unsigned char>((q[i] & ~static_cast<unsigned char>(m >> (8 * i))) |
+                                      static_cast<unsigned char>(v >> (8 * i)));
+  }
+}
+
+}  // namespace
+
+void InodeLayout::DeltaEncode(char* records, size_t n) const {
+  for (int f : {kData, kNameOff, kMtime, kMtimeNs, kParent, kPixels}) {
+    if (bits_[f] == 0) continue;
+    // Back to front: each record's predecessor still holds its own value.
+    for (size_t i = n; i-- > 1;) {
+      char* cur = records + i * record_bytes_;
+      const uint64_t v = GetField(cur, offset_[f], bits_[f]);
+      const uint64_t prev = GetField(cur - record_bytes_, offset_[f], bits_[f]);
+      SetField(cur, offset_[f], bits_[f], v - prev);
+    }
+  }
+}
+
+void InodeLayout::DeltaDecode(char* records, size_t n) const {
+  for (int f : {kData, kNameOff, kMtime, kMtimeNs, kParent, kPixels}) {
+    if (bits_[f] == 0) continue;
+    for (size_t i = 1; i < n; ++i) {
+      char* cur = records + i * record_bytes_;
+      const uint64_t d = GetField(cur, offset_[f], bits_[f]);
+      const uint64_t prev = GetField(cur - record_bytes_, offset_[f], bits_[f]);
+      SetField(cur, offset_[f], bits_[f], d + prev);
+    }
+  }
+}
+
 Status InodeLayout::Decode(const char* src, InodeRecord* r) const {
   unsigned char buf[8 * kFields + 32] = {};
   std::memcpy(buf, src, record_bytes_);

@@ -172,6 +172,14 @@ class InodeLayout {
   // Corruption if a field is out of range (e.g. a mode index past the table).
   Status Decode(const char* src, InodeRecord* rec) const;
 
+  // Replaces, in the `n` records at `records`, each field that mostly grows by a little from
+  // one record to the next (payload id or first entry, name offset, mtime, parent, pixel id)
+  // by its difference from the record before, modulo the field's width: what the inode
+  // segments of format 4 store (the transposed differences compress to a third less).
+  // DeltaDecode undoes it; both are exact for any bytes.
+  void DeltaEncode(char* records, size_t n) const;
+  void DeltaDecode(char* records, size_t n) const;
+
  private:
   enum Field {
     kSize,

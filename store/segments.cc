@@ -94,7 +94,9 @@ Status SegmentIndex::Parse(std::string_view bytes, SegmentIndex* index) {
   SegmentIndex ix;
   ix.inodes_per_segment = GetU32(bytes.data());
   ix.flags = GetU32(bytes.data() + 4);
-  if (ix.flags != kSegmentFlags) return Status::Corruption("segment index: unknown flags");
+  if ((ix.flags & ~kSegmentFlags) != 0 || !(ix.flags & kSegmentTransposed)) {
+    return Status::Corruption("segment index: unknown flags");
+  }
   const uint64_t ni = GetU64(bytes.data() + 8), nn = GetU64(bytes.data() + 16);
   const uint64_t room = (bytes.size() - kIndexHeaderBytes - 8) / kEntryBytes;
   if (ni > room || nn > room - ni ||
@@ -131,10 +133,11 @@ void Untranspose(std::string_view in, uint32_t rb, char* out) {
   }
 }
 
-// Compresses raw[ends[i-1], ends[i]) into segment i (transposed first if `rb`), on up to
-// `threads` threads.
-Status CompressSegments(std::string_view raw, const std::vector<uint64_t>& ends, uint32_t rb,
-                        int level, int threads, char space, std::vector<SegmentEntry>* entries,
+// Compresses raw[ends[i-1], ends[i]) into segment i (records of `layout`, if given:
+// delta-coded and transposed first), on up to `threads` threads.
+Status CompressSegments(std::string_view raw, const std::vector<uint64_t>& ends,
+                        const InodeLayout* layout, int level, int threads, char space,
+                        std::vector<SegmentEntry>* entries,
                         std::vector<std::pair<std::string, std::string>>* records) {
   const size_t n = ends.size();
   std::vector<std::string> stored(n);
@@ -153,9 +156,11 @@ Status CompressSegments(std::string_view raw, const std::vector<uint64_t>& ends,
       const uint64_t begin = i == 0 ? 0 : ends[i - 1];
       std::string_view seg = raw.substr(begin, ends[i] - begin);
       std::string transposed;
-      if (rb > 0) {
+      if (layout) {
+        std::string deltas(seg);
+        layout->DeltaEncode(deltas.data(), deltas.size() / layout->record_bytes());
         transposed.resize(seg.size());
-        Transpose(seg, rb, transposed.data());
+        Transpose(deltas, layout->record_bytes(), transposed.data());
         seg = transposed;
       }
       std::string z(ZSTD_compressBound(seg.size()), '\0');
@@ -190,8 +195,9 @@ Status CompressSegments(std::string_view raw, const std::vector<uint64_t>& ends,
 }  // namespace
 
 Status EncodeMetadata(const std::vector<InodeRecord>& inodes, std::string_view inode_bytes,
-                      uint32_t record_bytes, std::string_view names, uint32_t segment_bytes,
+                      const InodeLayout& layout, std::string_view names, uint32_t segment_bytes,
                       int level, int threads, MetadataRecords* out) {
+  const uint32_t record_bytes = layout.record_bytes();
   if (record_bytes == 0 || segment_bytes == 0 || inode_bytes.size() % record_bytes != 0) {
     return Status::InvalidArgument("metadata segments: bad table or segment size");
   }
@@ -205,7 +211,9 @@ Status EncodeMetadata(const std::vector<InodeRecord>& inodes, std::string_view i
     inode_ends.push_back(end);
   }
   // Name segments: cut only where no name or target crosses, once a segment holds
-  // segment_bytes (a single longer item makes a longer segment).
+  // kNameSegmentFactor * segment_bytes (a single longer item makes a longer segment).
+  const uint64_t name_segment_bytes =
+      std::min<uint64_t>(uint64_t{kNameSegmentFactor} * segment_bytes, kMaxSegmentRawBytes);
   std::vector<std::pair<uint64_t, uint64_t>> items;  // [begin, end)
   items.reserve(inodes.size());
   for (const InodeRecord& r : inodes) {
@@ -216,7 +224,7 @@ Status EncodeMetadata(const std::vector<InodeRecord>& inodes, std::string_view i
   std::vector<uint64_t> name_ends;
   uint64_t seg_start = 0, covered = 0;  // covered: the end of every item seen so far
   for (const auto& [begin, end] : items) {
-    if (begin >= covered && begin > seg_start && end - seg_start > segment_bytes) {
+    if (begin >= covered && begin > seg_start && end - seg_start > name_segment_bytes) {
       name_ends.push_back(begin);
       seg_start = begin;
     }
@@ -228,16 +236,17 @@ Status EncodeMetadata(const std::vector<InodeRecord>& inodes, std::string_view i
       return Status::InvalidArgument("a symbolic link target of over 16 MiB");
     }
   }
-  DSFS_RETURN_IF_ERROR(CompressSegments(inode_bytes, inode_ends, record_bytes, level, threads,
+  DSFS_RETURN_IF_ERROR(CompressSegments(inode_bytes, inode_ends, &layout, level, threads,
                                         kInodeSegmentSpace, &out->index.inodes, &out->records));
-  DSFS_RETURN_IF_ERROR(CompressSegments(names, name_ends, 0, level, threads, kNameSegmentSpace,
-                                        &out->index.names, &out->records));
+  DSFS_RETURN_IF_ERROR(CompressSegments(names, name_ends, nullptr, level, threads,
+                                        kNameSegmentSpace, &out->index.names, &out->records));
   out->records.emplace_back(std::string(kSegmentIndexKey), out->index.Serialize());
   return Status::OK();
 }
 
 Status DecodeSegment(std::string_view what, const SegmentEntry& e, std::string_view stored,
-                     std::string* raw, uint32_t record_bytes) {
+                     std::string* raw, InodeCoding inodes) {
+  const uint32_t record_bytes = inodes.layout ? inodes.layout->record_bytes() : 0;
   if (stored.size() != e.stored_bytes) {
     return Status::Corruption(std::string(what) + " has the wrong size");
   }
@@ -264,15 +273,16 @@ Status DecodeSegment(std::string_view what, const SegmentEntry& e, std::string_v
     raw->resize(e.raw_bytes);
     Untranspose(scratch, record_bytes, raw->data());
     if (scratch.capacity() > (1u << 20)) std::string().swap(scratch);
+    if (inodes.deltas) inodes.layout->DeltaDecode(raw->data(), raw->size() / record_bytes);
   }
   return Status::OK();
 }
 
 Status SegmentedTable::Init(std::string name, char space, std::vector<SegmentEntry> entries,
                             KvReader* kv, ByteCache* cache, uint64_t serial,
-                            uint32_t record_bytes) {
+                            InodeCoding inodes) {
   name_ = std::move(name);
-  record_bytes_ = record_bytes;
+  inodes_ = inodes;
   space_ = space;
   entries_ = std::move(entries);
   kv_ = kv;
@@ -306,7 +316,7 @@ Status SegmentedTable::Load(uint64_t s, std::string* raw) const {
   if (st.IsNotFound()) return Status::Corruption("store is missing " + what);
   DSFS_RETURN_IF_ERROR(st);
   if (v.size() > kWillNeedBytes) kv_->WillNeed(v.data());
-  return DecodeSegment(what, entries_[s], v.data(), raw, record_bytes_);
+  return DecodeSegment(what, entries_[s], v.data(), raw, inodes_);
 }
 
 Status SegmentedTable::Get(uint64_t s, Segment* out) const {
@@ -369,14 +379,13 @@ Status ReadMetadataTables(KvReader* kv, std::string* inode_bytes, std::string* n
   DSFS_RETURN_IF_ERROR(kv->Get(kLayoutKey, &lv));
   InodeLayout layout;
   DSFS_RETURN_IF_ERROR(InodeLayout::Parse(lv.data(), kSegmentedFormatVersion, &layout));
-  const uint32_t record_bytes = layout.record_bytes();
   PinnedValue v;
   DSFS_RETURN_IF_ERROR(kv->Get(kSegmentIndexKey, &v));
   SegmentIndex ix;
   DSFS_RETURN_IF_ERROR(SegmentIndex::Parse(v.data(), &ix));
   SegmentedTable inodes, name_table;
-  DSFS_RETURN_IF_ERROR(
-      inodes.Init("inode", kInodeSegmentSpace, ix.inodes, kv, nullptr, 0, record_bytes));
+  DSFS_RETURN_IF_ERROR(inodes.Init("inode", kInodeSegmentSpace, ix.inodes, kv, nullptr, 0,
+                                   {&layout, (ix.flags & kSegmentDeltas) != 0}));
   DSFS_RETURN_IF_ERROR(name_table.Init("name", kNameSegmentSpace, ix.names, kv, nullptr, 0));
   inode_bytes->clear();
   names->clear();

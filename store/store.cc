@@ -719,7 +719,7 @@ Status Store::InitSegments() {
   inodes_per_segment_ = per;
   DSFS_RETURN_IF_ERROR(inode_segments_.Init("inode", kInodeSegmentSpace, std::move(ix.inodes),
                                             kv_.get(), meta_cache_.get(), serial,
-                                            static_cast<uint32_t>(rb)));
+                                            {&layout_, (ix.flags & kSegmentDeltas) != 0}));
   DSFS_RETURN_IF_ERROR(name_segments_.Init("name", kNameSegmentSpace, std::move(ix.names),
                                            kv_.get(), meta_cache_.get(), serial));
   segmented_ = true;

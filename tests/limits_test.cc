@@ -62,7 +62,7 @@ class LimitsTest : public ::testing::Test {
     }
     MetadataRecords meta;
     ASSERT_TRUE(
-        EncodeMetadata(records, inodes, l.record_bytes(), names_, h.segment_bytes, 3, 1, &meta)
+        EncodeMetadata(records, inodes, l, names_, h.segment_bytes, 3, 1, &meta)
             .ok());
     for (auto& [k, v] : meta.records) table_->data[k] = v;
     h.inode_count = records.size();

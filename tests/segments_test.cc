@@ -99,13 +99,15 @@ TEST_F(SegmentsTest, TablesAreStoredInCompressedSegmentsThatReadBackWhole) {
   SegmentIndex ix;
   ASSERT_TRUE(SegmentIndex::Parse(table_->data.at(std::string(kSegmentIndexKey)), &ix).ok());
   EXPECT_GT(ix.inodes.size(), 3u);
-  EXPECT_GT(ix.names.size(), 10u);
+  EXPECT_GT(ix.names.size(), 5u);
   const Store::MetadataSize m = store->metadata_size();
   EXPECT_EQ(m.segments, ix.inodes.size() + ix.names.size());
   EXPECT_LT(m.stored_bytes * 2, m.inode_bytes + m.name_bytes) << "names compress well";
-  // No segment over a segment's size raw (only an item longer than that makes one:
-  // SegmentsFormatTest).
-  for (const SegmentEntry& e : ix.names) EXPECT_LE(e.raw_bytes, options_.segment_bytes);
+  // No name segment over kNameSegmentFactor segments' size raw (only an item longer than that
+  // makes one: SegmentsFormatTest).
+  for (const SegmentEntry& e : ix.names) {
+    EXPECT_LE(e.raw_bytes, kNameSegmentFactor * options_.segment_bytes);
+  }
   std::string inodes, names;
   ASSERT_TRUE(ReadMetadataTables(NewMemReader(table_).get(), &inodes, &names).ok());
   EXPECT_EQ(names.size(), store->header().names_bytes);
@@ -135,7 +137,7 @@ TEST_F(SegmentsTest, SegmentsAreFetchedOnlyWhenUsed) {
   InodeRecord r;
   ASSERT_TRUE(store->LookupPath("dir2/file-with-a-longer-name-5.txt", &ino, &r).ok());
   EXPECT_LE(fetched->size(), 8u) << "of " << segments;
-  EXPECT_GT(segments, 20u);
+  EXPECT_GT(segments, 12u);
 }
 
 TEST_F(SegmentsTest, CacheStaysWithinItsBoundWhateverTheTables) {
@@ -361,9 +363,13 @@ TEST(SegmentsFormatTest, NamesAreCutOnlyBetweenItems) {
   recs[100].data = names.size();
   recs[100].size = 5000;
   names += std::string(5000, '/');
-  std::string inodes(101 * 8, '\0');
+  const InodeLayout layout = InodeLayout::For(recs);
+  std::string inodes(101 * layout.record_bytes(), '\0');
+  for (size_t i = 0; i < recs.size(); ++i) {
+    layout.Encode(recs[i], inodes.data() + i * layout.record_bytes());
+  }
   MetadataRecords m;
-  ASSERT_TRUE(EncodeMetadata(recs, inodes, 8, names, 1024, 3, 1, &m).ok());
+  ASSERT_TRUE(EncodeMetadata(recs, inodes, layout, names, 1024, 3, 1, &m).ok());
   uint64_t off = 0;
   std::set<uint64_t> starts;
   for (const SegmentEntry& e : m.index.names) {
@@ -379,7 +385,7 @@ TEST(SegmentsFormatTest, NamesAreCutOnlyBetweenItems) {
     uint64_t end = next == starts.end() ? names.size() : *next;
     EXPECT_LE(r.name_off + r.name_len, end);
   }
-  EXPECT_EQ(m.index.inodes_per_segment, 128u);
+  EXPECT_EQ(m.index.inodes_per_segment, 1024u / layout.record_bytes());
   EXPECT_EQ(m.index.inodes.size(), 1u);
   EXPECT_EQ(m.records.back().first, kSegmentIndexKey);
 }

@@ -51,7 +51,7 @@ struct ImageResult {
 struct Batch {
   // A unit of compression work: up to this many payloads or raw bytes (a batch of small files
   // makes tens of groups, so few end short at the batch's end).
-  static constexpr size_t kMaxPayloads = 16384;
+  static constexpr size_t kMaxPayloads = 8192;
   static constexpr uint64_t kMaxBytes = 8 << 20;
 
   uint64_t first_id = 0;

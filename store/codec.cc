@@ -126,7 +126,7 @@ Status EncodeSolidGroups(const std::vector<std::string_view>& records, const Gro
                          PayloadEncoder* enc, EncodedGroups* out) {
   // A group's last page is worth filling when this much of it is left.
   constexpr size_t kMinFillBytes = 64;
-  constexpr int kFillTries = 5;
+  constexpr int kFillTries = 3;
   const uint64_t target = sizing.group_bytes;
   const ValueSizing& pages = sizing.values;
   std::string content, group, bigger;

@@ -181,7 +181,7 @@ Status CompressSegments(std::string_view raw, const std::vector<uint64_t>& ends,
     }
     ZSTD_freeCCtx(cctx);
   };
-  const int t = static_cast<int>(std::clamp<size_t>(n / 4, 1, static_cast<size_t>(std::max(1, threads))));
+  const int t = static_cast<int>(std::clamp<size_t>(n, 1, static_cast<size_t>(std::max(1, threads))));
   std::vector<std::thread> pool;
   for (int i = 1; i < t; ++i) pool.emplace_back(work);
   work();

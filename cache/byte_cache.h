@@ -54,6 +54,8 @@ class ByteCache {
   void Insert(Id id, uint64_t key, Value value);
   // The largest value Insert keeps (a shard's budget less the overhead); 0 when disabled.
   uint64_t max_value_bytes() const;
+  // The budget of all shards together.
+  uint64_t capacity_bytes() const { return capacity_; }
   // The value under (`id`, `key`), made by `load` if it is not cached: one load per key at a
   // time, whose result (value or error) every caller waiting for the same key shares; cached if
   // it fits. REQUIRES: `load` does not call GetOrLoad for the same key.

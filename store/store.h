@@ -122,9 +122,10 @@ class Store {
   uint64_t ChunkCount(const InodeRecord& rec) const {
     return (rec.size + header_.chunk_bytes - 1) / header_.chunk_bytes;
   }
-  // True if chunk `index` of `rec` is in the RAM cache (no hit or miss counted): the record,
-  // or in a version 4 store its solid group.
-  bool ChunkCached(const InodeRecord& rec, uint64_t index) const;
+  // True if chunk `index` of `rec` is in the RAM cache (no hit or miss counted).
+  bool ChunkCached(const InodeRecord& rec, uint64_t index) const {
+    return cache_ && cache_->Contains(cache_id_, rec.data + index);
+  }
   // The zstd dictionary the payloads were compressed with (empty if none).
   std::string_view dictionary_bytes() const { return dict_bytes_; }
   // Chunks decompressed since open, and the time spent on it.
@@ -173,8 +174,9 @@ class Store {
   // cache (may be null) is looked up and filled by id.
   Status ReadRecord(char space, uint64_t id, uint64_t expected, ByteCache* cache,
                     ByteCache::Value* pin, std::string* scratch, std::string_view* out) const;
-  // ReadRecord of a record in a solid group: the group is looked up in `cache` (or, without
-  // one, the thread's last group), else read, decompressed and put there; *pin holds it.
+  // ReadRecord of a record in a solid group: looked up in `cache`; else its group is read and
+  // decompressed (without a cache, the thread's last group is kept for the next read), and
+  // with a cache every record of the group is put there.
   Status ReadSolid(char space, uint64_t id, uint64_t expected, ByteCache* cache,
                    ByteCache::Value* pin, std::string_view* out) const;
   // Corruption unless the group before `group` (its index; keyed `last_id`) ends right
@@ -196,9 +198,8 @@ class Store {
   std::shared_ptr<Dictionary> dict_;
   std::string dict_bytes_;
   std::shared_ptr<ByteCache> cache_;
-  ByteCache::Id cache_id_ = 0;  // the payloads' namespace in cache_ (older versions' records)
-  // Version 4: solid groups, cached whole, keyed by their last id, in namespaces of their own.
-  ByteCache::Id group_cache_id_ = 0, pixel_group_cache_id_ = 0;
+  ByteCache::Id cache_id_ = 0;  // the payloads' namespace in cache_
+  // Version 4: records from these ids on are in solid groups.
   uint64_t solid_payload_from_ = UINT64_MAX, solid_pixel_from_ = UINT64_MAX;
   uint64_t max_group_bytes_ = 0;
   uint64_t serial_ = 0;  // unique among the process's stores

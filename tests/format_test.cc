@@ -62,13 +62,19 @@ TEST(FormatTest, HeaderRejectsBadMagicVersionAndChecksum) {
   EXPECT_FALSE(ParseHeader("", &parsed).ok());
 }
 
-TEST(FormatTest, InodeLayoutRoundTripsExtremes) {
+// Records with every field at its extremes.
+std::vector<InodeRecord> ExtremeRecords() {
   std::vector<InodeRecord> recs;
   recs.push_back({0, 0, 0, 100, 0, 040755, 0, 1, 0, 0, 0, 0});
   recs.push_back({1ull << 40, 123456789, 77, -5, 999999999, 0100644, 255, 1, 1, 32, 32, 0});
   recs.push_back({5, 0xffffffffffffull, 1ull << 33, 1700000000, 1, 0120777, 17, 2, 2, 65535, 7, 1});
   recs.push_back(
       {~0ull, ~0ull, ~0ull, INT64_MAX / 2, 0, 0100600, 4096, 0xfffffffe, 3, 0, 0, ~0ull});
+  return recs;
+}
+
+TEST(FormatTest, InodeLayoutRoundTripsExtremes) {
+  const std::vector<InodeRecord> recs = ExtremeRecords();
   InodeLayout layout = InodeLayout::For(recs);
   std::string bytes = layout.Serialize();
   InodeLayout parsed;
@@ -97,12 +103,7 @@ TEST(FormatTest, InodeLayoutRoundTripsExtremes) {
 // that shrink (the differences wrap around the field's width), extremes, and random bytes that
 // are no valid records at all.
 TEST(FormatTest, InodeDeltasRoundTripAnyBytes) {
-  std::vector<InodeRecord> recs;
-  recs.push_back({0, 0, 0, 100, 0, 040755, 0, 1, 0, 0, 0, 0});
-  recs.push_back({1ull << 40, 123456789, 77, -5, 999999999, 0100644, 255, 1, 1, 32, 32, 0});
-  recs.push_back({5, 0xffffffffffffull, 1ull << 33, 1700000000, 1, 0120777, 17, 2, 2, 65535, 7, 1});
-  recs.push_back(
-      {~0ull, ~0ull, ~0ull, INT64_MAX / 2, 0, 0100600, 4096, 0xfffffffe, 3, 0, 0, ~0ull});
+  std::vector<InodeRecord> recs = ExtremeRecords();
   recs.push_back({7, 3, 2, 100, 5, 0100644, 3, 2, 0, 1, 1, 2});
   for (uint32_t i = 0; i < 200; ++i) {
     recs.push_back({i * 37u % 1000, 1000u + i, 5000u + 15u * i, 1700000000 + i / 50,

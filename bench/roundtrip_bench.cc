@@ -18,7 +18,8 @@
 // cache), pread() of 4 KiB with O_DIRECT (one READ round trip each) and the unmodified read a
 // program does: open, read the whole file (from the page cache), close.
 //
-// A config is a transport (auto, uring, classic) with options: nodefer (rings without dsfs's
+// A config is a transport (auto, uring, classic) with options: libfuse (ioctls answered by a
+// libfuse callback, not by the transport as dsfs has them answered), nodefer (rings without dsfs's
 // IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN), coop (COOP_TASKRUN), poll=US (busy-poll before sleeping), nopin (queue
 // threads not pinned to their CPUs). The configs take turns, round after round, so that each
 // sees the same background load; printed is the median per (target, busy processes, call) of
@@ -234,6 +235,8 @@ bool ConfigOptions(const std::string& config, dsfs::TransportOptions* o) {
       o->extra_ring_flags |= IORING_SETUP_COOP_TASKRUN;
     } else if (w == "nodefer") {
       o->defer_taskrun = false;
+    } else if (w == "libfuse") {
+      o->answer_ioctls = false;
     } else if (w.rfind("poll=", 0) == 0) {
       o->busy_poll_us = std::stoi(w.substr(5));
     } else {
@@ -346,6 +349,7 @@ std::string MeasureDsfs(const std::string& config, const Args& a, Samples* out) 
 // One server of `config` for one round; "" if it did not come up.
 std::string MeasureFuse(const std::string& config, const Args& a, Samples* out) {
   dsfs::TransportOptions o;
+  o.answer_ioctls = true;  // as dsfs does; "libfuse" has the callback below answer them
   ConfigOptions(config, &o);
   if (std::ifstream(kEnableUring)) {
     std::ofstream(kEnableUring) << (o.mode == dsfs::TransportMode::kClassic ? "N" : "Y") << "\n";

@@ -66,6 +66,7 @@ class Filesystem : public PushSource {
     uint64_t ring_requests = 0;  // answered over io_uring
     uint64_t classic_requests = 0;             // read from /dev/fuse
     std::vector<uint64_t> per_queue_requests;  // ring requests by queue (= CPU)
+    uint64_t ioctls = 0;  // ioctls answered ENOTTY by the transport itself (of the above)
   };
   using TransportStatsFn = std::function<TransportStats()>;
 

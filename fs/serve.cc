@@ -81,6 +81,7 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
   TransportOptions to;
   to.mode = options.transport;
   to.classic_threads = std::max(1, options.threads);
+  to.answer_ioctls = ops.ioctl == nullptr;
   std::unique_ptr<FuseTransport> transport;
   Status ts = FuseTransport::Create(se, to, &transport);
   if (!ts.ok()) {
@@ -101,6 +102,7 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
     st.ring_requests = info.ring_requests;
     st.classic_requests = info.classic_requests;
     st.per_queue_requests = info.per_queue_requests;
+    st.ioctls = info.ioctls;
     return st;
   });
   Prefetcher::Options po;

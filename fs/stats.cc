@@ -43,7 +43,8 @@ nlohmann::ordered_json Filesystem::StatsObject() const {
     j["transport"] = {{"serving", ts.description},
                       {"ring_requests", ts.ring_requests},
                       {"classic_requests", ts.classic_requests},
-                      {"queue_requests", std::move(queues)}};
+                      {"queue_requests", std::move(queues)},
+                      {"ioctls", ts.ioctls}};
   }
   j["requests"] = {{"lookup", n(c.lookup)}, {"getattr", n(c.getattr)}, {"readdir", n(c.readdir)},
                    {"open", n(c.open)},     {"read", n(c.read)},       {"readlink", n(c.readlink)},

@@ -329,6 +329,13 @@ void FuseTransport::Impl::ServeRequest(Queue* q, Entry* e) {
     ErrorReply(q, e, in.unique, EIO);
     return;
   }
+  if (in.opcode == FUSE_IOCTL && options_.answer_ioctls) {
+    // What libfuse would answer (the filesystem has no ioctl), without making it a request.
+    ioctls_.fetch_add(1, std::memory_order_relaxed);
+    q->served.fetch_add(1, std::memory_order_relaxed);
+    ErrorReply(q, e, in.unique, ENOSYS);
+    return;
+  }
   size_t op_size = in.len - sizeof(in) - payload;
   if (linear.size() < in.len) linear.resize(sizeof(in) + abi::kOpInOutSize + payload_size_);
   std::memcpy(linear.data(), &in, sizeof(in));

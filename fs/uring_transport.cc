@@ -184,13 +184,23 @@ Status FuseTransport::Impl::Install() {
 // ---- INIT ----------------------------------------------------------------------------------
 
 ssize_t FuseTransport::Impl::Read(int fd, void* buf, size_t len) {
-  ssize_t n = ::read(fd, buf, len);
-  if (n >= static_cast<ssize_t>(sizeof(fuse_in_header))) {
+  for (;;) {
+    ssize_t n = ::read(fd, buf, len);
+    if (n < static_cast<ssize_t>(sizeof(fuse_in_header))) return n;
     classic_requests_.fetch_add(1, std::memory_order_relaxed);
     const auto* in = static_cast<const fuse_in_header*>(buf);
     if (in->opcode == FUSE_INIT) NoteInit(buf, static_cast<size_t>(n));
+    if (in->opcode != FUSE_IOCTL || !options_.answer_ioctls) return n;
+    // What libfuse would answer (the filesystem has no ioctl), without making it a request.
+    fuse_out_header out;
+    out.len = sizeof(out);
+    out.error = -ENOSYS;
+    out.unique = in->unique;
+    ioctls_.fetch_add(1, std::memory_order_relaxed);
+    // A failed write (the requester was interrupted, or the mount is gone) is for the next
+    // read to report, as libfuse's own replies are.
+    (void)!::write(fd, &out, sizeof(out));
   }
-  return n;
 }
 
 void FuseTransport::Impl::NoteInit(const void* buf, size_t len) {
@@ -399,6 +409,7 @@ TransportInfo FuseTransport::Impl::Info() const {
     i.ring_requests += n;
   }
   i.classic_requests = classic_requests_.load(std::memory_order_relaxed);
+  i.ioctls = ioctls_.load(std::memory_order_relaxed);
   return i;
 }
 

@@ -13,7 +13,8 @@
 // deliver them and handed to fuse_session_process_buf, and the replies libfuse writes are
 // recognised by their `unique` and committed to the ring entry they answer. Notifications
 // (unique 0: fuse_lowlevel_notify_store and friends), FORGET and INTERRUPT keep going through
-// /dev/fuse, which a classic loop thread keeps reading in both modes.
+// /dev/fuse, which a classic loop thread keeps reading in both modes. For a filesystem without
+// ioctls (dsfs), the transport answers them itself (TransportOptions::answer_ioctls).
 #pragma once
 
 #include <cstdint>
@@ -60,6 +61,11 @@ struct TransportOptions {
   // for measurements). A flag the kernel rejects makes the setup fail, and the transport falls
   // back to the classic loop as it would if io_uring were disabled (the tests do this).
   unsigned extra_ring_flags = 0;
+  // The session's filesystem has no ioctl callback: answer every FUSE_IOCTL with ENOSYS (what
+  // libfuse would answer; the caller sees ENOTTY) in the transport, on either path, without
+  // a libfuse request. Python's open() sends one per file (isatty); this took a tenth off
+  // its round trip over io_uring (bench/results/roundtrip-dsfs-20261202-*.md).
+  bool answer_ioctls = false;
 };
 
 // Which transport serves, for `dsfs stats` and /.dsfs/stats.
@@ -72,6 +78,8 @@ struct TransportInfo {
   uint64_t ring_requests = 0;                // requests answered over the ring
   uint64_t classic_requests = 0;             // requests read from /dev/fuse
   std::vector<uint64_t> per_queue_requests;  // ring requests by queue (= CPU)
+  // Of the requests above, the ioctls, answered ENOTTY by the transport (no libfuse request).
+  uint64_t ioctls = 0;
   // One line: "uring (2 queues x 8 entries)", "classic (enable_uring=N ...)", "pending".
   std::string Describe() const;
 };

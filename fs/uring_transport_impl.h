@@ -132,6 +132,7 @@ class FuseTransport::Impl {
   uint64_t kernel_flags_ = 0;  // the kernel's INIT flags (flags | flags2 << 32)
   uint32_t kernel_minor_ = 0;
   std::atomic<uint64_t> classic_requests_{0};
+  std::atomic<uint64_t> ioctls_{0};  // answered ENOSYS here (answer_ioctls), on either path
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -250,12 +250,13 @@ TEST_F(FilesystemTest, StatsShowTheTransport) {
     t.ring_requests = 7;
     t.classic_requests = 3;
     t.per_queue_requests = {5, 2};
+    t.ioctls = 4;
     return t;
   });
   std::string j = fs_->StatsJson();
   EXPECT_NE(j.find("\"transport\": {\"serving\": \"classic (a \\\"quoted\\\" reason)\", "
                    "\"ring_requests\": 7, \"classic_requests\": 3, "
-                   "\"queue_requests\": {\"0\": 5, \"1\": 2}}"),
+                   "\"queue_requests\": {\"0\": 5, \"1\": 2}, \"ioctls\": 4}"),
             std::string::npos)
       << j;
   EXPECT_NE(fs_->StatusLine().find("; transport classic (a \"quoted\" reason)"), std::string::npos)

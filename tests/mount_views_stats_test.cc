@@ -7,7 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -203,6 +205,26 @@ void SendRequests(const std::string& mp, int n) {
   }
 }
 
+// Python's open() asks isatty() of every file: an ioctl the kernel always sends. dsfs has
+// none; the transport answers it itself, as libfuse did (ENOTTY to the caller), on files and
+// directories, and counts it.
+void ExpectIoctlsAnsweredByTheTransport(const std::string& mp) {
+  constexpr int kCalls = 10;
+  for (const std::string& path : {mp + "/a.txt", mp}) {
+    SCOPED_TRACE(path);
+    int fd = ::open(path.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    for (int i = 0; i < kCalls; ++i) {
+      errno = 0;
+      EXPECT_EQ(::isatty(fd), 0);
+      EXPECT_EQ(errno, ENOTTY) << std::strerror(errno);
+    }
+    ::close(fd);
+  }
+  std::map<std::string, std::string> st = StatsOf(mp);
+  EXPECT_EQ(st["transport.ioctls"], std::to_string(2 * kCalls));
+}
+
 TEST(TransportTest, UringServesOverTheRingWhenEnabled) {
   SKIP_UNLESS_CAN_MOUNT();
   ScopedEnableUring enable(true);
@@ -225,6 +247,7 @@ TEST(TransportTest, UringServesOverTheRingWhenEnabled) {
   EXPECT_EQ(st["transport.serving"].rfind("uring (", 0), 0u) << st["transport.serving"];
   EXPECT_GE(std::stol(st["transport.ring_requests"]), 100) << st["transport.ring_requests"];
   EXPECT_TRUE(st.count("transport.queue_requests.0")) << "per-queue counts are missing";
+  ExpectIoctlsAnsweredByTheTransport(s.mp);
   CommandResult j = Dsfs({"stats", "--json", s.mp});
   EXPECT_NE(j.out.find("\"serving\": \"uring ("), std::string::npos) << j.out;
   std::vector<std::string> lines = LogLines(log, "FUSE transport:");
@@ -260,6 +283,7 @@ TEST(TransportTest, FallsBackToClassicWhenTheKernelSaysNo) {
     EXPECT_NE(serving.find(c.reason), std::string::npos) << serving;
     EXPECT_EQ(st["transport.ring_requests"], "0");
     EXPECT_GE(std::stol(st["transport.classic_requests"]), 20);
+    ExpectIoctlsAnsweredByTheTransport(s.mp);
     // One line says which transport serves and why; a fallback from an explicit uring warns.
     std::vector<std::string> lines = LogLines(log, "FUSE transport:");
     ASSERT_EQ(lines.size(), 1u) << ReadFile(log);

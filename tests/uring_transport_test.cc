@@ -427,7 +427,7 @@ std::string RelPath(fuse_ino_t ino) {
 
 // The checks every transport must pass: tree, attributes, contents from `threads` threads,
 // ioctl, a reply from another thread.
-void CheckServes(TestMount& m, int threads) {
+void CheckServes(TestMount& m, int threads, bool ioctls_reach_the_filesystem = true) {
   std::vector<std::string> want_root;
   std::vector<std::string> want_sub;
   for (fuse_ino_t i = kFirstFile; i <= kLastIno; ++i) {
@@ -482,6 +482,7 @@ void CheckServes(TestMount& m, int threads) {
   for (auto& t : ts) t.join();
   EXPECT_EQ(bad.load(), 0) << "first: " << first_bad;
   EXPECT_EQ(reads.load(), threads * 2 * static_cast<int>(files.size()));
+  if (!ioctls_reach_the_filesystem) return;
 
   // ioctl: FUSE always forwards it; the answer must come back with its data.
   int fd = ::open(m.Path("f001").c_str(), O_RDONLY | O_CLOEXEC);
@@ -761,6 +762,41 @@ TEST(UringTransportTest, FallsBackToClassicWhenIoUringSetupFails) {
       << info.reason;
   CheckServes(m, 4);
   m.Stop();
+}
+
+// answer_ioctls (what dsfs sets: it has no ioctl): every ioctl fails ENOTTY without reaching
+// the filesystem's callback, on both paths, and the transport counts them.
+TEST(UringTransportTest, AnsweredIoctlsNeverReachTheFilesystem) {
+  EnableUring on(true);
+  SKIP_UNLESS_URING(on);
+  for (TransportMode mode : {TransportMode::kUring, TransportMode::kClassic}) {
+    SCOPED_TRACE(TransportModeName(mode));
+    TransportOptions o;
+    o.mode = mode;
+    o.answer_ioctls = true;
+    TestMount m;
+    m.Start(o);
+    TransportInfo info = m.WaitDecided();
+    ASSERT_TRUE(info.decided);
+    EXPECT_EQ(info.uring, mode == TransportMode::kUring) << info.Describe();
+    for (const char* path : {"f001", "sub"}) {
+      int fd = ::open(m.Path(path).c_str(), O_RDONLY | O_CLOEXEC);
+      ASSERT_GE(fd, 0) << path;
+      uint64_t v = 0;
+      EXPECT_EQ(::ioctl(fd, kMagicIoctl, &v), -1);
+      EXPECT_EQ(errno, ENOTTY) << path;
+      EXPECT_EQ(v, 0u);
+      errno = 0;
+      EXPECT_EQ(::isatty(fd), 0);
+      EXPECT_EQ(errno, ENOTTY) << path;
+      ::close(fd);
+    }
+    EXPECT_EQ(m.fs().ioctls.load(), 0u);
+    info = m.transport()->info();
+    EXPECT_EQ(info.ioctls, 4u);
+    CheckServes(m, 2, /*ioctls_reach_the_filesystem=*/false);  // everything else still is
+    m.Stop();
+  }
 }
 
 }  // namespace

@@ -64,7 +64,7 @@ struct TransportOptions {
   // The session's filesystem has no ioctl callback: answer every FUSE_IOCTL with ENOSYS (what
   // libfuse would answer; the caller sees ENOTTY) in the transport, on either path, without
   // a libfuse request. Python's open() sends one per file (isatty); this took a tenth off
-  // its round trip over io_uring (bench/results/roundtrip-dsfs-20261202-*.md).
+  // its round trip over io_uring (bench/results/roundtrip-20261202-0403.md).
   bool answer_ioctls = false;
 };
 

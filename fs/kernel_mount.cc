@@ -27,6 +27,7 @@
 #include "erofs/store_tree.h"
 #include "fs/image_server.h"
 #include "fs/loop_device.h"
+#include "fs/own_mount.h"
 #include "fs/service.h"
 #include "fs/stats.h"
 #include "fs/view_tree.h"
@@ -409,6 +410,7 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
                                       " at " + mnt);
   }
   serving.store(true);
+  const OwnMount own(mnt);  // a signal unmounts this mount, never what mnt carries later
   // Into the image's page cache, which a loop device with direct I/O never reads.
   if (loop.empty()) server.EnableReadahead();
   // -o preload: the store's RAM cache, which the image's reads come from, as in a classic mount.
@@ -455,9 +457,13 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
   monitor.Stopping();
   if (signalled) {
     Log()->info("signalled: unmounting {}", mnt);
-    if (::umount2(mnt.c_str(), 0) != 0 && errno == EBUSY) {
+    if (own.Unmount(0)) {
+    } else if (errno == EBUSY) {
       Log()->warn("{} is busy: detached; served until its last file closes", mnt);
-      ::umount2(mnt.c_str(), MNT_DETACH);
+      own.Unmount(MNT_DETACH);
+    } else if (errno == 0) {
+      // Detached before (dsfs umount --lazy) and still read: what is there now is not ours.
+      Log()->info("{} no longer carries this daemon's mount: left alone", mnt);
     }
   }
   if (server.ended() && server.open_images() > 0) {

@@ -1,5 +1,6 @@
 #include "fs/serve.h"
 
+#include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -16,6 +17,7 @@
 #include "common/log.h"
 #include "fs/decode_workers.h"
 #include "fs/fuse_session.h"
+#include "fs/own_mount.h"
 #include "fs/prefetcher.h"
 #include "fs/service.h"
 
@@ -76,6 +78,8 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
     fuse_session_destroy(se);
     return Status::IOError(mountpoint + ": mount failed (is /dev/fuse available?)");
   }
+  // As the session ends, this mount is unmounted, never what the mountpoint carries by then.
+  const OwnMount own(mountpoint);
   // Before anything reads from the session: the transport must see the kernel's INIT. It
   // decides there (and logs in one line) whether io_uring or the classic loop serves.
   TransportOptions to;
@@ -165,8 +169,22 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
   fs->SetPrefetcher(nullptr);
   ctx.prefetcher = nullptr;
   prefetcher.reset();
-  // Closes the device first: a readiness probe still waiting fails instead of hanging Stop.
-  fuse_session_unmount(se);
+  if (own.StillMounted()) {
+    // Closes the device first (a readiness probe still waiting fails instead of hanging
+    // Stop), then detaches the mount by its path.
+    fuse_session_unmount(se);
+  } else {
+    // Unmounted already (the common case: dsfs umount), or detached while still read
+    // (--lazy) with the mountpoint perhaps carrying another mount by now, which libfuse's
+    // unmount by path would take down. Only the device is closed (the session closes what
+    // stands in its place).
+    Log()->debug("{} no longer carries this daemon's mount: left alone", mountpoint);
+    int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null >= 0) {
+      ::dup2(null, fuse_session_fd(se));
+      ::close(null);
+    }
+  }
   monitor.Stop();
   // No request is served any more (the stats file included); the session outlives the
   // transport (its custom I/O), which the prefetcher's pushes went through until now.

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fs/kernel_mount.h"
@@ -252,6 +253,34 @@ TEST_F(KernelMountTest, LazyUmountThenNewMountThenCloseEndsTheOldDaemon) {
   r = Dsfs({"umount", mp_});
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_TRUE(WaitChild(new_pid, milliseconds(5000)));
+}
+
+// The daemon of a detached mount still read, signalled (kill, systemctl stop, shutdown), once
+// something else is mounted on its old mountpoint: it leaves that alone (it used to unmount
+// the path, taking down whatever was there), and ends once its last file is closed.
+TEST_F(KernelMountTest, SignalledDaemonOfADetachedMountLeavesWhatIsMountedThereNow) {
+  Put(src_ + "/a", "a\n");
+  Pack();
+  KernelMount km(mp_);
+  CommandResult r = km.Mount(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  int fd = ::open((mp_ + "/a").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  r = Dsfs({"umount", "--lazy", mp_});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  {
+    TmpfsGuard tmpfs(mp_, "1M");
+    ASSERT_TRUE(tmpfs.mounted()) << tmpfs.error();
+    PutFile(mp_ + "/mine", "not dsfs's\n");
+    ASSERT_EQ(::kill(km.pid(), SIGTERM), 0);
+    std::this_thread::sleep_for(milliseconds(1000));
+    EXPECT_EQ(FsType(mp_), "tmpfs") << "the signalled daemon unmounted what it had not mounted";
+    EXPECT_EQ(ReadFile(mp_ + "/mine"), "not dsfs's\n");
+    ::close(fd);
+    km.WaitDaemon();
+    EXPECT_EQ(FsType(mp_), "tmpfs");
+  }
+  EXPECT_TRUE(PrivateDirs(km.prefix()).empty());
 }
 
 TEST_F(KernelMountTest, ForegroundDaemonUnmountsOnSigterm) {

@@ -543,6 +543,37 @@ TEST(UmountTest, BusyMountNeedsLazy) {
   guard.Forget(pid);
 }
 
+// The same daemon signalled (kill, systemctl stop, shutdown) while its file is still open and
+// something else is mounted on its old mountpoint: it leaves that alone (libfuse's unmount by
+// path took it down) and ends (-o kernel: once the file is closed; EROFS still reads it).
+TEST(UmountTest, SignalledDaemonOfADetachedMountLeavesWhatIsMountedThereNow) {
+  SKIP_UNLESS_CAN_MOUNT();
+  SmallStore s;
+  ASSERT_EQ(s.pack.exit_code, 0) << Describe(s.pack);
+  MountGuard guard(s.mp);
+  CommandResult r = guard.MountBackground(s.store);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  ASSERT_EQ(guard.daemons().size(), 1u);
+  pid_t pid = guard.daemons()[0];
+  int fd = ::open((s.mp + "/a.txt").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << ErrnoName(errno);
+  r = Dsfs({"umount", "--lazy", s.mp});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  {
+    TmpfsGuard tmpfs(s.mp, "1M");
+    ASSERT_TRUE(tmpfs.mounted()) << tmpfs.error();
+    PutFile(s.mp + "/mine", "not dsfs's\n");
+    ASSERT_EQ(::kill(pid, SIGTERM), 0);
+    std::this_thread::sleep_for(milliseconds(1000));
+    EXPECT_TRUE(IsMounted(s.mp)) << "the signalled daemon unmounted what it had not mounted";
+    EXPECT_EQ(ReadFile(s.mp + "/mine"), "not dsfs's\n");
+    ::close(fd);
+    EXPECT_TRUE(WaitChild(pid, milliseconds(5000))) << "the signalled daemon did not end";
+    guard.Forget(pid);
+    EXPECT_TRUE(IsMounted(s.mp));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // `dsfs pack` errors that need root (the others are in pack_errors_test.cc, in the unit tests):
 // a clear line, and no store nor temporary file left behind.

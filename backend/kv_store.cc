@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 
 #include "backend/lmdb_store.h"
@@ -85,7 +86,18 @@ void RemoveDeadTemporaries(const std::string& path) {
     if (name.rfind(stem, 0) != 0) continue;
     char* end = nullptr;
     long pid = std::strtol(name.c_str() + stem.size(), &end, 10);
-    if (pid > 0 && *end == '\0' && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+    if (pid <= 0 || *end != '\0' || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) {
+      continue;
+    }
+    const std::string tmp = e.path().string();
+    struct stat st;
+    if (::lstat(tmp.c_str(), &st) != 0 ||
+        std::chrono::seconds(::time(nullptr) - st.st_mtime) < kDeadTemporaryAge) {
+      continue;
+    }
+    if (S_ISREG(st.st_mode) && LooksLikeLmdb(tmp)) {
+      ::unlink(tmp.c_str());
+    } else if (S_ISDIR(st.st_mode) && LooksLikeRocksdb(tmp)) {
       std::filesystem::remove_all(e.path(), ec);
     }
   }
@@ -272,6 +284,10 @@ Status NewKvWriter(const std::string& path, std::string_view backend,
       return Status::InvalidArgument(path + ": the s3 backend writes to s3://BUCKET/PREFIX, and an s3:// destination takes only the s3 backend");
     }
     return NewS3Writer(path, options, S3WriterOptions{}, writer);
+  }
+  const std::string name = std::filesystem::path(path).filename().string();
+  if (name.empty() || name == "." || name == "..") {
+    return Status::InvalidArgument("'" + path + "': a store needs a file name (as in data.dsfs)");
   }
   // The store is built beside `path` and renamed into place: name a missing directory as the
   // user wrote it, not by the temporary name.

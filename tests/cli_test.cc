@@ -1,12 +1,15 @@
 // The dsfs command run in-process (DsfsMain) and, where a crash must be told apart from an
 // error, as a subprocess.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <sstream>
 
@@ -476,8 +479,43 @@ TEST(CliUsageTest, CatReportsWriteErrorsAndPackBoundsThreads) {
   EXPECT_EQ(r.code, 0) << r.err;
 }
 
-// What a killed pack left (its process is gone) is removed by the next pack to that path;
-// a live process's temporary is not touched.
+// ls -l shows setuid, setgid and sticky bits as ls(1) (and the mount) does.
+TEST(CliUsageTest, LsLongShowsTheSpecialModeBits) {
+  TempDir dir;
+  WriteFile(dir / "src/d/suid", "x");
+  WriteFile(dir / "src/d/sgid", "y");
+  ASSERT_EQ(::chmod((dir / "src/d/suid").c_str(), 04755), 0);
+  ASSERT_EQ(::chmod((dir / "src/d/sgid").c_str(), 02700), 0);
+  ASSERT_EQ(::chmod((dir / "src/d").c_str(), 01777), 0);
+  ASSERT_EQ(Dsfs({"pack", "-q", dir / "src", dir / "s.db"}).code, 0);
+  auto r = Dsfs({"ls", "-l", "-R", dir / "s.db", "/"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("drwxrwxrwt "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("-rwsr-xr-x "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("-rwx--S--- "), std::string::npos) << r.out;
+}
+
+// A destination without a file name is refused before anything is packed (it used to pack,
+// then fail to rename the store to "").
+TEST(CliUsageTest, PackToAPathWithoutAFileNameIsRefused) {
+  TempDir dir;
+  WriteFile(dir / "src/a.txt", "a");
+  for (const std::string& dst : {std::string(), dir / "out/", dir / ".", dir / ".."}) {
+    SCOPED_TRACE("'" + dst + "'");
+    std::filesystem::create_directories(dir / "out");
+    auto r = Dsfs({"pack", "-q", dir / "src", dst});
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.err.find("a store needs a file name"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  }
+}
+
+// What a killed pack left (a store whose process is gone, unchanged for an hour) is removed by
+// the next pack to that path. A live process's temporary, one changed lately (its writer may
+// be of another PID namespace or machine), and whatever of that name is no store stay.
 TEST(CliUsageTest, PackRemovesTemporariesOfDeadPacks) {
   TempDir dir;
   WriteFile(dir / "src/a.txt", "a");
@@ -485,17 +523,43 @@ TEST(CliUsageTest, PackRemovesTemporariesOfDeadPacks) {
   if (dead == 0) ::_exit(0);
   ASSERT_GT(dead, 0);
   ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
-  const std::string stale_file = dir / ("s.db.tmp-" + std::to_string(dead));
-  const std::string stale_dir = dir / ("r.db.tmp-" + std::to_string(dead));
+  const std::string tmp = ".tmp-" + std::to_string(dead);
+  // Half stores, as a killed pack leaves them: an LMDB file, a RocksDB directory.
+  ASSERT_EQ(Dsfs({"pack", "-q", dir / "src", dir / "lmdb"}).code, 0);
+  ASSERT_EQ(Dsfs({"pack", "-q", "--backend", "rocksdb", dir / "src", dir / "rocks"}).code, 0);
+  auto age = [](const std::string& path, int seconds) {
+    struct timespec t[2] = {{::time(nullptr) - seconds, 0}, {::time(nullptr) - seconds, 0}};
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), t, AT_SYMLINK_NOFOLLOW), 0) << path;
+  };
+  auto store_copy = [&](const std::string& from, const std::string& to, int seconds) {
+    std::filesystem::copy(from, to, std::filesystem::copy_options::recursive);
+    age(to, seconds);
+  };
+  const std::string stale_file = dir / ("s.db" + tmp);
+  const std::string stale_dir = dir / ("r.db" + tmp);
+  const std::string recent = dir / ("t.db" + tmp);  // changed 10 minutes ago
   const std::string live = dir / ("s.db.tmp-" + std::to_string(::getppid()));  // alive
-  WriteFile(stale_file, "half a store");
-  WriteFile(stale_dir + "/000001.sst", "half a store");
-  WriteFile(live, "in use");
+  const std::string not_a_store = dir / ("u.db" + tmp);
+  const std::string user_dir = dir / ("v.db" + tmp);
+  store_copy(dir / "lmdb", stale_file, 7200);
+  store_copy(dir / "rocks", stale_dir, 7200);
+  store_copy(dir / "lmdb", recent, 600);
+  store_copy(dir / "lmdb", live, 7200);
+  WriteFile(not_a_store, "a user's file");
+  age(not_a_store, 7200);
+  WriteFile(user_dir + "/sub/important", "a user's backup");
+  age(user_dir, 7200);
   EXPECT_EQ(Dsfs({"pack", "-q", dir / "src", dir / "s.db"}).code, 0);
   EXPECT_EQ(Dsfs({"pack", "-q", "--backend", "rocksdb", dir / "src", dir / "r.db"}).code, 0);
+  for (const char* name : {"t.db", "u.db", "v.db"}) {
+    EXPECT_EQ(Dsfs({"pack", "-q", dir / "src", dir / name}).code, 0) << name;
+  }
   EXPECT_FALSE(std::filesystem::exists(stale_file));
   EXPECT_FALSE(std::filesystem::exists(stale_dir));
+  EXPECT_TRUE(std::filesystem::exists(recent));
   EXPECT_TRUE(std::filesystem::exists(live));
+  EXPECT_EQ(ReadFile(not_a_store), "a user's file");
+  EXPECT_EQ(ReadFile(user_dir + "/sub/important"), "a user's backup");
 }
 
 // Ctrl-C during a pack: an "interrupted" line, exit 1, and no store or temporary left.

@@ -27,6 +27,13 @@ std::string ModeString(uint32_t mode) {
   std::string s = S_ISDIR(mode) ? "d" : S_ISLNK(mode) ? "l" : "-";
   const char* rwx = "rwxrwxrwx";
   for (int i = 0; i < 9; ++i) s += (mode & (0400 >> i)) ? rwx[i] : '-';
+  // As ls(1) shows them: setuid and setgid in the x of owner and group, sticky in other's.
+  auto special = [&](size_t at, uint32_t bit, char with_x, char without_x) {
+    if (mode & bit) s[at] = s[at] == 'x' ? with_x : without_x;
+  };
+  special(3, S_ISUID, 's', 'S');
+  special(6, S_ISGID, 's', 'S');
+  special(9, S_ISVTX, 't', 'T');
   return s;
 }
 

@@ -40,6 +40,11 @@ struct FuseOptions {
   bool allow_other = false;  // let other users in (kernel checks the stored modes)
   bool debug = false;        // libfuse request tracing to stderr
   std::string fsname;        // shown in /proc/mounts (the store path)
+  // What mount(2) is given instead of the mountpoint's path ("" = the path): the directory
+  // `dsfs mount` checked and locked, by descriptor (/proc/self/fd/N), so that a path changed
+  // in between (a symlink swapped) cannot have the mount land elsewhere. Only for root, which
+  // mounts itself (libfuse's fusermount3 for users resolves the path on its own).
+  std::string mount_target;
   // Report to systemd ($NOTIFY_SOCKET): READY=1 once the mount answers, STATUS= every
   // status_interval_s, STOPPING=1 on the way out (see fs/service.h).
   bool notify_systemd = false;

@@ -241,6 +241,8 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
                    const FuseOptions& fuse, const std::function<void()>& on_mounted) {
   DSFS_RETURN_IF_ERROR(CheckKernelMountAllowed());
   const std::string& mnt = config.mountpoint;
+  // mount(2) is given the directory dsfs mount checked and locked (FuseOptions::mount_target).
+  const std::string& target = fuse.mount_target.empty() ? mnt : fuse.mount_target;
   // What a classic mount's FUSE layer does and EROFS does in the kernel by itself.
   {
     const FuseOptions plain;
@@ -375,7 +377,7 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
   int err = 0;
   if (!config.kernel_loop) {
     server.SetPageCacheReader(true);  // EROFS reads the superblock already during mount(2)
-    err = ::mount(image_path.c_str(), mnt.c_str(), "erofs", flags, nullptr) == 0 ? 0 : errno;
+    err = ::mount(image_path.c_str(), target.c_str(), "erofs", flags, nullptr) == 0 ? 0 : errno;
     if (err == ENOTBLK) Log()->info("-o kernel: EROFS here reads block devices only: a loop device");
   }
   if (config.kernel_loop || err == ENOTBLK) {
@@ -395,7 +397,7 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
       Log()->warn("/dev/{}: direct I/O refused, the image is cached twice", loop);
     }
     const std::string dev = "/dev/" + loop;
-    err = ::mount(dev.c_str(), mnt.c_str(), "erofs", flags, nullptr) == 0 ? 0 : errno;
+    err = ::mount(dev.c_str(), target.c_str(), "erofs", flags, nullptr) == 0 ? 0 : errno;
     ::close(loop_fd);  // AUTOCLEAR: EROFS holds the device now, or it detaches
   }
   if (err != 0) {

@@ -85,6 +85,16 @@ std::string FollowLinks(const std::string& path) {
   return p;
 }
 
+// True if what `path` (relative to `dirfd`; "" with AT_EMPTY_PATH: dirfd itself) names, its
+// symlinks followed, is the root of a mount. The mount table's paths are not enough: a
+// mountpoint named through a symlink is listed under the directory it names.
+bool IsMountRoot(int dirfd, const char* path, int flags) {
+  struct statx sx;
+  if (::statx(dirfd, path, flags | AT_STATX_DONT_SYNC, 0, &sx) != 0) return false;
+  return (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) &&
+         (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
+}
+
 // An exclusive lock keyed by the mountpoint directory, held from CheckMountpoint to the mount:
 // two `dsfs mount`s of one directory started together would otherwise both pass the check and
 // stack their mounts. flock(2) on the directory itself: it needs no writable place (a user's
@@ -248,7 +258,13 @@ Status CheckMountpoint(const std::string& mountpoint) {
   if (!S_ISDIR(st.st_mode)) {
     return Status::InvalidArgument("mountpoint " + mountpoint + " is not a directory");
   }
-  if (IsMountpoint(mountpoint)) {
+  constexpr long kProcMagic = 0x9fa0, kSysfsMagic = 0x62656572;
+  if (sfs.f_type == kProcMagic || sfs.f_type == kSysfsMagic) {
+    // /proc/self is the mounting command's own directory, gone when it exits.
+    return Status::InvalidArgument("mountpoint " + mountpoint +
+                                   " is in /proc or /sys: mount on a directory of your own");
+  }
+  if (IsMountpoint(mountpoint) || IsMountRoot(AT_FDCWD, mountpoint.c_str(), 0)) {
     // EROFS answers statfs itself: a -o kernel mount shows its dead daemon by its image mount.
     std::string stats;
     if (KernelStatsPath(mountpoint, &stats) && ::access(stats.c_str(), R_OK) != 0) {
@@ -275,8 +291,13 @@ Status MountStore(const MountConfig& config_in) {
     }
     ~Unlock() { (*this)(); }
   } unlock{&lock_fd};
-  // Again under the lock: a mount of the same directory that held it has mounted by now.
+  // Again under the lock: a mount of the same directory that held it has mounted by now. And
+  // the directory locked (which is the one mounted on) must be no mount's root either: its
+  // path may name another directory by now.
   DSFS_RETURN_IF_ERROR(CheckMountpoint(config.mountpoint));
+  if (lock_fd >= 0 && IsMountRoot(lock_fd, "", AT_EMPTY_PATH)) {
+    return Status::Busy("mountpoint " + config.mountpoint + " is already mounted");
+  }
   // A store in object storage (s3://...) is no path: the backend checks it when it opens.
   if (!IsRemoteStore(config.store_path)) {
     struct stat st;
@@ -287,6 +308,21 @@ Status MountStore(const MountConfig& config_in) {
     config.store_path = AbsolutePath(config.store_path);
   }
   config.mountpoint = AbsolutePath(config.mountpoint);
+  if (lock_fd >= 0 && ::geteuid() == 0) {
+    // The directory checked and locked is the one mounted on, whatever its path names by
+    // then (FuseOptions::mount_target). A descriptor of its own: the lock's goes with the
+    // lock. Kept while the process serves (inherited by the daemon, which never execs).
+    // Its real path (no symlink) names the mount from then on: the daemon tells its own mount
+    // by it (fs/own_mount.h), not by what the given path may name by the time it looks.
+    int target = ::open(("/proc/self/fd/" + std::to_string(lock_fd)).c_str(),
+                        O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (target >= 0) {
+      config.fuse.mount_target = "/proc/self/fd/" + std::to_string(target);
+      char real[PATH_MAX];
+      ssize_t n = ::readlink(config.fuse.mount_target.c_str(), real, sizeof(real) - 1);
+      if (n > 0 && real[0] == '/') config.mountpoint.assign(real, static_cast<size_t>(n));
+    }
+  }
   if (config.foreground) {
     // The process that serves is the one systemd started (Type=notify): it reports readiness.
     config.fuse.notify_systemd = true;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -73,7 +74,8 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
   // libfuse ends the session on SIGHUP; dsfs reopens its log instead (ServiceMonitor). Until
   // the monitor runs, a SIGHUP is ignored rather than fatal.
   ::signal(SIGHUP, SIG_IGN);
-  if (fuse_session_mount(se, mountpoint.c_str()) != 0) {
+  const std::string& target = options.mount_target.empty() ? mountpoint : options.mount_target;
+  if (fuse_session_mount(se, target.c_str()) != 0) {
     fuse_remove_signal_handlers(se);
     fuse_session_destroy(se);
     return Status::IOError(mountpoint + ": mount failed (is /dev/fuse available?)");
@@ -169,16 +171,19 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
   fs->SetPrefetcher(nullptr);
   ctx.prefetcher = nullptr;
   prefetcher.reset();
-  if (own.StillMounted()) {
+  if (own.StillMounted() && options.mount_target.empty()) {
     // Closes the device first (a readiness probe still waiting fails instead of hanging
-    // Stop), then detaches the mount by its path.
+    // Stop), then detaches the mount by its path (fusermount3 -u for a user's mount).
     fuse_session_unmount(se);
   } else {
-    // Unmounted already (the common case: dsfs umount), or detached while still read
-    // (--lazy) with the mountpoint perhaps carrying another mount by now, which libfuse's
-    // unmount by path would take down. Only the device is closed (the session closes what
-    // stands in its place).
-    Log()->debug("{} no longer carries this daemon's mount: left alone", mountpoint);
+    // Not libfuse's unmount by the path it was given: that path may carry another mount by
+    // now (this one was detached while still read, --lazy), or be a descriptor's, which
+    // names the directory under the mount. Detached here if it is still this daemon's (not
+    // if unmounted already, the common case: dsfs umount); the device is closed either way
+    // (the session closes what stands in its place).
+    if (!own.Unmount(MNT_DETACH)) {
+      Log()->debug("{} no longer carries this daemon's mount: left alone", mountpoint);
+    }
     int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null >= 0) {
       ::dup2(null, fuse_session_fd(se));

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
@@ -145,6 +146,16 @@ TEST_F(MountErrorsTest, MountpointIsAFile) {
   EXPECT_TRUE(IsOneLineError(r, {"not a directory"}));
   EXPECT_TRUE(IsOneLineError(r, {"a_file"}));
   ExpectNothingLeft(file);
+}
+
+// /proc/self is the mounting command's own directory: a mount there vanished with it, and the
+// command said it had mounted.
+TEST_F(MountErrorsTest, MountpointInProcOrSysIsRefused) {
+  for (const char* dir : {"/proc/self", "/sys/kernel"}) {
+    CommandResult r = Dsfs({"mount", store_, dir});
+    EXPECT_TRUE(IsOneLineError(r, {"is in /proc or /sys"})) << dir << ": " << Describe(r);
+    EXPECT_TRUE(MountsAt(dir).empty()) << dir;
+  }
 }
 
 TEST_F(MountErrorsTest, ReadWriteOptionIsAUsageError) {
@@ -572,6 +583,36 @@ TEST(UmountTest, SignalledDaemonOfADetachedMountLeavesWhatIsMountedThereNow) {
     guard.Forget(pid);
     EXPECT_TRUE(IsMounted(s.mp));
   }
+}
+
+// Mounted through a symlink that names another directory by the time the daemon is signalled:
+// the daemon unmounts its own mount, where it is, and leaves what the link names now alone.
+TEST(UmountTest, SignalledDaemonUnmountsItsMountNotWhatItsPathNamesNow) {
+  SKIP_UNLESS_CAN_MOUNT();
+  SmallStore s;
+  ASSERT_EQ(s.pack.exit_code, 0) << Describe(s.pack);
+  const std::string a = s.dir / "a", b = s.dir / "b", link = s.dir / "link";
+  MakeDir(a);
+  MakeDir(b);
+  ASSERT_EQ(::symlink(a.c_str(), link.c_str()), 0);
+  MountGuard guard(link);  // its daemon is found by the command line, which names the link
+  CommandResult r = guard.MountBackground(s.store);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  ASSERT_EQ(guard.daemons().size(), 1u);
+  pid_t pid = guard.daemons()[0];
+  ASSERT_TRUE(IsMounted(a)) << "the mount is not on the directory the link named";
+  TmpfsGuard tmpfs(b, "1M");
+  ASSERT_TRUE(tmpfs.mounted()) << tmpfs.error();
+  PutFile(b + "/mine", "not dsfs's\n");
+  ASSERT_EQ(::unlink(link.c_str()), 0);
+  ASSERT_EQ(::symlink(b.c_str(), link.c_str()), 0);
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  EXPECT_TRUE(WaitChild(pid, milliseconds(5000))) << "the signalled daemon did not end";
+  guard.Forget(pid);
+  EXPECT_FALSE(IsMounted(a)) << "the daemon left its own mount";
+  EXPECT_TRUE(IsMounted(b)) << "the daemon unmounted what its path names now";
+  EXPECT_EQ(ReadFile(b + "/mine"), "not dsfs's\n");
+  if (IsMounted(a)) ::umount2(a.c_str(), MNT_DETACH);
 }
 
 // ---------------------------------------------------------------------------------------------

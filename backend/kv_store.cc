@@ -12,7 +12,6 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 
 #include "backend/lmdb_store.h"
@@ -91,10 +90,7 @@ void RemoveDeadTemporaries(const std::string& path) {
     }
     const std::string tmp = e.path().string();
     struct stat st;
-    if (::lstat(tmp.c_str(), &st) != 0 ||
-        std::chrono::seconds(::time(nullptr) - st.st_mtime) < kDeadTemporaryAge) {
-      continue;
-    }
+    if (::lstat(tmp.c_str(), &st) != 0) continue;
     if (S_ISREG(st.st_mode) && LooksLikeLmdb(tmp)) {
       ::unlink(tmp.c_str());
     } else if (S_ISDIR(st.st_mode) && LooksLikeRocksdb(tmp)) {

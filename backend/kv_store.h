@@ -193,13 +193,11 @@ Status NewKvWriter(const std::string& path, std::string_view backend,
 Status NewKvUpdater(const std::string& path, std::unique_ptr<KvWriter>* writer);
 
 // Removes what writers of a store at `path` left behind when they were killed: a `path`.tmp-PID
-// that is a store (an LMDB file, or a RocksDB directory), whose process is gone, and that has
-// not changed for kDeadTemporaryAge: a PID names no process of another PID namespace (a
-// container) or machine (a shared directory), whose writer keeps changing its temporary.
-// Anything else of that name (a file, a directory of files) is not dsfs's and stays. Writers
-// call it before they start.
+// that is a store (an LMDB file, or a RocksDB directory) and whose process is gone. Anything
+// else of that name (a file, a directory of files) is not dsfs's and stays. Writers call it
+// before they start. (A PID names no process of another PID namespace or machine: two packs
+// to one path from two containers or over NFS are not told apart.)
 void RemoveDeadTemporaries(const std::string& path);
-inline constexpr std::chrono::seconds kDeadTemporaryAge{3600};
 
 // The backend of the store at `path` ("lmdb", "rocksdb"). NotFound if nothing is there;
 // InvalidArgument ("not a dsfs store") otherwise.

@@ -1,10 +1,28 @@
 #include "fs/fuse_session.h"
 
 #include <algorithm>
+#include <cstdarg>
+#include <cstdio>
 
 namespace dsfs {
 
+namespace {
+
+// libfuse's own messages ("fuse: failed to open /dev/fuse: ...") into dsfs's log at info: a
+// failure is reported by dsfs in its one error line, not by a second line from libfuse.
+void LibfuseLog(enum fuse_log_level, const char* fmt, va_list ap) {
+  char buf[1024];
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  std::string_view line(buf);
+  while (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+  Log()->info("libfuse: {}", line);
+}
+
+}  // namespace
+
 FuseArgs::FuseArgs(std::string_view subtype, std::string fsname, bool allow_other, bool debug) {
+  // -o debug: libfuse's request tracing goes to stderr, as libfuse writes it.
+  fuse_set_log_func(debug ? nullptr : LibfuseLog);
   std::replace(fsname.begin(), fsname.end(), ',', '_');
   std::string opts = "ro,default_permissions,subtype=" + std::string(subtype) + ",fsname=" + fsname;
   if (allow_other) opts += ",allow_other";

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
@@ -75,6 +76,34 @@ Status CheckKvStructure(const std::string& path, std::optional<std::chrono::mill
   return CheckLmdbTree(path, timeout);
 }
 
+int LockTemporary(const std::string& tmp) {
+  struct stat st;
+  if (::stat(tmp.c_str(), &st) != 0) return -1;
+  // Read-write where it can be: NFS emulates flock with a write lock, which needs it.
+  int fd = ::open(tmp.c_str(), (S_ISDIR(st.st_mode) ? O_RDONLY | O_DIRECTORY : O_RDWR) | O_CLOEXEC);
+  if (fd < 0) return -1;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+namespace {
+
+// A directory a RocksDB writer left: the database, or a writer's staging area before it.
+bool LooksLikeRocksdbTemporary(const std::string& dir) {
+  if (LooksLikeRocksdb(dir)) return true;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("dsfs-staging-", 0) == 0 && e.is_directory(ec)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 void RemoveDeadTemporaries(const std::string& path) {
   std::error_code ec;
   std::filesystem::path p(path);
@@ -91,11 +120,18 @@ void RemoveDeadTemporaries(const std::string& path) {
     const std::string tmp = e.path().string();
     struct stat st;
     if (::lstat(tmp.c_str(), &st) != 0) continue;
-    if (S_ISREG(st.st_mode) && LooksLikeLmdb(tmp)) {
+    const bool lmdb = S_ISREG(st.st_mode) && LooksLikeLmdb(tmp);
+    if (!lmdb && !(S_ISDIR(st.st_mode) && LooksLikeRocksdbTemporary(tmp))) continue;
+    // Held while removed: a writer elsewhere that holds it is alive; one that cannot be
+    // locked (no flock here) is left too.
+    int lock = LockTemporary(tmp);
+    if (lock < 0) continue;
+    if (lmdb) {
       ::unlink(tmp.c_str());
-    } else if (S_ISDIR(st.st_mode) && LooksLikeRocksdb(tmp)) {
+    } else {
       std::filesystem::remove_all(e.path(), ec);
     }
+    ::close(lock);
   }
 }
 

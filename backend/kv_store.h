@@ -193,11 +193,17 @@ Status NewKvWriter(const std::string& path, std::string_view backend,
 Status NewKvUpdater(const std::string& path, std::unique_ptr<KvWriter>* writer);
 
 // Removes what writers of a store at `path` left behind when they were killed: a `path`.tmp-PID
-// that is a store (an LMDB file, or a RocksDB directory) and whose process is gone. Anything
-// else of that name (a file, a directory of files) is not dsfs's and stays. Writers call it
-// before they start. (A PID names no process of another PID namespace or machine: two packs
-// to one path from two containers or over NFS are not told apart.)
+// that is dsfs's (an LMDB file, or a directory holding a RocksDB database or a writer's
+// dsfs-staging-PID), whose process is gone here and which no writer holds locked
+// (LockTemporary): a PID names no process of another PID namespace (a container) or machine
+// (a shared directory), a lock does. Anything else of that name (a file, a directory of
+// files) is not dsfs's and stays. Writers call it before they start.
 void RemoveDeadTemporaries(const std::string& path);
+
+// An exclusive flock(2) on a writer's temporary (a file or a directory), for the writer to hold
+// (close the descriptor) until the temporary is renamed or removed. -1 if it cannot be had (a
+// filesystem without flock): the temporary is then told alive by its PID alone.
+int LockTemporary(const std::string& tmp);
 
 // The backend of the store at `path` ("lmdb", "rocksdb"). NotFound if nothing is there;
 // InvalidArgument ("not a dsfs store") otherwise.

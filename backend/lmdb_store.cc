@@ -204,6 +204,7 @@ class LmdbWriter final : public KvWriter {
     if (txn_) mdb_txn_abort(txn_);
     if (env_) mdb_env_close(env_);
     if (!committed_) ::unlink(tmp_.c_str());
+    if (tmp_lock_fd_ >= 0) ::close(tmp_lock_fd_);
     if (lock_fd_ >= 0) ::close(lock_fd_);
   }
 
@@ -214,6 +215,7 @@ class LmdbWriter final : public KvWriter {
     if (rc != 0) return LmdbError(rc, "setting map size", tmp_);
     rc = mdb_env_open(env_, tmp_.c_str(), MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOSYNC, 0644);
     if (rc != 0) return LmdbError(rc, "creating the store", tmp_);
+    tmp_lock_fd_ = LockTemporary(tmp_);  // alive, to writers of other PID namespaces too
     DSFS_RETURN_IF_ERROR(Begin());
     // A copy of an existing store: appending (MDB_APPEND) is right only past its last key.
     MDB_cursor* c = nullptr;
@@ -259,6 +261,8 @@ class LmdbWriter final : public KvWriter {
     mdb_env_close(env_);
     env_ = nullptr;
     DSFS_RETURN_IF_ERROR(MoveStoreIntoPlace(tmp_, dest_));
+    if (tmp_lock_fd_ >= 0) ::close(tmp_lock_fd_);  // the store now: no temporary to hold
+    tmp_lock_fd_ = -1;
     committed_ = true;
     return Status::OK();
   }
@@ -293,6 +297,7 @@ class LmdbWriter final : public KvWriter {
 
   StoreDestination dest_;
   std::string tmp_;
+  int tmp_lock_fd_ = -1;
   MDB_env* env_ = nullptr;
   MDB_txn* txn_ = nullptr;
   MDB_dbi dbi_ = 0;

@@ -274,6 +274,7 @@ class RocksdbWriter final : public KvWriter {
     std::error_code ec;
     fs::remove_all(staging_, ec);
     if (!committed_ && !update_) fs::remove_all(dir_, ec);
+    if (tmp_lock_fd_ >= 0) ::close(tmp_lock_fd_);
   }
 
   Status Prepare() {
@@ -281,6 +282,7 @@ class RocksdbWriter final : public KvWriter {
     if (!update_ && !fs::create_directory(dir_, ec)) {
       return Status::FromErrno(ec.value() ? ec.value() : EEXIST, "cannot create " + dir_);
     }
+    if (!update_) tmp_lock_fd_ = LockTemporary(dir_);  // alive, to other PID namespaces too
     if (update_) {
       // Staging directories of updaters that were killed (this one holds the LOCK now).
       for (const auto& e : fs::directory_iterator(dir_, ec)) {
@@ -363,6 +365,8 @@ class RocksdbWriter final : public KvWriter {
     fs::remove_all(staging_, ec);
     // A fresh store goes to its final path (replacing, with --force, the store checked there).
     if (!update_) DSFS_RETURN_IF_ERROR(Fail(MoveStoreIntoPlace(dir_, dest_)));
+    if (tmp_lock_fd_ >= 0) ::close(tmp_lock_fd_);  // the store now: no temporary to hold
+    tmp_lock_fd_ = -1;
     committed_ = true;
     return Status::OK();
   }
@@ -388,6 +392,7 @@ class RocksdbWriter final : public KvWriter {
   StoreDestination dest_;
   std::string final_, dir_, staging_;
   bool update_;
+  int tmp_lock_fd_ = -1;  // LockTemporary of dir_ (a fresh store's)
   rocksdb::DB* db_ = nullptr;
   rocksdb::Options options_;
   std::map<unsigned char, Stream> streams_;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -513,8 +514,10 @@ TEST(CliUsageTest, PackToAPathWithoutAFileNameIsRefused) {
   }
 }
 
-// What a killed pack left (a store whose process is gone) is removed by the next pack to that
-// path. A live process's temporary and whatever of that name is no store stay.
+// What a killed pack left (a store, or a RocksDB writer's staging area, whose process is gone)
+// is removed by the next pack to that path. A live process's temporary, one a writer holds
+// locked (of another PID namespace or machine, where its PID means nothing), and whatever of
+// that name is not dsfs's stay.
 TEST(CliUsageTest, PackRemovesTemporariesOfDeadPacks) {
   TempDir dir;
   WriteFile(dir / "src/a.txt", "a");
@@ -537,25 +540,51 @@ TEST(CliUsageTest, PackRemovesTemporariesOfDeadPacks) {
   const std::string stale_file = dir / ("s.db" + tmp);
   const std::string stale_dir = dir / ("r.db" + tmp);
   const std::string live = dir / ("s.db.tmp-" + std::to_string(::getppid()));  // alive
+  const std::string staging = dir / ("q.db" + tmp);
+  const std::string locked = dir / ("t.db" + tmp);
   const std::string not_a_store = dir / ("u.db" + tmp);
   const std::string user_dir = dir / ("v.db" + tmp);
   store_copy(dir / "lmdb", stale_file, 7200);
   store_copy(dir / "rocks", stale_dir, 7200);
   store_copy(dir / "lmdb", live, 7200);
+  store_copy(dir / "lmdb", locked, 7200);
+  int lock = ::open(locked.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(lock, 0);
+  ASSERT_EQ(::flock(lock, LOCK_EX), 0);  // as a live writer elsewhere holds its temporary
+  WriteFile(staging + "/dsfs-staging-" + std::to_string(dead) + "/000001.sst", "half a store");
   WriteFile(not_a_store, "a user's file");
   age(not_a_store, 7200);
   WriteFile(user_dir + "/sub/important", "a user's backup");
   age(user_dir, 7200);
   EXPECT_EQ(Dsfs({"pack", "-q", dir / "src", dir / "s.db"}).code, 0);
   EXPECT_EQ(Dsfs({"pack", "-q", "--backend", "rocksdb", dir / "src", dir / "r.db"}).code, 0);
-  for (const char* name : {"u.db", "v.db"}) {
+  for (const char* name : {"q.db", "t.db", "u.db", "v.db"}) {
     EXPECT_EQ(Dsfs({"pack", "-q", dir / "src", dir / name}).code, 0) << name;
   }
   EXPECT_FALSE(std::filesystem::exists(stale_file));
   EXPECT_FALSE(std::filesystem::exists(stale_dir));
   EXPECT_TRUE(std::filesystem::exists(live));
+  EXPECT_FALSE(std::filesystem::exists(staging));
+  EXPECT_TRUE(std::filesystem::exists(locked)) << "a writer's locked temporary was removed";
+  ::close(lock);
   EXPECT_EQ(ReadFile(not_a_store), "a user's file");
   EXPECT_EQ(ReadFile(user_dir + "/sub/important"), "a user's backup");
+}
+
+// A pack holds its temporary locked while it writes (what tells a writer of another PID
+// namespace or machine alive to RemoveDeadTemporaries).
+TEST(CliUsageTest, RunningPackHoldsItsTemporaryLocked) {
+  TempDir dir;
+  WriteFile(dir / "src/big", testing::RandomBytes(40 << 20, 5));
+  for (const char* backend : {"lmdb", "rocksdb"}) {
+    std::string dst = dir / (std::string(backend) + ".db");
+    auto sh = testing::RunCommand(
+        {"sh", "-c",
+         testing::DsfsBinary() + " pack -q -j 1 --level 19 --backend " + backend + " " +
+             (dir / "src") + " " + dst + " & P=$!; sleep 1; flock -n " + dst +
+             ".tmp-$P true; echo lock=$?; kill -INT $P; wait $P"});
+    EXPECT_NE(sh.out.find("lock=1"), std::string::npos) << backend << sh.out << sh.err;
+  }
 }
 
 // Ctrl-C during a pack: an "interrupted" line, exit 1, and no store or temporary left.

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/statfs.h>
+#include <sys/wait.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
@@ -87,6 +88,61 @@ void ServiceMonitor::Stop() {
   wake_read_ = wake_write_ = -1;
 }
 
+namespace {
+
+// statfs(path) in a child process: 0 and the filesystem's magic, or -1 and errno. A request a
+// daemon sends its own mount must never be made by a thread of the daemon: killed (SIGKILL)
+// while the request is with it but unanswered, the daemon cannot exit (that thread waits for
+// the answer, uninterruptibly), so its /dev/fuse stays open and the connection never aborts:
+// the mount, and everything that touches it, hangs for good. A child is not killed with it; its
+// request fails once the daemon is gone.
+int StatfsInChild(const std::string& path, uint64_t* magic, int* err) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) {
+    *err = errno;
+    return -1;
+  }
+  const char* c_path = path.c_str();
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    *err = errno;
+    ::close(p[0]);
+    ::close(p[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    // Only async-signal-safe calls here (the daemon runs threads). Nothing of the daemon's is
+    // kept open (its /dev/fuse above all: held here, it would keep a dead daemon's connection).
+    ::close_range(3, static_cast<unsigned>(p[1]) - 1, 0);
+    ::close_range(static_cast<unsigned>(p[1]) + 1, ~0U, 0);
+    struct statfs sfs;
+    int rc;
+    do {
+      rc = ::statfs(c_path, &sfs);
+    } while (rc != 0 && errno == EINTR);
+    int64_t out[2] = {rc == 0 ? 0 : errno, rc == 0 ? static_cast<int64_t>(sfs.f_type) : 0};
+    (void)!::write(p[1], out, sizeof(out));
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  int64_t in[2] = {EIO, 0};
+  ssize_t n;
+  do {
+    n = ::read(p[0], in, sizeof(in));
+  } while (n < 0 && errno == EINTR);
+  ::close(p[0]);
+  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  if (n != static_cast<ssize_t>(sizeof(in)) || in[0] != 0) {
+    *err = n == static_cast<ssize_t>(sizeof(in)) ? static_cast<int>(in[0]) : EIO;
+    return -1;
+  }
+  *magic = static_cast<uint64_t>(in[1]);
+  return 0;
+}
+
+}  // namespace
+
 void ServiceMonitor::Run() {
   if (options_.notify) {
     // statfs is never answered from the kernel's caches: when it returns, this daemon's loop
@@ -94,15 +150,12 @@ void ServiceMonitor::Run() {
     // threads start right after Start(), so this waits only for them; an unmount that comes
     // first (signal) closes the device, and the probe fails instead of hanging.
     auto t0 = std::chrono::steady_clock::now();
-    struct statfs sfs;
-    int rc;
-    do {
-      rc = ::statfs(options_.mountpoint.c_str(), &sfs);
-    } while (rc != 0 && errno == EINTR);
-    int err = rc == 0 ? 0 : errno;
+    uint64_t magic = 0;
+    int err = 0;
+    int rc = StatfsInChild(options_.mountpoint, &magic, &err);
     double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (rc == 0 && static_cast<uint64_t>(sfs.f_type) == options_.fs_magic) {
+    if (rc == 0 && magic == options_.fs_magic) {
       std::lock_guard<std::mutex> lock(mu_);
       if (!stopping_) {
         Notify("READY=1\nSTATUS=" + status_());

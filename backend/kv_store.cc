@@ -120,7 +120,8 @@ void RemoveDeadTemporaries(const std::string& path) {
     const std::string tmp = e.path().string();
     struct stat st;
     if (::lstat(tmp.c_str(), &st) != 0) continue;
-    const bool lmdb = S_ISREG(st.st_mode) && LooksLikeLmdb(tmp);
+    // An LMDB writer killed before its first page leaves an empty file: nothing to lose.
+    const bool lmdb = S_ISREG(st.st_mode) && (st.st_size == 0 || LooksLikeLmdb(tmp));
     if (!lmdb && !(S_ISDIR(st.st_mode) && LooksLikeRocksdbTemporary(tmp))) continue;
     // Held while removed: a writer elsewhere that holds it is alive; one that cannot be
     // locked (no flock here) is left too.

@@ -193,8 +193,8 @@ Status NewKvWriter(const std::string& path, std::string_view backend,
 Status NewKvUpdater(const std::string& path, std::unique_ptr<KvWriter>* writer);
 
 // Removes what writers of a store at `path` left behind when they were killed: a `path`.tmp-PID
-// that is dsfs's (an LMDB file, or a directory holding a RocksDB database or a writer's
-// dsfs-staging-PID), whose process is gone here and which no writer holds locked
+// that is dsfs's (an LMDB file, or an empty file, or a directory holding a RocksDB database or
+// a writer's dsfs-staging-PID), whose process is gone here and which no writer holds locked
 // (LockTemporary): a PID names no process of another PID namespace (a container) or machine
 // (a shared directory), a lock does. Anything else of that name (a file, a directory of
 // files) is not dsfs's and stays. Writers call it before they start.

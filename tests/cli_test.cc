@@ -552,19 +552,22 @@ TEST(CliUsageTest, PackRemovesTemporariesOfDeadPacks) {
   ASSERT_GE(lock, 0);
   ASSERT_EQ(::flock(lock, LOCK_EX), 0);  // as a live writer elsewhere holds its temporary
   WriteFile(staging + "/dsfs-staging-" + std::to_string(dead) + "/000001.sst", "half a store");
+  const std::string empty = dir / ("e.db" + tmp);  // killed before LMDB wrote its first page
+  WriteFile(empty, "");
   WriteFile(not_a_store, "a user's file");
   age(not_a_store, 7200);
   WriteFile(user_dir + "/sub/important", "a user's backup");
   age(user_dir, 7200);
   EXPECT_EQ(Dsfs({"pack", "-q", dir / "src", dir / "s.db"}).code, 0);
   EXPECT_EQ(Dsfs({"pack", "-q", "--backend", "rocksdb", dir / "src", dir / "r.db"}).code, 0);
-  for (const char* name : {"q.db", "t.db", "u.db", "v.db"}) {
+  for (const char* name : {"e.db", "q.db", "t.db", "u.db", "v.db"}) {
     EXPECT_EQ(Dsfs({"pack", "-q", dir / "src", dir / name}).code, 0) << name;
   }
   EXPECT_FALSE(std::filesystem::exists(stale_file));
   EXPECT_FALSE(std::filesystem::exists(stale_dir));
   EXPECT_TRUE(std::filesystem::exists(live));
   EXPECT_FALSE(std::filesystem::exists(staging));
+  EXPECT_FALSE(std::filesystem::exists(empty));
   EXPECT_TRUE(std::filesystem::exists(locked)) << "a writer's locked temporary was removed";
   ::close(lock);
   EXPECT_EQ(ReadFile(not_a_store), "a user's file");

@@ -42,27 +42,25 @@ OwnMount::OwnMount(std::string path) : path_(std::move(path)) {
   ::close(fd);
 }
 
+int OwnMount::OpenIfStillMounted() const {
+  int fd = id_ == 0 ? -1 : OpenMountRoot(path_);
+  if (fd >= 0 && MountIdOfFd(fd) != id_) {
+    ::close(fd);
+    fd = -1;
+  }
+  return fd;
+}
+
 bool OwnMount::StillMounted() const {
-  if (id_ == 0) return false;
-  int fd = OpenMountRoot(path_);
+  int fd = OpenIfStillMounted();
   if (fd < 0) return false;
-  bool same = MountIdOfFd(fd) == id_;
   ::close(fd);
-  return same;
+  return true;
 }
 
 bool OwnMount::Unmount(int flags) const {
-  if (id_ == 0) {
-    errno = 0;
-    return false;
-  }
-  int fd = OpenMountRoot(path_);
+  int fd = OpenIfStillMounted();
   if (fd < 0) {
-    errno = 0;
-    return false;
-  }
-  if (MountIdOfFd(fd) != id_) {
-    ::close(fd);
     errno = 0;
     return false;
   }

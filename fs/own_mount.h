@@ -32,6 +32,9 @@ class OwnMount {
   bool Unmount(int flags) const;
 
  private:
+  // A descriptor of the mount root at path() if that is still the mount noted; else -1.
+  int OpenIfStillMounted() const;
+
   std::string path_;
   uint64_t id_ = 0;
 };

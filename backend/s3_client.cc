@@ -4,17 +4,19 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstring>
 #include <chrono>
+#include <cstring>
 #include <random>
 #include <thread>
 
 #include "common/log.h"
+#include "common/path.h"
 
 namespace dsfs {
 
 Status ParseS3Url(std::string_view s, S3Url* url) {
-  if (!IsS3Url(s)) return Status::InvalidArgument(std::string(s) + ": not an s3://BUCKET/PREFIX URL");
+  if (!IsS3Url(s))
+    return Status::InvalidArgument(std::string(s) + ": not an s3://BUCKET/PREFIX URL");
   std::string_view rest = s.substr(5);
   size_t slash = rest.find('/');
   std::string bucket(rest.substr(0, slash));
@@ -22,8 +24,8 @@ Status ParseS3Url(std::string_view s, S3Url* url) {
   while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
   bool ok = bucket.size() >= 3 && bucket.size() <= 63;
   for (char c : bucket) {
-    if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
-          c == '-' || c == '.')) {
+    if (!(std::islower(static_cast<unsigned char>(c)) ||
+          std::isdigit(static_cast<unsigned char>(c)) || c == '-' || c == '.')) {
       ok = false;
     }
   }
@@ -33,6 +35,17 @@ Status ParseS3Url(std::string_view s, S3Url* url) {
   }
   if (prefix.find("//") != std::string::npos) {
     return Status::InvalidArgument(std::string(s) + ": empty component in the prefix");
+  }
+  // "." and ".." would name another prefix once a URL is normalized (curl collapses them; a
+  // push --force there would replace another store): refused, not interpreted.
+  for (size_t pos = 0; pos <= prefix.size();) {
+    size_t end = std::min(prefix.find('/', pos), prefix.size());
+    std::string_view part = std::string_view(prefix).substr(pos, end - pos);
+    if (part == "." || part == "..") {
+      return Status::InvalidArgument(std::string(s) + ": '" + std::string(part) +
+                                     "' in the prefix (name the store's prefix itself)");
+    }
+    pos = end + 1;
   }
   url->bucket = bucket;
   url->prefix = prefix;
@@ -47,7 +60,8 @@ std::string UriEncode(std::string_view s, bool keep_slash) {
   static const char* hex = "0123456789ABCDEF";
   std::string out;
   for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' ||
+        (keep_slash && c == '/')) {
       out += static_cast<char>(c);
     } else {
       out += '%';
@@ -110,9 +124,71 @@ std::string XmlFirst(std::string_view xml, std::string_view tag) {
   return all.empty() ? std::string() : all.front();
 }
 
+// The <Code> of an error answer as it may be printed: the server's text escaped (no newline or
+// terminal control reaches a terminal or a log) and cut to a sane length.
+std::string ErrorCode(std::string_view xml) {
+  std::string code = XmlFirst(xml, "Code");
+  constexpr size_t kMaxCodeBytes = 64;
+  bool cut = code.size() > kMaxCodeBytes;
+  if (cut) code.resize(kMaxCodeBytes);
+  return PrintableName(code) + (cut ? "..." : "");
+}
+
+// Where a response body goes: at most `limit` bytes of it, the limit known once the status is
+// (a range answered 206 may bring what was asked, one answered 200 the object up to the end of
+// the range, an error a short document). More than that ends the transfer: a server that sends
+// an endless or oversized body costs a bounded buffer, never unbounded memory.
+struct BodySink {
+  std::string* out;
+  CURL* handle;
+  uint64_t range_offset = 0, range_length = 0;  // 0, 0: the whole object was asked for
+  uint64_t whole_limit = 0;                     // the most a whole-object answer may bring
+  bool overflow = false;
+  uint64_t Limit() const {
+    long status = 0;
+    curl_easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &status);
+    if (status >= 300) return kErrorBodyBytes;
+    if (range_length == 0) return whole_limit;
+    return status == 206 ? range_length : range_offset + range_length;
+  }
+  static constexpr uint64_t kErrorBodyBytes = 64 << 10;
+};
+
 size_t OnBody(char* data, size_t size, size_t n, void* user) {
-  static_cast<std::string*>(user)->append(data, size * n);
-  return size * n;
+  auto* sink = static_cast<BodySink*>(user);
+  const size_t bytes = size * n;
+  if (sink->out->size() + bytes > sink->Limit()) {
+    sink->overflow = true;
+    return 0;  // CURLE_WRITE_ERROR: the transfer ends here
+  }
+  sink->out->append(data, bytes);
+  return bytes;
+}
+
+// The deadline of one attempt: the time the low-speed guard allows to get going, then the bytes
+// at kMinRateBytesPerS at least (whichever of the sizes asked or announced is the larger). A
+// transfer that trickles just above the low-speed limit ends here.
+struct Deadline {
+  std::chrono::steady_clock::time_point start;
+  double base_s = 0;
+  uint64_t expected_bytes = 0;
+  uint64_t min_rate = 0;
+  bool expired = false;
+};
+
+int OnProgress(void* user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+               curl_off_t ulnow) {
+  auto* d = static_cast<Deadline*>(user);
+  // What was asked or announced, not what arrived: an endless body does not buy itself time.
+  uint64_t bytes = std::max<uint64_t>({d->expected_bytes,
+                                       static_cast<uint64_t>(std::max<curl_off_t>(0, dltotal)),
+                                       static_cast<uint64_t>(std::max<curl_off_t>(0, ultotal))});
+  double allowed_s = d->base_s + static_cast<double>(bytes) / static_cast<double>(d->min_rate);
+  double elapsed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - d->start).count();
+  if (elapsed_s <= allowed_s) return 0;
+  d->expired = true;
+  return 1;  // CURLE_ABORTED_BY_CALLBACK
 }
 
 struct Upload {
@@ -139,8 +215,11 @@ struct S3Client::Request {
   std::string bucket, key, query;
   std::vector<std::string> headers;
   std::string_view body;
-  bool has_body = false;
   std::string what;  // for messages: "GET s3://b/k"
+  // What the answer may bring (see BodySink): a range, or the most a whole object may hold.
+  uint64_t range_offset = 0, range_length = 0;
+  uint64_t max_body_bytes = kMaxListBodyBytes;
+  static constexpr uint64_t kMaxListBodyBytes = 16 << 20;  // a page of a listing: ~1,000 keys
 };
 
 struct S3Client::Response {
@@ -220,21 +299,32 @@ Status S3Client::Perform(const Request& req, Response* resp) {
     curl_slist* headers = nullptr;
     headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
     if (!settings_.session_token.empty()) {
-      headers = curl_slist_append(headers,
-                                  ("x-amz-security-token: " + settings_.session_token).c_str());
+      headers =
+          curl_slist_append(headers, ("x-amz-security-token: " + settings_.session_token).c_str());
     }
     for (const auto& hd : req.headers) headers = curl_slist_append(headers, hd.c_str());
     curl_easy_setopt(h, CURLOPT_URL, url.c_str());
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(policy_.connect_timeout_ms));
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, static_cast<long>(kLowSpeedBytesPerS));
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(policy_.low_speed_timeout_s));
+    Deadline deadline;
+    deadline.start = std::chrono::steady_clock::now();
+    deadline.base_s = policy_.connect_timeout_ms / 1000.0 + policy_.low_speed_timeout_s;
+    deadline.expected_bytes = std::max<uint64_t>(req.range_length, req.body.size());
+    deadline.min_rate = kMinRateBytesPerS;
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, OnProgress);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, &deadline);
+    // The key is sent as it is: curl would otherwise collapse "/./" and "/../" into another key.
+    curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
     curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4_.c_str());
     curl_easy_setopt(h, CURLOPT_USERPWD, userpwd_.c_str());
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+    BodySink sink{&resp->body, h, req.range_offset, req.range_length, req.max_body_bytes};
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, OnBody);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &resp->body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, OnHeader);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &resp->headers);
     Upload upload{req.body, 0};
@@ -253,25 +343,45 @@ Status S3Client::Perform(const Request& req, Response* resp) {
       curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method.c_str());
     }
     CURLcode rc = curl_easy_perform(h);
-    if (rc == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp->status);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp->status);
     curl_slist_free_all(headers);
-    if (rc == CURLE_OK) {
+    // A range answered with the whole object (200) was cut at the end of the range: what was
+    // asked is here.
+    const bool have_range = rc == CURLE_WRITE_ERROR && sink.overflow && resp->status == 200 &&
+                            req.range_length != 0 &&
+                            resp->body.size() >= req.range_offset + req.range_length;
+    if (have_range) rc = CURLE_OK;
+    // An error document longer than 64 KiB: the status is what counts, the text was cut.
+    if (rc == CURLE_WRITE_ERROR && sink.overflow && resp->status >= 300) rc = CURLE_OK;
+    if (rc == CURLE_OK && !have_range) {
       GiveBack(h);
     } else {
-      curl_easy_cleanup(h);  // a broken connection is not reused
+      curl_easy_cleanup(h);  // a broken (or cut) connection is not reused
     }
     bool retry = false;
     if (rc != CURLE_OK) {
-      last_error = curl_easy_strerror(rc);
+      if (sink.overflow) {
+        last_error =
+            "the answer was longer than asked (" + std::to_string(resp->body.size()) + "+ bytes)";
+      } else if (deadline.expired) {
+        last_error = "no answer within the deadline (" +
+                     std::to_string(static_cast<int>(deadline.base_s +
+                                                     static_cast<double>(deadline.expected_bytes) /
+                                                         kMinRateBytesPerS)) +
+                     " s for " + std::to_string(deadline.expected_bytes) + " bytes)";
+      } else {
+        last_error = curl_easy_strerror(rc);
+      }
       retry = true;  // refused, reset, timed out, name lookup: the endpoint may come back
     } else if (resp->status >= 500 || resp->status == 429) {
       last_error = "HTTP " + std::to_string(resp->status);
-      std::string code = XmlFirst(resp->body, "Code");
+      std::string code = ErrorCode(resp->body);
       if (!code.empty()) last_error += " " + code;
       retry = true;
     } else if (resp->status >= 300) {
-      std::string code = XmlFirst(resp->body, "Code");
-      std::string detail = "HTTP " + std::to_string(resp->status) + (code.empty() ? "" : " " + code);
+      std::string code = ErrorCode(resp->body);
+      std::string detail =
+          "HTTP " + std::to_string(resp->status) + (code.empty() ? "" : " " + code);
       const std::string name = "s3://" + req.bucket + (req.key.empty() ? "" : "/" + req.key);
       counters_.failures.fetch_add(1, std::memory_order_relaxed);
       if (resp->status == 404) return Status::NotFound(name + ": not found (" + detail + ")");
@@ -296,26 +406,31 @@ Status S3Client::Perform(const Request& req, Response* resp) {
 }
 
 Status S3Client::Get(const std::string& bucket, const std::string& key, std::string* out,
-                     uint64_t offset, uint64_t length) {
+                     uint64_t offset, uint64_t length, uint64_t max_bytes) {
   Request req;
   req.bucket = bucket;
   req.key = key;
   req.what = "GET s3://" + bucket + "/" + key;
-  if (offset != 0 || length != 0) {
-    std::string range = "Range: bytes=" + std::to_string(offset) + "-";
-    if (length != 0) range += std::to_string(offset + length - 1);
-    req.headers.push_back(range);
+  if (length == 0 && offset != 0)
+    return Status::InvalidArgument(req.what + ": a range needs a length");
+  if (length != 0) {
+    req.headers.push_back("Range: bytes=" + std::to_string(offset) + "-" +
+                          std::to_string(offset + length - 1));
+    req.range_offset = offset;
+    req.range_length = length;
   }
+  req.max_body_bytes = max_bytes;
   Response resp;
   counters_.gets.fetch_add(1, std::memory_order_relaxed);
   Status s = Perform(req, &resp);
   if (!s.ok()) return s;
-  if ((offset != 0 || length != 0) && resp.status != 206) {
-    // A server that ignored the range sent the whole object.
+  if (length != 0 && resp.status != 206) {
+    // A server that ignored the range sent the whole object (cut at the range's end).
     if (resp.status == 200 && offset < resp.body.size()) {
-      resp.body = resp.body.substr(offset, length ? length : std::string::npos);
+      resp.body = resp.body.substr(offset, length);
     } else {
-      return Status::IOError(req.what + ": range not served (HTTP " + std::to_string(resp.status) + ")");
+      return Status::IOError(req.what + ": range not served (HTTP " + std::to_string(resp.status) +
+                             ")");
     }
   }
   counters_.get_bytes.fetch_add(resp.body.size(), std::memory_order_relaxed);

@@ -8,8 +8,12 @@
 //
 // Connections: a pool of curl easy handles, one taken per request and given back after, so a
 // thread issuing requests one after another keeps reusing one connection (keep-alive) and
-// threads issuing them at once each have their own. Every request has a connect timeout and a
-// low-speed timeout (no hang when the endpoint goes away mid-transfer); 5xx, 429 and
+// threads issuing them at once each have their own. Every request has a connect timeout, a
+// low-speed timeout (under kLowSpeedBytesPerS for low_speed_timeout_s) and a deadline
+// proportional to its size (connect + low-speed time, then kMinRateBytesPerS): no endpoint,
+// gone, stalled or dripping, holds a caller longer than that per try. Every answer's body is
+// bounded by what was asked (the range; for a whole object, max_bytes; an error document,
+// 64 KiB): more ends the transfer as a failure. 5xx, 429 and
 // transport failures (refused, reset, timed out) are retried with exponential backoff and
 // jitter until RetryPolicy::attempts, then IOError. 404 is NotFound, 403 an IOError saying
 // access was denied; neither is retried.
@@ -44,12 +48,16 @@ inline bool IsS3Url(std::string_view s) { return s.rfind("s3://", 0) == 0; }
 class S3Client {
  public:
   struct RetryPolicy {
-    int attempts = 5;          // tries per request, the first included
+    int attempts = 5;  // tries per request, the first included
     int first_backoff_ms = 100;
     int max_backoff_ms = 2000;
     int connect_timeout_ms = 3000;
-    int low_speed_timeout_s = 10;  // a transfer under 1 byte/s for this long is dropped
+    int low_speed_timeout_s = 10;  // a transfer under kLowSpeedBytesPerS this long is dropped
   };
+  static constexpr uint64_t kLowSpeedBytesPerS = 1024;
+  static constexpr uint64_t kMinRateBytesPerS = 128 << 10;
+  // The most a whole-object GET brings unless told otherwise.
+  static constexpr uint64_t kDefaultMaxObjectBytes = 64 << 20;
   // Requests made, bytes received in GET bodies and sent in PUT bodies, retries.
   struct Counters {
     std::atomic<uint64_t> gets{0}, get_bytes{0}, puts{0}, put_bytes{0}, retries{0}, failures{0};
@@ -60,15 +68,16 @@ class S3Client {
   S3Client& operator=(const S3Client&) = delete;
   ~S3Client();
 
-  // The whole object, or `length` bytes from `offset` (length 0: to the end). A range past the
-  // end is InvalidArgument; a shorter answer than asked (object ends) is returned as is.
+  // `length` bytes from `offset`, or (length 0) the whole object if it holds at most
+  // `max_bytes` (a larger one is an IOError). A shorter answer than asked (the object ends) is
+  // returned as is; a longer one is an IOError.
   [[nodiscard]] Status Get(const std::string& bucket, const std::string& key, std::string* out,
-                           uint64_t offset = 0, uint64_t length = 0);
+                           uint64_t offset = 0, uint64_t length = 0,
+                           uint64_t max_bytes = kDefaultMaxObjectBytes);
   // Size and the user metadata (x-amz-meta-NAME, names lower case without the prefix).
   [[nodiscard]] Status Head(const std::string& bucket, const std::string& key, uint64_t* size,
                             std::map<std::string, std::string>* meta = nullptr);
-  [[nodiscard]] Status Put(const std::string& bucket, const std::string& key,
-                           std::string_view data,
+  [[nodiscard]] Status Put(const std::string& bucket, const std::string& key, std::string_view data,
                            const std::map<std::string, std::string>& meta = {});
   [[nodiscard]] Status Delete(const std::string& bucket, const std::string& key);
   [[nodiscard]] Status CreateBucket(const std::string& bucket);
@@ -106,7 +115,7 @@ class S3Client {
 
   AwsSettings settings_;
   RetryPolicy policy_;
-  std::string sigv4_;   // "aws:amz:REGION:s3"
+  std::string sigv4_;    // "aws:amz:REGION:s3"
   std::string userpwd_;  // "KEY:SECRET", given to curl only
   std::mutex mu_;        // guards idle_
   std::vector<void*> idle_;

@@ -11,20 +11,9 @@
 // the same store again finds its data objects already there and skips them (a resumed push);
 // a changed store gets new objects, and caches keyed by ID never serve stale bytes.
 //
-// Index: "DSFSS3IX", u32 version (2), u32 0, u64 id, u64 objects, u64 entries, u64 raw bytes of
-// the entry list, u64 xxh3-64 of everything after the header, u64 size of each object, then the
-// entry list zstd-compressed: per key (in order) varint key length, key, varint object, varint
-// offset, varint length, varint raw length (0: the value is stored as is; else it is stored
-// zstd-compressed, as values of 1 MiB or more are where that saves a tenth: the metadata
-// tables), u64 xxh3-64 of the stored bytes. All integers little-endian.
-//
-// Disk cache (KvReaderOptions::cache_dir): DIR/s3-HASH/ (HASH of endpoint and URL) holds the
-// last index read and ID/NNNNNN, sparse files mirroring the data objects: what was fetched is
-// written at its offset. A value read back is checked with its xxh3 from the index (a hole
-// reads as zeros and fails it: the checksum is the presence test, so nothing is trusted that
-// was not verified). Fetches are whole blocks of kS3BlockBytes (adjacent values coalesced into
-// one GET); eviction punches least recently used blocks once the files take more than
-// cache_disk_bytes.
+// The index's format: backend/s3_index.h. The disk cache (KvReaderOptions::cache_dir), what it
+// trusts and how it evicts: backend/s3_disk_cache.h. Values are fetched in whole blocks of
+// kS3BlockBytes (adjacent values coalesced into one GET).
 #pragma once
 
 #include <cstdint>
@@ -34,10 +23,10 @@
 
 #include "backend/kv_store.h"
 #include "backend/s3_client.h"
+#include "backend/s3_disk_cache.h"
 
 namespace dsfs {
 
-inline constexpr uint64_t kS3BlockBytes = 1 << 20;
 inline constexpr std::string_view kS3IndexName = "dsfs-index";
 
 struct S3WriterOptions {

@@ -387,7 +387,12 @@ std::string CannotMountReason() {
   return "";
 }
 
-std::string DsfsBinary() { return DSFS_BINARY; }
+// DSFS_TEST_BINARY runs the tests against another build of dsfs (an older one: does a new test
+// fail there?).
+std::string DsfsBinary() {
+  const char* other = std::getenv("DSFS_TEST_BINARY");
+  return other && *other ? other : DSFS_BINARY;
+}
 
 Status DamagePayload(const MemTable& table, uint64_t id, std::shared_ptr<MemTable>* damaged,
                      uint64_t* first, uint64_t* last) {

@@ -40,7 +40,7 @@ for san in address thread; do
   if [[ $san == address ]]; then
     dir=build-asan
     extra=(-DDSFS_FUZZ=ON)
-    targets=(dsfs dsfs_unit_tests dsfs_mount_tests fuzz_store fuzz_image fuzz_record)
+    targets=(dsfs dsfs_unit_tests dsfs_mount_tests fuzz_store fuzz_image fuzz_record fuzz_s3index)
   else
     dir=build-tsan
     extra=()
@@ -58,7 +58,7 @@ for san in address thread; do
   check_reports "$san"
 done
 
-for target in store image record; do
+for target in store image record s3index; do
   stage "fuzz_$target for ${FUZZ_SECONDS} s"
   work=$(mktemp -d)
   cp -r "tests/fuzz/corpus/$target" "$work/corpus"

@@ -10,6 +10,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "backend/s3_index.h"
 #include "fs/filesystem.h"
 #include "image/image.h"
 #include "store/codec.h"
@@ -301,6 +302,41 @@ int FuzzRecord(const uint8_t* data, size_t size) {
       return 0;
     }
   }
+}
+
+int FuzzS3Index(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  std::string bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
+  if ((data[0] & 1) && bytes.size() >= 56) {
+    uint64_t sum = S3IndexChecksum(bytes);
+    std::memcpy(bytes.data() + 48, &sum, 8);
+  }
+  S3Index index;
+  if (!ParseS3Index("fuzz", bytes, &index).ok()) return 0;
+  uint64_t total = 0;
+  for (const auto& e : index.entries) {
+    total += index.Key(e).size();
+    if (e.object >= index.object_sizes.size() ||
+        e.offset + e.length > index.object_sizes[e.object]) {
+      std::abort();  // the parser let an entry out of its object
+    }
+  }
+  return total == index.keys.size() ? 0 : (std::abort(), 0);
+}
+
+std::string SampleS3Index(int entries, uint64_t id) {
+  S3IndexBuilder b;
+  uint64_t offset = 0;
+  for (int i = 0; i < entries; ++i) {
+    char key[16];
+    std::snprintf(key, sizeof(key), "k%04d", i);
+    const uint64_t length = 100 + 37 * i;
+    b.Add(key, 0, offset, length, i % 3 == 0 ? 4 * length : 0, 0x1234567 * (i + 1));
+    offset += length;
+  }
+  std::string index;
+  (void)b.Finish(id, {offset}, &index);
+  return index;
 }
 
 }  // namespace dsfs::fuzz

@@ -28,6 +28,13 @@ int FuzzImage(const uint8_t* data, size_t size);
 // decompressed), inode layout plus records, payload group index, or store header.
 int FuzzRecord(const uint8_t* data, size_t size);
 
+// The S3 index parser (backend/s3_index.h): the first byte says whether the checksum field is
+// recomputed first (odd: yes), so mutations reach the checks behind it. A parsed index has
+// every key read and every entry checked against its object.
+int FuzzS3Index(const uint8_t* data, size_t size);
+// An S3 index object of a few entries (the seeds' and the tests' input).
+std::string SampleS3Index(int entries, uint64_t id);
+
 // FuzzStore's input format: a flag byte, then per key u16 key length, key, u32 value length,
 // value (little-endian). ParseTable is lenient: it stops at the first incomplete entry.
 std::string SerializeTable(const MemTable& table, bool repair_checksums);

@@ -79,6 +79,13 @@ int main(int argc, char** argv) {
   for (const char* n : {"prog16.jpg", "sub420.jpg", "gray1.png", "interlaced.png"}) {
     Copy(images / n, src / "mixed" / n);
   }
+  // S3 index seeds: checksum kept (0) and repaired (1), a few sizes.
+  for (int entries : {0, 1, 12}) {
+    const std::string index = dsfs::fuzz::SampleS3Index(entries, 0xfeed + entries);
+    Put(corpus / "s3index" / ("index" + std::to_string(entries)), std::string(1, '\0') + index);
+    Put(corpus / "s3index" / ("index" + std::to_string(entries) + "-repaired"),
+        std::string(1, '\1') + index);
+  }
   int rc = 0;
   for (bool predecode : {false, true}) {
     dsfs::MemTable* table;

@@ -15,7 +15,7 @@
 
 namespace dsfs::testing {
 
-HostileS3::HostileS3() {
+HostileS3::HostileS3(int relay_port) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
     error_ = "pipe: " + ErrnoName(errno);
@@ -26,8 +26,9 @@ HostileS3::HostileS3() {
   pid_t pid = ::fork();
   if (pid == 0) {
     ::dup2(pipe_fds[1], 1);
+    const std::string relay = std::to_string(relay_port);
     ::execl("/usr/bin/python3", "python3", script.c_str(), state_.path().c_str(), parent.c_str(),
-            nullptr);
+            relay_port > 0 ? relay.c_str() : nullptr, nullptr);
     ::_exit(127);
   }
   ::close(pipe_fds[1]);
@@ -63,12 +64,13 @@ HostileS3::HostileS3() {
     }
   };
   set("AWS_ENDPOINT_URL", endpoint_.c_str());
+  set("DSFS_S3_ATTEMPTS", "2");
+  set("DSFS_S3_TIMEOUT_S", "2");
+  if (relay_port > 0) return;
   set("AWS_ACCESS_KEY_ID", "hostile-key");
   set("AWS_SECRET_ACCESS_KEY", "hostile-secret");
   set("AWS_SESSION_TOKEN", nullptr);
   set("AWS_PROFILE", nullptr);
-  set("DSFS_S3_ATTEMPTS", "2");
-  set("DSFS_S3_TIMEOUT_S", "2");
 }
 
 HostileS3::~HostileS3() {

@@ -17,7 +17,11 @@ class HostileS3 {
   // Starts the server and points this process's AWS_* variables (and so every dsfs it runs)
   // at it, with a short retry budget (DSFS_S3_ATTEMPTS=2, DSFS_S3_TIMEOUT_S=2); the old values
   // come back on destruction. ok() is false, with error() saying why, if it did not start.
-  HostileS3();
+  HostileS3() : HostileS3(0) {}
+  // With `relay_port`, a hostile TCP relay to a real gateway at 127.0.0.1:relay_port instead:
+  // only AWS_ENDPOINT_URL changes (the keys stay the gateway's). SetMode's drip, stall and
+  // reset then apply to the gateway's answers.
+  explicit HostileS3(int relay_port);
   ~HostileS3();
   HostileS3(const HostileS3&) = delete;
   HostileS3& operator=(const HostileS3&) = delete;

@@ -18,9 +18,16 @@ every later request that matches misbehaves:
 MATCH (a substring of the request path, e.g. /data/) limits the mode to those requests; others
 are answered normally. STATE/requests counts requests (one line each: METHOD PATH RANGE).
 
-Usage: hostile_s3.py STATE_DIR [WATCH_PID]: prints "endpoint=http://127.0.0.1:PORT" once it
-listens; exits when WATCH_PID (the test) is gone, or on SIGTERM.
+Usage: hostile_s3.py STATE_DIR [WATCH_PID [RELAY_PORT]]: prints "endpoint=http://127.0.0.1:PORT"
+once it listens; exits when WATCH_PID (the test) is gone, or on SIGTERM.
+
+With RELAY_PORT it is no server of its own but a TCP relay to 127.0.0.1:RELAY_PORT (a real
+gateway: Ceph RGW), so requests stay signed by the client and checked by the gateway (SigV4,
+403); the modes drip, stall and reset then apply to the gateway's answers on every connection
+made after the mode was set (MATCH is ignored: the relay does not parse HTTP).
 """
+import select
+import socket
 import http.server
 import os
 import re
@@ -240,7 +247,79 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     allow_reuse_address = True
 
 
+def relay(client, port):
+    """Passes bytes between `client` and the gateway, the answers as the mode says."""
+    m = mode()
+    kind = m[0]
+    try:
+        upstream = socket.create_connection(("127.0.0.1", port))
+    except OSError:
+        client.close()
+        return
+    rate = int(m[1]) if kind == "drip" and len(m) > 1 else 0
+    try:
+        while True:
+            ready, _, _ = select.select([client, upstream], [], [], 60)
+            if not ready:
+                continue
+            if client in ready:
+                data = client.recv(65536)
+                if not data:
+                    break
+                if kind == "reset":
+                    with open(os.path.join(STATE, "requests"), "a") as f:
+                        f.write("relay reset\n")
+                    break
+                upstream.sendall(data)
+            if upstream in ready:
+                data = upstream.recv(65536)
+                if not data:
+                    break
+                if kind == "stall":
+                    with open(os.path.join(STATE, "requests"), "a") as f:
+                        f.write("relay stall\n")
+                    time.sleep(3600)
+                if rate:
+                    with open(os.path.join(STATE, "requests"), "a") as f:
+                        f.write("relay drip\n")
+                    for i in range(0, len(data), rate):
+                        client.sendall(data[i:i + rate])
+                        time.sleep(1)
+                else:
+                    client.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock in (client, upstream):
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+def serve_relay(port, watch):
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    print(f"endpoint=http://127.0.0.1:{listener.getsockname()[1]}", flush=True)
+
+    def accept():
+        while True:
+            client, _ = listener.accept()
+            threading.Thread(target=relay, args=(client, port), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    while True:
+        time.sleep(0.2)
+        if watch and not os.path.exists(f"/proc/{watch}"):
+            os._exit(0)
+
+
 def main():
+    if len(sys.argv) > 3:
+        serve_relay(int(sys.argv[3]), int(sys.argv[2]))
+        return
     server = Server(("127.0.0.1", 0), Handler)
     print(f"endpoint=http://127.0.0.1:{server.server_address[1]}", flush=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()

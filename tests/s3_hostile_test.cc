@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "backend/aws_credentials.h"
@@ -210,6 +211,46 @@ TEST_F(HostileS3Test, AFetchThatThrowsFailsEveryReaderSharingIt) {
   WriteFile(group + "/pids.max", "max");
   EXPECT_EQ(ReadFile(mp + "/large.bin"), ReadFile(src + "/large.bin"));
 }
+
+// Every way of serving a mount under a stalled endpoint: the classic /dev/fuse loop, FUSE over
+// io_uring, -o kernel (EROFS over the image of a private mount). A read that must fetch fails
+// with EIO within the retry budget, the mount lives on, and reads succeed once the endpoint
+// answers again; the unmount is clean.
+class HostileMountTest : public HostileS3Test, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(HostileMountTest, AStalledEndpointCostsEioThenReadsRecover) {
+  SKIP_UNLESS_CAN_MOUNT();
+  const std::string how = GetParam();
+  std::vector<std::string> args = {"-o", "cache_disk=0"};
+  std::optional<ScopedEnableUring> uring;
+  if (how == "uring") {
+    uring.emplace(true);
+    if (!uring->exists()) GTEST_SKIP() << "SKIPPED: this kernel has no FUSE over io_uring";
+    args = {"-o", "cache_disk=0,transport=uring"};
+  } else if (how == "kernel") {
+    args = {"-o", "cache_disk=0,kernel"};
+  }
+  const std::string mp = dir_ / "mnt";
+  MakeDir(mp);
+  MountGuard g(mp);
+  CommandResult r = g.MountBackground(url_, args);
+  if (how == "kernel" && r.exit_code != 0 && r.err.find("kernel") != std::string::npos) {
+    GTEST_SKIP() << "SKIPPED: -o kernel is not available here: " << r.err;
+  }
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  server_.SetMode("stall /data/");
+  CommandResult stalled = RunCommand({"cat", mp + "/big.bin"}, 120);
+  EXPECT_NE(stalled.exit_code, 0) << Describe(stalled);
+  EXPECT_NE(stalled.err.find("Input/output error"), std::string::npos) << Describe(stalled);
+  EXPECT_GE(server_.HostileRequests(), 1);
+  server_.SetMode("normal");
+  EXPECT_EQ(ReadFile(mp + "/big.bin"), ReadFile(src_ + "/big.bin"));
+  EXPECT_EQ(TreeListing(mp), TreeListing(src_));
+  CommandResult u = Dsfs({"umount", mp});
+  EXPECT_EQ(u.exit_code, 0) << Describe(u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ways, HostileMountTest, ::testing::Values("classic", "uring", "kernel"));
 
 // The disk cache's directory of a store has a predictable name (a hash of endpoint and URL):
 // another user of a shared cache directory can plant a link there before the mount.

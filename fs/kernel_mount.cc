@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/memory_limit.h"
 #include "erofs/image.h"
 #include "erofs/store_tree.h"
 #include "fs/image_server.h"
@@ -297,8 +298,7 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
   auto t0 = Clock::now();
   // The layout reads every inode record: have the store's tables read from disk in large
   // requests first (as a classic mount warms them in the background), not a fault at a time.
-  fs->store().WillNeedMetadata(static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
-                               static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) / 8);
+  fs->store().WillNeedMetadata(DefaultBudgets().metadata_readahead_bytes);
   std::unique_ptr<erofs::ImageTree> tree;
   if (config.fs.view == View::kOriginal) {
     erofs::StoreTreeOptions so;

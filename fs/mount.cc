@@ -24,6 +24,8 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/memory_limit.h"
+#include "common/units.h"
 #include "fs/kernel_mount.h"
 
 namespace dsfs {
@@ -157,11 +159,19 @@ bool WriteAll(int fd, const std::string& s) {
   return true;
 }
 
-uint64_t PhysicalMemory() {
-  long pages = ::sysconf(_SC_PHYS_PAGES);
-  long page = ::sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return 2ull << 30;
-  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+// One line for each explicit size the memory limit does not allow (still honoured): written
+// before the daemon forks, so that it reaches the terminal of whoever mounts.
+void WarnAboutExplicitSizes(const MountConfig& config) {
+  const MemoryLimit& limit = ProcessMemoryLimit();
+  std::string w;
+  if (config.cache_bytes != MountConfig::kDefaultCache) {
+    w = ExplicitSizeWarning("cache_size", config.cache_bytes, true, limit);
+    if (!w.empty()) Log()->warn("{}", w);
+  }
+  if (config.push_bytes != MountConfig::kDefaultCache) {
+    w = ExplicitSizeWarning("push", config.push_bytes, false, limit);
+    if (!w.empty()) Log()->warn("{}", w);
+  }
 }
 
 Status Serve(const MountConfig& config, const std::function<void()>& on_mounted) {
@@ -172,14 +182,16 @@ Status Serve(const MountConfig& config, const std::function<void()>& on_mounted)
   ::mallopt(M_MMAP_THRESHOLD, 64 * 1024);
   ::mallopt(M_ARENA_MAX, 4);
   StoreOptions store_options = config.store;
-  // Defaults: the RAM cache gets an eighth of memory (readahead and a hot set), pushes into
-  // the page cache a quarter; the kernel's page cache, which serves every repeated read, keeps
-  // the rest and reclaims pushed pages like any others.
+  // Defaults from the memory this process is given, not the host's (common/memory_limit.h):
+  // the RAM cache (readahead and a hot set) and the pushes into the page cache.
+  const MemoryBudgets& budgets = DefaultBudgets();
   uint64_t cache_bytes =
-      config.cache_bytes == MountConfig::kDefaultCache ? PhysicalMemory() / 8 : config.cache_bytes;
+      config.cache_bytes == MountConfig::kDefaultCache ? budgets.cache_bytes : config.cache_bytes;
   FuseOptions fo = config.fuse;
   fo.push_bytes =
-      config.push_bytes == MountConfig::kDefaultCache ? PhysicalMemory() / 4 : config.push_bytes;
+      config.push_bytes == MountConfig::kDefaultCache ? budgets.push_bytes : config.push_bytes;
+  Log()->debug("memory limit {}: cache {}, push {}", ProcessMemoryLimit().ToString(),
+               FormatBytes(cache_bytes), FormatBytes(fo.push_bytes));
   // The mount's one RAM cache: the store keeps decompressed chunks in it, the views what they
   // render, each client in a namespace of its own; readahead and preload fill it.
   if (!store_options.cache && cache_bytes > 0) {
@@ -308,6 +320,7 @@ Status MountStore(const MountConfig& config_in) {
     config.store_path = AbsolutePath(config.store_path);
   }
   config.mountpoint = AbsolutePath(config.mountpoint);
+  WarnAboutExplicitSizes(config);
   if (lock_fd >= 0 && ::geteuid() == 0) {
     // The directory checked and locked is the one mounted on, whatever its path names by
     // then (FuseOptions::mount_target). A descriptor of its own: the lock's goes with the

@@ -17,10 +17,12 @@ struct MountConfig {
   bool foreground = false;  // serve in this process; otherwise fork a daemon
   bool kernel = false;      // -o kernel: the tree served by EROFS (fs/kernel_mount.h)
   bool kernel_loop = false;  // -o kernel=loop: EROFS over a loop device, never over the file
-  // RAM cache of decompressed chunks; kDefaultCache = an eighth of physical memory.
+  // RAM cache of decompressed chunks; kDefaultCache = an eighth of the memory limit
+  // (common/memory_limit.h: the cgroup's, else physical memory).
   static constexpr uint64_t kDefaultCache = UINT64_MAX;
   uint64_t cache_bytes = kDefaultCache;
-  // Bytes pushed into the kernel page cache after listings; kDefaultCache = a quarter of RAM.
+  // Bytes pushed into the kernel page cache after listings; kDefaultCache = a quarter of the
+  // memory limit.
   uint64_t push_bytes = kDefaultCache;
   // Logging: a level name ("" = as set by --log-level) and a file to append to ("" = stderr in
   // the foreground, syslog for the background daemon). Applied by the dsfs command.

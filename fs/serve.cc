@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/memory_limit.h"
 #include "fs/decode_workers.h"
 #include "fs/fuse_session.h"
 #include "fs/own_mount.h"
@@ -129,8 +130,7 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
   // stat storm after mounting does not wait on one page fault after another. Bounded so a
   // store with huge metadata does not push everything else out of the page cache.
   std::thread warm([store = &fs->store()] {
-    uint64_t ram = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
-    uint64_t bytes = store->WillNeedMetadata(ram / 8);
+    uint64_t bytes = store->WillNeedMetadata(DefaultBudgets().metadata_readahead_bytes);
     Log()->debug("metadata read ahead: {} bytes", bytes);
   });
   if (on_mounted) on_mounted();

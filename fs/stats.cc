@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string_view>
 
+#include "common/memory_limit.h"
 #include "common/units.h"
 #include "fs/filesystem.h"
 
@@ -59,6 +60,10 @@ nlohmann::ordered_json Filesystem::StatsObject() const {
              {"entries", cs.entries}, {"evictions", cs.evictions}};
   }
   j["cache"] = std::move(cache);
+  // What the default budgets (the cache's, the push's) were derived from, and where it was
+  // found (common/memory_limit.h).
+  const MemoryLimit& limit = ProcessMemoryLimit();
+  j["memory_limit"] = {{"bytes", limit.bytes}, {"source", limit.source}};
   j["decompress"] = {{"chunks", store_->decoded_chunks()},
                      {"seconds", StatsSeconds(static_cast<double>(store_->decode_ns()) / 1e9)}};
   if (prefetcher_) {

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "common/log.h"
+#include "common/memory_limit.h"
 #include "common/units.h"
 
 namespace dsfs {
@@ -14,12 +15,15 @@ namespace {
 // (32x32 JPEG: 0.3850 at 10x, 0.3852 at 100x; Fashion-MNIST PNG: 0.9573 vs 0.9566) while
 // training takes 0.2-0.7 s instead of 2.5-4 s; 20x keeps a margin for more varied trees.
 constexpr uint64_t kDictSampleFactor = 20;
-// Training reads at most this many sample bytes, whatever the dictionary's size.
+// Training reads at most this many sample bytes, whatever the dictionary's size, and no more
+// than the memory limit's share (MemoryBudgets::pack_sample_bytes), but never fewer than this
+// many times the dictionary (zstd cannot train on less).
 constexpr uint64_t kMaxSampleBytes = 64 << 20;
+constexpr uint64_t kMinSampleFactor = 4;
 // While the dictionary is trained on an archive's first small files, their batches are held
-// back; so are the batches of the other files read meanwhile, up to this many bytes beyond the
-// samples (then the dictionary is trained on what was found).
-constexpr uint64_t kMaxHeldOtherBytes = 32 << 20;
+// back; so are the batches of the other files read meanwhile, up to
+// MemoryBudgets::pack_held_bytes beyond the samples (then the dictionary is trained on what was
+// found).
 // What a held chunk costs beside its bytes (its string and its place in the batch): counted
 // against that bound, so that millions of tiny files are held within it too.
 constexpr uint64_t kHeldChunkOverheadBytes = 64;
@@ -60,7 +64,17 @@ ImageResult AnalyzeImage(const Batch& b, const ImageJob& job, bool predecode,
 }  // namespace
 
 uint64_t SampleBytes(uint32_t dict_bytes) {
-  return std::min<uint64_t>(uint64_t{dict_bytes} * kDictSampleFactor, kMaxSampleBytes);
+  const uint64_t cap = std::max(std::min(kMaxSampleBytes, DefaultBudgets().pack_sample_bytes),
+                                uint64_t{dict_bytes} * kMinSampleFactor);
+  return std::min<uint64_t>(uint64_t{dict_bytes} * kDictSampleFactor, cap);
+}
+
+size_t BatchesInFlight(int threads, uint64_t pipeline_bytes) {
+  // A batch holds up to Batch::kMaxBytes of raw chunks and about as much again once encoded;
+  // two batches at least keep the reader and one worker busy.
+  const uint64_t per_batch = 2 * Batch::kMaxBytes;
+  const uint64_t most = static_cast<uint64_t>(std::max(threads, 1)) * 4;
+  return static_cast<size_t>(std::clamp<uint64_t>(pipeline_bytes / per_batch, 2, most));
 }
 
 OrderedCompressor::OrderedCompressor(int threads, int level,
@@ -200,7 +214,9 @@ Status HeldTraining::Flush(Batch* batch) {
   }
   held_bytes_ += full.raw_bytes + full.raws.size() * kHeldChunkOverheadBytes;
   held_.push_back(std::move(full));
-  if (sample_bytes_ >= want_ || held_bytes_ >= want_ + kMaxHeldOtherBytes) return Train();
+  if (sample_bytes_ >= want_ || held_bytes_ >= want_ + DefaultBudgets().pack_held_bytes) {
+    return Train();
+  }
   return Status::OK();
 }
 

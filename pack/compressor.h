@@ -26,8 +26,14 @@ inline constexpr uint64_t kDictMaxFileBytes = 64 << 10;
 // training time and memory grow with it.
 inline constexpr uint32_t kMaxDictBytes = 16 << 20;
 
-// Bytes of small files to train a `dict_bytes` dictionary on.
+// Bytes of small files to train a `dict_bytes` dictionary on (bounded by the memory limit,
+// common/memory_limit.h).
 uint64_t SampleBytes(uint32_t dict_bytes);
+
+// How many batches may be in flight through an OrderedCompressor of `threads` workers for them
+// to hold about `pipeline_bytes` (MemoryBudgets::pack_pipeline_bytes): 4 per thread at most,
+// 2 at least.
+size_t BatchesInFlight(int threads, uint64_t pipeline_bytes);
 
 // A JPEG or PNG file whose chunks are all in one batch: decoded by the worker.
 struct ImageJob {
@@ -118,8 +124,9 @@ class OrderedCompressor {
 
 // The producer side of a stream whose dictionary is trained on its own first small files
 // (archives): the batches read until there are SampleBytes of small files are held back,
-// within kMaxHeldOtherBytes of other files (large ones are read through in batches like any
-// other), then the dictionary is trained on what was found and set, and they are submitted.
+// within MemoryBudgets::pack_held_bytes of other files (large ones are read through in batches
+// like any other), then the dictionary is trained on what was found and set, and they are
+// submitted.
 // Thread: the producer's.
 class HeldTraining {
  public:

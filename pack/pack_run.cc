@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/memory_limit.h"
 #include "store/segments.h"
 
 namespace dsfs {
@@ -105,8 +106,8 @@ Status PackRun::Compress(std::shared_ptr<const Dictionary> dict,
                          const ImageFn& on_image) {
   prog_.phase = "compressing";
   OrderedCompressor comp(threads_, options_.zstd_level, std::move(dict),
-                         static_cast<size_t>(threads_) * 4, options_.predecode,
-                         options_.chunk_bytes, groups_);
+                         BatchesInFlight(threads_, DefaultBudgets().pack_pipeline_bytes),
+                         options_.predecode, options_.chunk_bytes, groups_);
   Status produced;
   std::thread producer([&] {
     produced = produce(&comp);

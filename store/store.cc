@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/memory_limit.h"
 #include "common/path.h"
 
 namespace dsfs {
@@ -104,11 +105,7 @@ bool Store::HasStoreHeader(const std::string& path) {
   return false;
 }
 
-uint64_t DefaultMetadataCacheBytes() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  const uint64_t ram = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
-  return std::max<uint64_t>(32ull << 20, ram / 32);
-}
+uint64_t DefaultMetadataCacheBytes() { return DefaultBudgets().metadata_cache_bytes; }
 
 Status Store::Open(std::unique_ptr<KvReader> kv, std::unique_ptr<Store>* store,
                    std::shared_ptr<ByteCache> cache, uint64_t metadata_cache_bytes) {

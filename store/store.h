@@ -41,8 +41,9 @@ struct StoreOptions {
   uint64_t metadata_cache_bytes = 0;
 };
 
-// The default bound of a Store's metadata segment cache: a 32nd of physical memory, at least
-// 32 MiB (the whole tree of 1M files takes ~25 MB decompressed, of 10M ~290 MB).
+// The default bound of a Store's metadata segment cache: a 32nd of the memory limit
+// (common/memory_limit.h, MemoryBudgets), at least 32 MiB unless that is more than an eighth
+// of it (the whole tree of 1M files takes ~25 MB decompressed, of 10M ~290 MB).
 uint64_t DefaultMetadataCacheBytes();
 
 // Where the bytes of a read live: a cached chunk (pinned here), the store's memory map, or

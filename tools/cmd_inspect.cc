@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/memory_limit.h"
 #include "common/path.h"
 #include "common/units.h"
 #include "fs/stats.h"
@@ -195,7 +196,9 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
         {"images", h.image_count}, {"pixel_records", h.pixel_count},
         {"pixel_bytes", h.pixel_bytes}, {"metadata_bytes", meta.stored_bytes},
         {"metadata_raw_bytes", meta.inode_bytes + meta.name_bytes},
-        {"metadata_segments", meta.segments}};
+        {"metadata_segments", meta.segments},
+        {"memory_limit_bytes", ProcessMemoryLimit().bytes},
+        {"memory_limit_source", ProcessMemoryLimit().source}};
     nlohmann::ordered_json& tensor = j["tensor"];
     tensor = {{"path", path}, {"available", t.available}};
     if (t.available) {
@@ -240,6 +243,9 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
       static_cast<unsigned long long>(h.image_count),
       h.pixel_count ? FormatBytes(h.pixel_bytes).c_str() : "no");
   out << buf;
+  // What a mount here would size its defaults from (common/memory_limit.h).
+  out << "memory limit: " << ProcessMemoryLimit().ToString() << "; a mount's cache "
+      << FormatBytes(DefaultBudgets().cache_bytes) << "\n";
   if (t.available) {
     // Its files are no more readable than its members (fs/views.h, ReadAccess).
     out << "tensor view:  " << path << ": " << t.images.size() << " images of " << t.width << "x"

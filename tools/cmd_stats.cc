@@ -2,15 +2,18 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <cerrno>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "common/units.h"
 #include "fs/kernel_mount.h"
 #include "fs/mount.h"
 #include "tools/commands.h"
@@ -85,6 +88,16 @@ Status RunStats(const std::string& mountpoint_arg, bool json, std::ostream& out)
   }
   std::vector<std::pair<std::string, std::string>> fields;
   if (!Flatten(text, &fields)) return Status::Corruption(path + ": not a dsfs stats file");
+  // The memory limit on one line, as a size and where it came from.
+  auto bytes = std::find_if(fields.begin(), fields.end(),
+                            [](const auto& f) { return f.first == "memory_limit.bytes"; });
+  if (bytes != fields.end() && std::next(bytes) != fields.end() &&
+      std::next(bytes)->first == "memory_limit.source") {
+    uint64_t n = std::strtoull(bytes->second.c_str(), nullptr, 10);
+    bytes->first = "memory_limit";
+    bytes->second = FormatBytes(n) + " (" + std::next(bytes)->second + ")";
+    fields.erase(std::next(bytes));
+  }
   size_t width = 0;
   for (const auto& [k, v] : fields) width = std::max(width, k.size());
   for (const auto& [k, v] : fields) {

@@ -1,0 +1,78 @@
+// The memory this process is given (its cgroup's limit, else physical RAM) and the default
+// budgets derived from it: the one place the fractions live.
+//
+// A training job runs inside a memory limit (a Kubernetes pod, a Slurm job, `docker run
+// --memory`, a systemd unit's MemoryMax=) on a node with far more RAM; the page cache its reads
+// fill is charged to that limit too. A budget sized from sysconf's physical RAM there gets the
+// daemon OOM-killed, so every default budget comes from MemoryLimit instead.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace dsfs {
+
+struct MemoryLimit {
+  uint64_t bytes = 0;  // never more than physical memory
+  // Where the figure came from: "cgroup v2 /sys/fs/cgroup/job/memory.high",
+  // "cgroup v1 /sys/fs/cgroup/memory/job/memory.limit_in_bytes", "cgroup v1
+  // /sys/fs/cgroup/memory/job/memory.stat hierarchical_memory_limit" or "physical memory".
+  std::string source;
+  // "167.8 MB (cgroup v1 /sys/fs/cgroup/memory/job/memory.limit_in_bytes)"
+  std::string ToString() const;
+};
+
+// Physical RAM (sysconf); 2 GiB when sysconf does not say.
+uint64_t PhysicalMemoryBytes();
+
+// The smallest of the limits that apply to this process:
+//   cgroup v2: memory.max and memory.high of the process's cgroup (the "0::PATH" line of
+//     /proc/self/cgroup) and of each ancestor up to the unified hierarchy's mount (found in
+//     /proc/self/mountinfo, wherever it is mounted); "max" is no limit.
+//   cgroup v1: memory.limit_in_bytes of the memory controller's cgroup and of each ancestor,
+//     and hierarchical_memory_limit in its memory.stat; values near 2^63 are no limit.
+//   Both are read on a hybrid system; then physical memory (`physical_bytes`, 0 = sysconf),
+//   which caps them all.
+// A cgroup namespace shows the process's cgroup as "/": the files at the mount's root are then
+// its limits, and are read like any other. `root` is prefixed to every path read (tests point
+// it at a fake tree holding proc/self/... and sys/fs/cgroup/...); `source` names the file as
+// the process sees it, without the prefix. Never fails: a file that is missing, unreadable or
+// holds anything but a number is skipped.
+MemoryLimit FindMemoryLimit(const std::string& root = "/", uint64_t physical_bytes = 0);
+
+// FindMemoryLimit("/"), found once per process (the first call). Thread-safe.
+const MemoryLimit& ProcessMemoryLimit();
+
+// The default budgets for a process given `limit_bytes`. Explicit sizes (mount options) take
+// their place; see ExplicitSizeWarning.
+struct MemoryBudgets {
+  // The mount's RAM cache of decompressed chunks (daemon RSS): an eighth.
+  uint64_t cache_bytes = 0;
+  // Files pushed into the kernel's page cache after a listing, and -o kernel's read-ahead into
+  // the image's page cache (reclaimable, but charged to the limit): a quarter.
+  uint64_t push_bytes = 0;
+  // The store's metadata tables read ahead into the page cache after mounting: an eighth.
+  uint64_t metadata_readahead_bytes = 0;
+  // The store's cache of decompressed metadata segments: a 32nd, at least 32 MiB unless that
+  // is more than an eighth.
+  uint64_t metadata_cache_bytes = 0;
+  // dsfs pack: sample files held to train the dictionary (at most a 16th, and never more than
+  // pack's own cap), the other files held meanwhile (a 16th, at most 32 MiB) and the batches
+  // in flight through the compressor (a quarter).
+  uint64_t pack_sample_bytes = 0;
+  uint64_t pack_held_bytes = 0;
+  uint64_t pack_pipeline_bytes = 0;
+};
+MemoryBudgets BudgetsFor(uint64_t limit_bytes);
+// BudgetsFor(ProcessMemoryLimit().bytes).
+const MemoryBudgets& DefaultBudgets();
+
+// An explicit size of `what` (a mount option, e.g. "cache_size") that the limit does not
+// allow: "" if it does, else one line saying so. `resident` sizes are the daemon's own memory
+// (more than half the limit leaves too little for the reader and the page cache); others are
+// page cache (more than the whole limit only evicts itself).
+std::string ExplicitSizeWarning(std::string_view what, uint64_t bytes, bool resident,
+                                const MemoryLimit& limit);
+
+}  // namespace dsfs

@@ -279,6 +279,103 @@ Status Filesystem::ReadIno(uint64_t ino, uint64_t offset, uint64_t size, ReadBuf
   return store_->Read(*rec, offset, size, buf, out);
 }
 
+// The *Fetches hints follow what each request reads (Lookup, Attr, ReadDir, ReadIno above and
+// the views' reads), asking the Store whether each piece is in memory. A piece they cannot
+// read without fetching is a fetch; one that fails to read fails the request at once, which
+// they leave to the request thread.
+
+bool Filesystem::TensorBuilt(uint32_t dir) const {
+  std::lock_guard lock(mu_);
+  return tensors_.count(dir) > 0;
+}
+
+bool Filesystem::AttrMayFetch(uint64_t ino) const {
+  const uint32_t kind = Kind(ino);
+  if (kind == kControl) return store_->InodeMayFetch(Store::kRootIno);  // see ControlAttr
+  View v;
+  if (!InodeSpace::ViewOfKind(kind, &v)) {
+    if (kind < kTensorFileKind || kind >= kControl) return false;
+    return !TensorBuilt(Number(ino)) || store_->InodeMayFetch(Number(ino));
+  }
+  if (store_->InodeMayFetch(Number(ino))) return true;
+  InodeRecord rec;
+  if (!store_->GetInode(Number(ino), &rec).ok()) return false;
+  if (IsLink(rec)) return store_->NamesMayFetch(rec.data, rec.size);  // ReadLink
+  // A jpeg-N file's size is known once it is encoded (FillViewStat).
+  return v != View::kOriginal && IsReg(rec) && ViewEncodes(v, rec, options_.max_render_bytes) &&
+         !RenderCached(v, Number(ino)) && store_->PixelsMayFetch(rec);
+}
+
+bool Filesystem::AttrFetches(uint64_t fuse_ino) const {
+  return store_->remote() && AttrMayFetch(In(fuse_ino));
+}
+
+bool Filesystem::LookupFetches(uint64_t fuse_parent, std::string_view name) const {
+  if (!store_->remote()) return false;
+  const uint64_t parent = In(fuse_parent);
+  uint64_t ino;
+  Status s;
+  if (LookupControl(parent, name, &ino, &s)) return s.ok() && AttrMayFetch(ino);
+  View v;
+  if (!InodeSpace::ViewOfKind(Kind(parent), &v)) return false;
+  const uint32_t dir = Number(parent);
+  if (name == "." || name == "..") {
+    InodeRecord rec;
+    if (store_->InodeMayFetch(dir)) return true;
+    if (!store_->GetInode(dir, &rec).ok() || !IsDir(rec)) return false;
+    return AttrMayFetch(Make(Kind(parent), name == "." ? dir : rec.parent));
+  }
+  if (store_->EntriesMayFetch(dir)) return true;
+  if (v == View::kTensor && !TensorBuilt(dir) &&
+      std::find(std::begin(kTensorFileNames), std::end(kTensorFileNames), name) !=
+          std::end(kTensorFileNames)) {
+    return true;
+  }
+  // Everything LookupIn reads is in memory now: the entry it finds, and then its attributes.
+  if (!LookupIn(parent, name, &ino).ok()) return false;
+  return AttrMayFetch(ino);
+}
+
+bool Filesystem::ReadDirFetches(uint64_t fuse_ino) const {
+  if (!store_->remote()) return false;
+  const uint64_t ino = In(fuse_ino);
+  if (ino == kDotDsfsIno) return store_->InodeMayFetch(Store::kRootIno);  // the views' roots
+  View v;
+  if (!InodeSpace::ViewOfKind(Kind(ino), &v)) return false;
+  const uint32_t dir = Number(ino);
+  if (store_->EntriesMayFetch(dir)) return true;
+  if (v == View::kTensor && !TensorBuilt(dir)) return true;
+  InodeRecord rec;
+  if (!store_->GetInode(dir, &rec).ok()) return false;
+  return store_->InodeMayFetch(rec.parent);  // ".."
+}
+
+bool Filesystem::ReadFetches(uint64_t fuse_ino, uint64_t offset, uint64_t size) const {
+  if (!store_->remote()) return false;
+  const uint64_t ino = In(fuse_ino);
+  const uint32_t kind = Kind(ino);
+  if (ino == kStatsIno || kind == kControl) return false;
+  View v;
+  if (!InodeSpace::ViewOfKind(kind, &v)) {
+    if (kind < kTensorFileKind || kind > kControl) return false;
+    const uint32_t dir = Number(ino);
+    if (!TensorBuilt(dir)) return true;
+    switch (static_cast<TensorFile>(kind - kTensorFileKind)) {
+      case TensorFile::kImages:
+        return ReadDecodes(fuse_ino, offset, size);  // an image's pixels not cached
+      case TensorFile::kFiles:
+        return !(cache_ && cache_->Contains(files_txt_id_, dir));  // the entries' names
+      default:
+        return false;  // from the index
+    }
+  }
+  if (store_->InodeMayFetch(Number(ino))) return true;
+  InodeRecord rec;
+  if (!store_->GetInode(Number(ino), &rec).ok()) return false;
+  if (Renders(v, rec)) return !RenderCached(v, Number(ino)) && store_->PixelsMayFetch(rec);
+  return store_->ReadMayFetch(rec, offset, size);
+}
+
 Status Filesystem::ReadLink(uint64_t fuse_ino, std::string_view* target) const {
   counters_.readlink.fetch_add(1, std::memory_order_relaxed);
   const uint64_t ino = In(fuse_ino);

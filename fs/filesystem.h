@@ -110,6 +110,18 @@ class Filesystem : public PushSource {
   // attributes need a render (a jpeg-N file's size, known once it is encoded) not in the cache.
   bool AttrRenders(uint64_t ino) const;
   bool LookupRenders(uint64_t parent, std::string_view name) const;
+  // True if serving the request may fetch from a remote backend (Store::remote(): object
+  // storage) what is not in memory: a chunk not in the RAM cache, a metadata segment not
+  // loaded, the source of a render not in the cache. The FUSE layer then serves it on a fetch
+  // worker, so that a slow or stalled endpoint never holds the request threads, which keep
+  // answering from memory (cached files, loaded metadata, the stats file). Hints that fetch
+  // nothing themselves (the caches may change before the request is served); false at once
+  // for a local store. Ask them before the *Renders hints above, which may read metadata
+  // that is not loaded.
+  bool LookupFetches(uint64_t parent, std::string_view name) const;
+  bool AttrFetches(uint64_t ino) const;  // GetAttr, Open and ReadLink of `ino`
+  bool ReadDirFetches(uint64_t ino) const;
+  bool ReadFetches(uint64_t ino, uint64_t offset, uint64_t size) const;
   Status ReadLink(uint64_t ino, std::string_view* target) const;
   Status StatFs(struct statvfs* st) const;
 
@@ -179,6 +191,12 @@ class Filesystem : public PushSource {
   ByteCache::Id ResizedId(View v) const;
   // The tensor index of store directory `dir`, built on first use and kept.
   Status Tensor(uint32_t dir, std::shared_ptr<const TensorIndex>* out) const;
+  // AttrFetches of our inode number `ino`.
+  bool AttrMayFetch(uint64_t ino) const;
+  // True if the tensor index of store directory `dir` is built (Tensor reads nothing then).
+  bool TensorBuilt(uint32_t dir) const;
+  // True if the file view `v` renders of image `ino` (for npy: its pixels) is in the cache.
+  bool RenderCached(View v, uint32_t ino) const;
   // Logs once per inode that a view serves an image as it is.
   void NoteServedAsIs(uint32_t ino) const;
   // Logs once per mount that images too large to render are served as they are.

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "common/log.h"
-#include "fs/decode_workers.h"
 #include "fs/fuse_session.h"
+#include "fs/request_workers.h"
 
 namespace dsfs {
 namespace {
@@ -53,23 +53,32 @@ void OpInit(void* userdata, struct fuse_conn_info* conn) {
   }
 }
 
-// Runs `serve` on a decode worker when `renders` says the request needs a render (decoding an
-// image) that is not in the cache, else here: a render never holds the request threads every
-// other request needs. The worker replies (libfuse allows a reply from any thread).
-template <typename R, typename F>
-void ServeOrHandOver(Context* c, R&& renders, F serve) {
-  bool hand_over = false;
+// Where request `req` is served: `serve` runs on a fetch worker when `fetches` says it may
+// fetch from a remote backend what is not in memory, on a decode worker when `renders` says
+// it needs a render (decoding an image) that is not in the cache, else here. So a stalled
+// object store or a large image never holds the request threads, which keep answering from
+// memory (cached files, loaded metadata, the stats file). A local store has no fetch workers:
+// `fetches` is not even asked. The worker replies (libfuse allows a reply from any thread); a
+// fetch still queued when the mount ends is answered EIO.
+template <typename Fetches, typename Renders, typename F>
+void ServeOrHandOver(Context* c, fuse_req_t req, Fetches&& fetches, Renders&& renders, F serve) {
+  bool fetch = false, render = false;
   try {
-    hand_over = c->decoders && renders();
+    fetch = c->fetchers && fetches();
+    render = !fetch && c->decoders && renders();
   } catch (...) {
     // Served here then: the serving function's Guard answers whatever fails.
   }
-  if (hand_over) {
+  if (fetch) {
+    c->fetchers->Submit(std::move(serve), [req] { fuse_reply_err(req, EIO); });
+  } else if (render) {
     c->decoders->Submit(std::move(serve));
-    return;
+  } else {
+    serve();
   }
-  serve();
 }
+
+constexpr auto kNever = [] { return false; };
 
 void ServeLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Guard(req, "lookup", [&] {
@@ -100,7 +109,8 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Context* c = Ctx(req);
   // A jpeg-N file's size is known once it is encoded.
   ServeOrHandOver(
-      c, [&] { return c->fs->LookupRenders(parent, name); },
+      c, req, [&] { return c->fs->LookupFetches(parent, name); },
+      [&] { return c->fs->LookupRenders(parent, name); },
       [req, parent, n = std::string(name)] { ServeLookup(req, parent, n.c_str()); });
 }
 
@@ -125,7 +135,8 @@ void ServeGetAttr(fuse_req_t req, fuse_ino_t ino) {
 void OpGetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
   Context* c = Ctx(req);
   ServeOrHandOver(
-      c, [&] { return c->fs->AttrRenders(ino); }, [req, ino] { ServeGetAttr(req, ino); });
+      c, req, [&] { return c->fs->AttrFetches(ino); }, [&] { return c->fs->AttrRenders(ino); },
+      [req, ino] { ServeGetAttr(req, ino); });
 }
 
 void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
@@ -172,11 +183,17 @@ void ReadDirCommon(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool 
   });
 }
 
+void ServeReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
+  Context* c = Ctx(req);
+  ServeOrHandOver(
+      c, req, [&] { return c->fs->ReadDirFetches(ino); }, kNever,
+      [req, ino, size, off, plus] { ReadDirCommon(req, ino, size, off, plus); });
+}
 void OpReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
-  ReadDirCommon(req, ino, size, off, false);
+  ServeReadDir(req, ino, size, off, false);
 }
 void OpReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
-  ReadDirCommon(req, ino, size, off, true);
+  ServeReadDir(req, ino, size, off, true);
 }
 
 void OpOpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
@@ -215,7 +232,7 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Context* c = Ctx(req);
   // Open checks the attributes: a jpeg-N file evicted from the cache since its lookup.
   ServeOrHandOver(
-      c, [&] { return c->fs->AttrRenders(ino); },
+      c, req, [&] { return c->fs->AttrFetches(ino); }, [&] { return c->fs->AttrRenders(ino); },
       [req, ino, copy = *fi]() mutable { ServeOpen(req, ino, &copy); });
 }
 
@@ -235,13 +252,14 @@ void ServeRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off) {
 void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
   Context* c = Ctx(req);
   ServeOrHandOver(
-      c, [&] { return c->fs->ReadDecodes(ino, static_cast<uint64_t>(off), size); },
+      c, req, [&] { return c->fs->ReadFetches(ino, static_cast<uint64_t>(off), size); },
+      [&] { return c->fs->ReadDecodes(ino, static_cast<uint64_t>(off), size); },
       [req, ino, size, off] { ServeRead(req, ino, size, off); });
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t, struct fuse_file_info*) { fuse_reply_err(req, 0); }
 
-void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
+void ServeReadLink(fuse_req_t req, fuse_ino_t ino) {
   Guard(req, "readlink", [&] {
     std::string_view target;
     Status s = Ctx(req)->fs->ReadLink(ino, &target);
@@ -252,6 +270,13 @@ void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
     }
     fuse_reply_readlink(req, std::string(target).c_str());
   });
+}
+
+void OpReadLink(fuse_req_t req, fuse_ino_t ino) {
+  Context* c = Ctx(req);
+  ServeOrHandOver(
+      c, req, [&] { return c->fs->AttrFetches(ino); }, kNever,
+      [req, ino] { ServeReadLink(req, ino); });
 }
 
 void OpStatFs(fuse_req_t req, fuse_ino_t) {

@@ -51,7 +51,7 @@ struct FuseOptions {
   double status_interval_s = 5;
 };
 
-class DecodeWorkers;
+class RequestWorkers;
 
 // What the callbacks serve from: the session's userdata, filled in by whoever assembles the
 // mount. The pointers change only while no request is served.
@@ -61,8 +61,11 @@ struct FuseContext {
   bool no_open = false;  // set in init: OPEN may be answered ENOSYS
   // Told of every complete readdirplus (it pushes the files); null: nothing pushed.
   Prefetcher* prefetcher = nullptr;
-  // Reads that decode images are handed to these (fs/decode_workers.h); null: served inline.
-  DecodeWorkers* decoders = nullptr;
+  // Requests that render an image not in the cache are handed to these, and on a remote
+  // store those that may fetch what is not in memory to `fetchers` (fs/request_workers.h,
+  // Filesystem::*Fetches); null: served on the request thread.
+  RequestWorkers* decoders = nullptr;
+  RequestWorkers* fetchers = nullptr;
 };
 
 // The callbacks. REQUIRES: the session's userdata is a FuseContext that outlives it.

@@ -17,10 +17,10 @@
 
 #include "common/log.h"
 #include "common/memory_limit.h"
-#include "fs/decode_workers.h"
 #include "fs/fuse_session.h"
 #include "fs/own_mount.h"
 #include "fs/prefetcher.h"
+#include "fs/request_workers.h"
 #include "fs/service.h"
 
 namespace dsfs {
@@ -148,8 +148,18 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
   }
   // No more decoders than cores: more would only hold more decoded images at once.
   int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  auto decoders = std::make_unique<DecodeWorkers>(std::min(options.threads, cores));
+  auto decoders = std::make_unique<RequestWorkers>("dsfs-decode", std::min(options.threads, cores));
   ctx.decoders = decoders.get();
+  // On a store in object storage, requests that may fetch (what they need is not in memory)
+  // wait on the network, not on a core: more threads than cores, bounded, so a stalled
+  // endpoint holds these and never the request threads, and slow fetches do not starve
+  // decodes either. A local store has none (its requests never ask).
+  constexpr int kFetchThreads = 16;
+  std::unique_ptr<RequestWorkers> fetchers;
+  if (fs->store().remote()) {
+    fetchers = std::make_unique<RequestWorkers>("dsfs-fetch", kFetchThreads);
+  }
+  ctx.fetchers = fetchers.get();
   int rc = 0;
   if (transport) {
     Status serve = transport->Serve();
@@ -157,8 +167,11 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
   } else {
     rc = RunFuseLoop(se, options.threads);
   }
-  // Before the session goes: the reads still queued are answered (or fail on the closed
-  // connection).
+  // Before the session goes: every request handed over is answered (a fetch still queued
+  // with EIO, a decode by running it; or the reply fails on the closed connection). A fetch
+  // under way ends within the backend's deadline.
+  ctx.fetchers = nullptr;
+  fetchers.reset();
   ctx.decoders = nullptr;
   decoders.reset();
   monitor.Stopping();

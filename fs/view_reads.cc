@@ -38,13 +38,11 @@ void CountSince(std::chrono::steady_clock::time_point t0, std::atomic<uint64_t>*
 bool Filesystem::ReadDecodes(uint64_t fuse_ino, uint64_t offset, uint64_t size) const {
   const uint64_t ino = In(fuse_ino);
   const uint32_t kind = Kind(ino);
-  auto cached = [&](ByteCache::Id id, uint64_t key) { return cache_ && cache_->Contains(id, key); };
   InodeRecord rec;
   View v;
   if (InodeSpace::ViewOfKind(kind, &v) && v.kind != View::kOriginal && v.kind != View::kTensor) {
     if (!store_->GetInode(Number(ino), &rec).ok() || !Renders(v, rec)) return false;
-    if (v.resized()) return !cached(ResizedId(v), Number(ino));
-    return !cached(v == View::kBmp ? bmp_id_ : pixels_id_, Number(ino));
+    return !RenderCached(v, Number(ino));
   }
   if (kind != kTensorFileKind + static_cast<uint32_t>(TensorFile::kImages)) return false;
   std::shared_ptr<const TensorIndex> t;
@@ -53,9 +51,15 @@ bool Filesystem::ReadDecodes(uint64_t fuse_ino, uint64_t offset, uint64_t size) 
   const uint64_t end = std::min(t->FileBytes(TensorFile::kImages), offset + size);
   for (uint64_t i = (std::max(offset, header) - header) / image_bytes;
        i < t->images.size() && header + i * image_bytes < end; ++i) {
-    if (!cached(pixels_id_, t->images[i])) return true;
+    if (!(cache_ && cache_->Contains(pixels_id_, t->images[i]))) return true;
   }
   return false;
+}
+
+bool Filesystem::RenderCached(View v, uint32_t ino) const {
+  if (!cache_) return false;
+  if (v.resized()) return cache_->Contains(ResizedId(v), ino);
+  return cache_->Contains(v == View::kBmp ? bmp_id_ : pixels_id_, ino);
 }
 
 bool Filesystem::AttrRenders(uint64_t fuse_ino) const {

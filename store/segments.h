@@ -141,6 +141,8 @@ class SegmentedTable {
   // The segment holding byte `off` (REQUIRES: off < size()).
   uint64_t SegmentOf(uint64_t off) const;
 
+  // True if segment `s` is in the cache (no hit or miss counted): Get finds it there.
+  bool Cached(uint64_t s) const { return cache_ && cache_->Contains(id_, s); }
   // Segment `s`, decompressed, through the cache.
   Status Get(uint64_t s, Segment* out) const;
   // Same, kept alive by the calling thread's ring for this kind of table: *out stays valid

@@ -741,6 +741,70 @@ Store::MetadataSize Store::metadata_size() const {
   return m;
 }
 
+// The *MayFetch hints: what the calls they stand for would read, looked up in memory only.
+// Versions 1 and 2 hold their tables whole (read when the store was opened): only payloads
+// are fetched.
+
+bool Store::InodeMayFetch(uint32_t ino) const {
+  if (!kv_->remote() || !segmented_ || ino == 0 || ino > header_.inode_count) return false;
+  return !inode_segments_.Cached((ino - 1) / inodes_per_segment_);
+}
+
+bool Store::NamesMayFetch(uint64_t off, uint64_t len) const {
+  if (!kv_->remote() || !segmented_ || len == 0 || off >= name_segments_.size()) return false;
+  const uint64_t last = std::min(off + len, name_segments_.size()) - 1;
+  for (uint64_t s = name_segments_.SegmentOf(off); s <= name_segments_.SegmentOf(last); ++s) {
+    if (!name_segments_.Cached(s)) return true;
+  }
+  return false;
+}
+
+bool Store::EntriesMayFetch(uint32_t dir) const {
+  if (!kv_->remote() || !segmented_) return false;
+  InodeRecord d;
+  if (InodeMayFetch(dir)) return true;
+  // A failure here fails the call too, without a fetch.
+  if (!GetInode(dir, &d).ok() || !IsDir(d) || d.size == 0) return false;
+  if (d.data <= dir || d.data > header_.inode_count || d.size > header_.inode_count - d.data + 1) {
+    return false;  // damaged: DirEntries fails
+  }
+  const uint64_t first = d.data, last = d.data + d.size - 1;
+  // A directory over more segments than this is handed over whole: a lookup touches a few of
+  // them, a listing all, and checking each costs a cache probe.
+  constexpr uint64_t kMaxSegmentsChecked = 64;
+  const uint64_t s0 = (first - 1) / inodes_per_segment_, s1 = (last - 1) / inodes_per_segment_;
+  if (s1 - s0 >= kMaxSegmentsChecked) return true;
+  for (uint64_t s = s0; s <= s1; ++s) {
+    if (!inode_segments_.Cached(s)) return true;
+  }
+  // Names follow inode order: the entries' names lie between the first's and the last's.
+  InodeRecord a, b;
+  if (!GetInode(static_cast<uint32_t>(first), &a).ok() ||
+      !GetInode(static_cast<uint32_t>(last), &b).ok()) {
+    return false;
+  }
+  if (b.name_off < a.name_off) return true;  // not in order: the call finds out
+  return NamesMayFetch(a.name_off, b.name_off - a.name_off + std::max<uint64_t>(b.name_len, 1));
+}
+
+bool Store::ReadMayFetch(const InodeRecord& rec, uint64_t offset, uint64_t size) const {
+  if (!kv_->remote() || !IsReg(rec) || offset >= rec.size || size == 0) return false;
+  if (!cache_) return true;
+  const uint64_t chunk = header_.chunk_bytes;
+  const uint64_t end = std::min(rec.size, offset + size);
+  for (uint64_t i = offset / chunk; i <= (end - 1) / chunk; ++i) {
+    if (!ChunkCached(rec, i)) return true;
+  }
+  return false;
+}
+
+bool Store::PixelsMayFetch(const InodeRecord& rec) const {
+  if (!kv_->remote()) return false;
+  // Stored pixels are read past the RAM cache (the views keep what they make of them).
+  if (rec.pixels != 0) return true;
+  return ReadMayFetch(rec, 0, rec.size);
+}
+
 ByteCache::Stats Store::metadata_cache_stats() const {
   return segmented_ && meta_cache_ ? meta_cache_->stats() : ByteCache::Stats{};
 }

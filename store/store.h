@@ -76,6 +76,25 @@ class Store {
   std::vector<std::pair<std::string, uint64_t>> backend_counters() const { return kv_->Counters(); }
   uint64_t inode_count() const { return header_.inode_count; }
 
+  // True for a store in object storage (KvReader::remote()): what is not in memory is fetched
+  // over the network, and may take as long as the backend's deadline.
+  bool remote() const { return kv_->remote(); }
+  // Whether a call may fetch from a remote backend, because what it needs is not in memory
+  // (the RAM cache, the metadata segments loaded): the FUSE layer serves such requests off
+  // its request threads. Hints (the caches may change right after), never fetching
+  // themselves; false at once for a local backend.
+  //   InodeMayFetch:   GetInode(ino) (its inode segment)
+  //   NamesMayFetch:   the name pool's bytes [off, off + len) (GetName, ReadLink)
+  //   EntriesMayFetch: Lookup in directory `dir` and a listing of it (its record, its
+  //                    entries' records and names)
+  //   ReadMayFetch:    Read(rec, offset, size) (a chunk not in the RAM cache)
+  //   PixelsMayFetch:  the decoded pixels of image `rec`, from ReadPixels or its original
+  bool InodeMayFetch(uint32_t ino) const;
+  bool NamesMayFetch(uint64_t off, uint64_t len) const;
+  bool EntriesMayFetch(uint32_t dir) const;
+  bool ReadMayFetch(const InodeRecord& rec, uint64_t offset, uint64_t size) const;
+  bool PixelsMayFetch(const InodeRecord& rec) const;
+
   // Copies out the record of inode `ino`. NotFound if no such inode; Corruption if its
   // metadata fails its checksum. Each call decodes (and checks) the record once: inode_decodes().
   Status GetInode(uint32_t ino, InodeRecord* rec) const;

@@ -60,10 +60,6 @@ nlohmann::ordered_json Filesystem::StatsObject() const {
              {"entries", cs.entries}, {"evictions", cs.evictions}};
   }
   j["cache"] = std::move(cache);
-  // What the default budgets (the cache's, the push's) were derived from, and where it was
-  // found (common/memory_limit.h).
-  const MemoryLimit& limit = ProcessMemoryLimit();
-  j["memory_limit"] = {{"bytes", limit.bytes}, {"source", limit.source}};
   j["decompress"] = {{"chunks", store_->decoded_chunks()},
                      {"seconds", StatsSeconds(static_cast<double>(store_->decode_ns()) / 1e9)}};
   if (prefetcher_) {
@@ -118,6 +114,10 @@ nlohmann::ordered_json Filesystem::StatsObject() const {
   const StoreHeader& h = store_->header();
   j["store"] = {
       {"files", h.file_count}, {"directories", h.dir_count}, {"file_bytes", h.file_bytes}};
+  // What the default budgets (the cache's, the push's) were derived from, and where it was
+  // found (common/memory_limit.h).
+  const MemoryLimit& limit = ProcessMemoryLimit();
+  j["memory_limit"] = {{"bytes", limit.bytes}, {"source", limit.source}};
   return j;
 }
 

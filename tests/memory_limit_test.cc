@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pack/compressor.h"
+#include "tests/cgroup_util.h"
 #include "tests/test_util.h"
 
 namespace dsfs {
@@ -320,66 +321,8 @@ TEST(MemoryLimitTest, ExplicitSizeWarning) {
 // ---------------------------------------------------------------------------------------------
 // A real cgroup v1 memory cgroup on this machine.
 
-// The v1 memory controller's mountpoint, from /proc/self/mountinfo ("" if none).
-std::string V1MemoryMount() {
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string id, parent, dev, root, mp, f, type, source, super;
-    ls >> id >> parent >> dev >> root >> mp;
-    while (ls >> f && f != "-") {
-    }
-    if (ls >> type >> source >> super && type == "cgroup" &&
-        ("," + super + ",").find(",memory,") != std::string::npos && root == "/") {
-      return mp;
-    }
-  }
-  return "";
-}
-
-// A memory cgroup made for the test, under the v1 controller's root: the processes still in it
-// move back to the root and it is removed on destruction, whatever happened.
-class TestCgroup {
- public:
-  explicit TestCgroup(const std::string& mount) : mount_(mount) {
-    path_ = mount + "/dsfs-test-" + std::to_string(::getpid());
-    made_ = ::mkdir(path_.c_str(), 0755) == 0;
-    if (!made_) error_ = "mkdir " + path_ + ": " + std::strerror(errno);
-  }
-  ~TestCgroup() {
-    if (!made_) return;
-    std::ifstream procs(path_ + "/cgroup.procs");
-    std::string pid;
-    while (procs >> pid) {
-      std::ofstream(mount_ + "/cgroup.procs") << pid << std::endl;
-    }
-    if (::rmdir(path_.c_str()) != 0) {
-      ADD_FAILURE() << "cannot remove " << path_ << ": " << std::strerror(errno);
-    }
-  }
-  bool made() const { return made_; }
-  const std::string& error() const { return error_; }
-  const std::string& path() const { return path_; }
-  bool SetLimit(uint64_t bytes) {
-    std::ofstream f(path_ + "/memory.limit_in_bytes");
-    f << bytes << std::endl;
-    return static_cast<bool>(f);
-  }
-  // argv run by a shell that first moves itself into the cgroup.
-  std::vector<std::string> Inside(const std::vector<std::string>& argv) const {
-    std::string cmd = "echo $$ > '" + path_ + "/cgroup.procs' && exec";
-    for (const std::string& a : argv) cmd += " '" + a + "'";
-    return {"sh", "-c", cmd};
-  }
-
- private:
-  std::string mount_, path_, error_;
-  bool made_ = false;
-};
-
 TEST(MemoryLimitTest, RealV1CgroupSeenByDsfsInfo) {
-  const std::string mount = V1MemoryMount();
+  const std::string mount = testing::V1MemoryMount();
   if (mount.empty()) GTEST_SKIP() << "no cgroup v1 memory controller mounted here";
   if (::geteuid() != 0) GTEST_SKIP() << "making a memory cgroup needs root";
   TempDir dir;
@@ -387,18 +330,18 @@ TEST(MemoryLimitTest, RealV1CgroupSeenByDsfsInfo) {
   testing::CommandResult r = testing::Dsfs({"pack", "-q", dir / "src", dir / "s.dsfs"});
   ASSERT_EQ(r.exit_code, 0) << testing::Describe(r);
   {
-    TestCgroup cg(mount);
+    testing::TestCgroup cg(mount, "info");
     if (!cg.made()) GTEST_SKIP() << cg.error();
     constexpr uint64_t kLimit = 160 * kMiB;
     ASSERT_TRUE(cg.SetLimit(kLimit));
-    const std::string file = cg.path().substr(0) + "/memory.limit_in_bytes";
-    r = testing::RunCommand(cg.Inside({DSFS_BINARY, "info", "--json", dir / "s.dsfs"}));
+    const std::string file = cg.path() + "/memory.limit_in_bytes";
+    r = testing::RunCommand(cg.Inside({testing::DsfsBinary(), "info", "--json", dir / "s.dsfs"}));
     ASSERT_EQ(r.exit_code, 0) << testing::Describe(r);
     EXPECT_NE(r.out.find("\"memory_limit_bytes\": " + std::to_string(kLimit)), std::string::npos)
         << r.out;
     EXPECT_NE(r.out.find("\"memory_limit_source\": \"cgroup v1 " + file + "\""), std::string::npos)
         << r.out;
-    r = testing::RunCommand(cg.Inside({DSFS_BINARY, "info", dir / "s.dsfs"}));
+    r = testing::RunCommand(cg.Inside({testing::DsfsBinary(), "info", dir / "s.dsfs"}));
     ASSERT_EQ(r.exit_code, 0) << testing::Describe(r);
     EXPECT_NE(
         r.out.find("memory limit: 167.8 MB (cgroup v1 " + file + "); a mount's cache 21.0 MB\n"),

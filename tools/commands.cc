@@ -67,9 +67,9 @@ struct SizeValidator : public CLI::Validator {
 };
 
 constexpr const char* kMountOptionsHelp = R"(Mount options (-o, comma-separated; the same in fstab):
-  cache_size=SIZE       RAM cache of decompressed data (default: 1/8 of RAM)
+  cache_size=SIZE       RAM cache of decompressed data (default: 1/8 of the memory limit)
   push=SIZE             push listed directories' files into the page cache, up to SIZE
-                        (default: 1/4 of RAM; 0 = off)
+                        (default: 1/4 of the memory limit; 0 = off)
   cache_dir=DIR         a store in S3 (s3://BUCKET/PREFIX): keep what was fetched under DIR
                         (default: ~/.cache/dsfs), shared by later mounts of the same store
   cache_disk=SIZE       ... within SIZE of disk (default: 8G; 0: no disk cache)

@@ -55,7 +55,7 @@ TEST(S3IndexTest, CraftedCountsAndSizesAreOneLineWithoutAllocating) {
                {32, 13, "entry"},
                {40, uint64_t{1} << 40, "entry list size"},
                {40, 5ull << 30, "entry list size"},
-               {40, 100, "entry list"}};
+               {40, 200, "entry list"}};
   for (uint32_t version : {3u, 2u}) {
     for (const Case& c : cases) {
       std::string bytes = good;
@@ -221,7 +221,9 @@ TEST(S3DiskCacheTest, OnlyDsfsFilesOfOtherStoresAreRemoved) {
   EXPECT_FALSE(std::filesystem::exists(old_store + "/000000"));
   EXPECT_FALSE(std::filesystem::exists(old_store + "/000001"));
   EXPECT_EQ(ReadFile(old_store + "/notes.txt"), "someone's");
-  EXPECT_FALSE(std::filesystem::exists(root.path() + "/00000000000000bb"));
+  // A link of a data file's name is not a data file: left, with its directory.
+  EXPECT_FALSE(std::filesystem::exists(root.path() + "/00000000000000bb/000000"));
+  EXPECT_TRUE(std::filesystem::is_symlink(root.path() + "/00000000000000bb/000001"));
   EXPECT_TRUE(std::filesystem::is_symlink(root.path() + "/00000000000000cc"));
   EXPECT_EQ(ReadFile(root.path() + "/mine/000000"), "someone's");
   d.ExpectVictimIntact();

@@ -45,6 +45,20 @@ LOCK = threading.Lock()
 STATE = sys.argv[1]
 
 
+def note(line):
+    """Counts a hostile answer (STATE/requests, one line each)."""
+    with open(os.path.join(STATE, "requests"), "a") as f:
+        f.write(line + "\n")
+
+
+def watch_parent(watch):
+    """Returns never: exits once process `watch` (the test) is gone."""
+    while True:
+        time.sleep(0.2)
+        if watch and not os.path.exists(f"/proc/{watch}"):
+            os._exit(0)
+
+
 def mode():
     try:
         with open(os.path.join(STATE, "mode")) as f:
@@ -86,8 +100,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         match = {"drip": 2, "error": 3}.get(kind, 1)
         if len(m) > match and m[match] not in self.path:
             return False
-        with open(os.path.join(STATE, "requests"), "a") as f:
-            f.write(f"{self.command} {self.path} {self.headers.get('Range', '-')}\n")
+        note(f"{self.command} {self.path} {self.headers.get('Range', '-')}")
         if kind == "error":
             self.body()
             text = m[2].encode().decode("unicode_escape")
@@ -267,8 +280,7 @@ def relay(client, port):
                 if not data:
                     break
                 if kind == "reset":
-                    with open(os.path.join(STATE, "requests"), "a") as f:
-                        f.write("relay reset\n")
+                    note("relay reset")
                     break
                 upstream.sendall(data)
             if upstream in ready:
@@ -276,12 +288,10 @@ def relay(client, port):
                 if not data:
                     break
                 if kind == "stall":
-                    with open(os.path.join(STATE, "requests"), "a") as f:
-                        f.write("relay stall\n")
+                    note("relay stall")
                     time.sleep(3600)
                 if rate:
-                    with open(os.path.join(STATE, "requests"), "a") as f:
-                        f.write("relay drip\n")
+                    note("relay drip")
                     for i in range(0, len(data), rate):
                         client.sendall(data[i:i + rate])
                         time.sleep(1)
@@ -310,10 +320,7 @@ def serve_relay(port, watch):
             threading.Thread(target=relay, args=(client, port), daemon=True).start()
 
     threading.Thread(target=accept, daemon=True).start()
-    while True:
-        time.sleep(0.2)
-        if watch and not os.path.exists(f"/proc/{watch}"):
-            os._exit(0)
+    watch_parent(watch)
 
 
 def main():
@@ -323,11 +330,7 @@ def main():
     server = Server(("127.0.0.1", 0), Handler)
     print(f"endpoint=http://127.0.0.1:{server.server_address[1]}", flush=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    watch = int(sys.argv[2]) if len(sys.argv) > 2 else 0
-    while True:
-        time.sleep(0.2)
-        if watch and not os.path.exists(f"/proc/{watch}"):
-            os._exit(0)
+    watch_parent(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/file_watch.h"
 #include "common/log.h"
 
 namespace dsfs {
@@ -57,15 +58,24 @@ Status LmdbError(int rc, std::string_view what, const std::string& path) {
 
 std::atomic<uint64_t> g_next_reader_id{1};
 
+// A store file changed under a reader (docs/hardening.md, "A store changed under a live
+// mount"). An admin's `cp new.db mounted.db` truncates the inode the reader has mapped and
+// writes another store into it: reads of the pages past its end then fault (SIGBUS), and the
+// pages it rewrote hold another store's tree. The mapping is guarded (common/file_watch.h):
+// a fault reads zeros, which LMDB takes for a damaged page (MDB_CORRUPTED: a zeroed page is no
+// branch and no leaf) and dsfs's checksums refuse. The file is watched: once its meta pages
+// are no longer the ones it was opened with (the first thing such a copy truncates and
+// rewrites), the reader answers every read with IOError and never lets LMDB walk the new
+// tree with the old one's root (LMDB asserts, or reads anywhere, on a page that is not what
+// it expects). A truncation that keeps the meta pages keeps the reader serving whatever is
+// still there. Either way the change is logged once, from the watch thread.
 class LmdbReader final : public KvReader {
  public:
   LmdbReader(MDB_env* env, MDB_dbi dbi, std::string path)
       : env_(env), dbi_(dbi), path_(std::move(path)), id_(g_next_reader_id.fetch_add(1)) {}
   ~LmdbReader() override {
-    for (auto& t : threads_) {
-      mdb_cursor_close(t->cursor);
-      mdb_txn_abort(t->txn);
-    }
+    watch_.reset();  // no callback runs from here on
+    for (auto& t : threads_) CloseThread(t.get());
     mdb_env_close(env_);
   }
 
@@ -76,9 +86,10 @@ class LmdbReader final : public KvReader {
     MDB_val v;
     int rc = mdb_get(t->txn, dbi_, &k, &v);
     if (rc == MDB_NOTFOUND) return Status::NotFound("key not found");
-    if (rc != 0) return LmdbError(rc, "reading", path_);
-    // The map is read-only and nothing writes the file while it is served, so the pointer
-    // stays valid until the environment closes: no pin needed.
+    if (rc != 0) return Failed(t, rc);
+    DSFS_RETURN_IF_ERROR(CheckInFile(v));
+    // The map is read-only and stays mapped until the environment closes (a fault in it reads
+    // zeros, see above): no pin needed.
     value->Set(std::string_view(static_cast<const char*>(v.mv_data), v.mv_size), nullptr);
     return Status::OK();
   }
@@ -91,7 +102,9 @@ class LmdbReader final : public KvReader {
     // LMDB refuses empty keys: the first key at or after "" is the first key.
     int rc = mdb_cursor_get(t->cursor, &k, &v, key.empty() ? MDB_FIRST : MDB_SET_RANGE);
     if (rc == MDB_NOTFOUND) return Status::NotFound("no key at or after");
-    if (rc != 0) return LmdbError(rc, "reading", path_);
+    if (rc != 0) return Failed(t, rc);
+    DSFS_RETURN_IF_ERROR(CheckInFile(k));
+    DSFS_RETURN_IF_ERROR(CheckInFile(v));
     found_key->assign(static_cast<const char*>(k.mv_data), k.mv_size);
     value->Set(std::string_view(static_cast<const char*>(v.mv_data), v.mv_size), nullptr);
     return Status::OK();
@@ -115,8 +128,28 @@ class LmdbReader final : public KvReader {
   }
 
   // LMDB does not say where it mapped the file (me_mapaddr is only set for MDB_FIXEDMAP):
-  // find the mapping of this file (device and inode) in /proc/self/maps.
-  void LocateMap(dev_t dev, ino_t ino) {
+  // find the mapping of this file (device and inode) in /proc/self/maps, the one that holds
+  // the store's first key (another reader of the same file in this process has a mapping of
+  // its own), or without a key the first at offset 0. Then guards it and watches the file.
+  void LocateMap() {
+    struct stat st;
+    if (mdb_env_get_fd(env_, &fd_) != 0 || fd_ < 0 || ::fstat(fd_, &st) != 0) {
+      fd_ = -1;
+      return;
+    }
+    const void* inside = nullptr;
+    MDB_txn* txn = nullptr;
+    MDB_cursor* cursor = nullptr;
+    if (mdb_txn_begin(env_, nullptr, MDB_RDONLY, &txn) == 0) {
+      MDB_val k, v;
+      if (mdb_cursor_open(txn, dbi_, &cursor) == 0 &&
+          mdb_cursor_get(cursor, &k, &v, MDB_FIRST) == 0) {
+        inside = k.mv_data;
+      }
+      if (cursor) mdb_cursor_close(cursor);
+      mdb_txn_abort(txn);
+    }
+    const uintptr_t at = reinterpret_cast<uintptr_t>(inside);
     std::ifstream maps("/proc/self/maps");
     std::string line;
     while (std::getline(maps, line)) {
@@ -127,38 +160,126 @@ class LmdbReader final : public KvReader {
                       &major, &minor, &inode) != 7) {
         continue;
       }
-      if (inode == ino && makedev(major, minor) == dev && offset == 0) {
+      if (inode == st.st_ino && makedev(major, minor) == st.st_dev && offset == 0 &&
+          (inside == nullptr || (at >= start && at < end))) {
         map_addr_ = reinterpret_cast<void*>(start);
         map_len_ = end - start;
-        return;
+        break;
       }
     }
+    file_bytes_ = static_cast<uint64_t>(st.st_size);
+    // The meta pages as opened: what the watch compares the file's with.
+    MDB_stat ms;
+    const size_t psize = mdb_env_stat(env_, &ms) == 0 ? ms.ms_psize : 4096;
+    meta_.resize(2 * psize);
+    if (::pread(fd_, meta_.data(), meta_.size(), 0) != static_cast<ssize_t>(meta_.size())) {
+      meta_.clear();
+    }
+    watch_ =
+        FileWatch::Start(fd_, map_addr_, map_len_, [this](FileWatch::Event e) { OnChange(e); });
   }
 
  private:
   // One read transaction (and cursor) per thread, opened on first use and kept for the
   // reader's life: the store is immutable while served, and LMDB transactions must not be
-  // shared between threads.
+  // shared between threads. A transaction that failed (LMDB marks it failed for good on a
+  // damaged page) is closed and the thread's next read opens another.
   struct Thread {
     MDB_txn* txn = nullptr;
     MDB_cursor* cursor = nullptr;
   };
+  static void CloseThread(Thread* t) {
+    if (t->cursor) mdb_cursor_close(t->cursor);
+    if (t->txn) mdb_txn_abort(t->txn);
+    t->cursor = nullptr;
+    t->txn = nullptr;
+  }
+  Status Begin(Thread* t) {
+    if (replaced_.load(std::memory_order_acquire)) {
+      return Status::IOError(path_ +
+                             ": the store was rewritten under the mount (remount to serve it)");
+    }
+    if (t->txn) return Status::OK();
+    int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &t->txn);
+    if (rc != 0) {
+      t->txn = nullptr;
+      return LmdbError(rc, "starting a read transaction", path_);
+    }
+    rc = mdb_cursor_open(t->txn, dbi_, &t->cursor);
+    if (rc != 0) {
+      t->cursor = nullptr;
+      CloseThread(t);
+      return LmdbError(rc, "opening a cursor", path_);
+    }
+    return Status::OK();
+  }
+  // An LMDB error `rc` of thread state `t`: closes its transaction, says what happened.
+  // Once the file is known to have changed, as IOError: the damage is the change, logged
+  // once, not a damaged store to log on every read of it.
+  Status Failed(Thread* t, int rc) {
+    CloseThread(t);
+    if (replaced_.load(std::memory_order_acquire)) return Begin(t);  // the reason
+    if (announced_.load(std::memory_order_acquire)) {
+      return Status::IOError(path_ +
+                             ": reading a store that changed while mounted: " + mdb_strerror(rc));
+    }
+    return LmdbError(rc, "reading", path_);
+  }
+  // Corruption unless `v` lies inside the file as it was opened: values and keys of an intact
+  // tree always do; one of a page that another store's bytes replaced may point anywhere.
+  Status CheckInFile(const MDB_val& v) const {
+    if (map_addr_ == nullptr) return Status::OK();
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(map_addr_);
+    const uintptr_t at = reinterpret_cast<uintptr_t>(v.mv_data);
+    if (at < begin || at - begin > file_bytes_ || v.mv_size > file_bytes_ - (at - begin)) {
+      return Status::Corruption(path_ + ": corrupt store (a record lies outside the file)");
+    }
+    return Status::OK();
+  }
+
+  // Called by the watch thread after the file was written to, truncated, or a read of its
+  // mapping faulted: decides whether the reader may go on, and says what happened, once.
+  void OnChange(FileWatch::Event event) {
+    struct stat st;
+    const bool stat_ok = ::fstat(fd_, &st) == 0;
+    const uint64_t now = stat_ok ? static_cast<uint64_t>(st.st_size) : 0;
+    std::string meta(meta_.size(), '\0');
+    const bool same_meta =
+        !meta_.empty() &&
+        ::pread(fd_, meta.data(), meta.size(), 0) == static_cast<ssize_t>(meta.size()) &&
+        meta == meta_;
+    std::string what;
+    if (!same_meta) {
+      replaced_.store(true, std::memory_order_release);
+      what = "it was rewritten (" + std::to_string(now) + " bytes now, " +
+             std::to_string(file_bytes_) +
+             " when opened): every read of it fails (EIO) but what the cache holds; "
+             "remount to serve the new store";
+    } else if (now < file_bytes_) {
+      what = "it was truncated (" + std::to_string(now) + " of its " + std::to_string(file_bytes_) +
+             " bytes left): files whose bytes are gone fail (EIO), the others are served";
+    } else {
+      what = event == FileWatch::Event::kFaulted
+                 ? "a page of it could not be read: files on it fail (EIO)"
+                 : "it was written to: files whose bytes changed fail (EIO)";
+    }
+    if (!announced_.exchange(true)) {
+      Log()->error("{}: the store changed under the mount: {}", path_, what);
+    } else {
+      Log()->debug("{}: the store changed again: {}", path_, what);
+    }
+  }
+
   Status ThreadState(Thread** out) {
     thread_local std::vector<std::pair<uint64_t, Thread*>> cache;
     for (const auto& [id, t] : cache) {
       if (id == id_) {
         *out = t;
-        return Status::OK();
+        return Begin(t);
       }
     }
     auto t = std::make_unique<Thread>();
-    int rc = mdb_txn_begin(env_, nullptr, MDB_RDONLY, &t->txn);
-    if (rc != 0) return LmdbError(rc, "starting a read transaction", path_);
-    rc = mdb_cursor_open(t->txn, dbi_, &t->cursor);
-    if (rc != 0) {
-      mdb_txn_abort(t->txn);
-      return LmdbError(rc, "opening a cursor", path_);
-    }
+    DSFS_RETURN_IF_ERROR(Begin(t.get()));
     Thread* raw = t.get();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -178,6 +299,12 @@ class LmdbReader final : public KvReader {
   uint64_t id_;
   void* map_addr_ = nullptr;  // the file's mapping, for ReleaseCachedMemory
   size_t map_len_ = 0;
+  uint64_t file_bytes_ = 0;                       // the file's size when opened
+  int fd_ = -1;                                   // LMDB's descriptor of the file
+  std::string meta_;                              // its meta pages when opened (empty: unread)
+  std::atomic<bool> replaced_{false};             // its meta pages changed: no more reads
+  std::atomic<bool> announced_{false};            // the change has been logged
+  std::unique_ptr<FileWatch> watch_;              // of the file and the mapping; set by LocateMap
   std::mutex mu_;                                 // guards threads_
   std::vector<std::unique_ptr<Thread>> threads_;  // every thread's state, closed at the end
 };
@@ -602,8 +729,8 @@ Status CheckTree(MDB_env* env, MDB_dbi dbi, const std::string& path, const struc
   const std::string entry = std::to_string(report.entries);
   if (f == TreeFault::kNone) {
     Log()->debug(
-        "checked the LMDB B-tree of {}: {} entries, {} branch and {} leaf pages in {:.1f} ms",
-        path, report.entries, ds.ms_branch_pages, ds.ms_leaf_pages, ms);
+        "checked the LMDB B-tree of {}: {} entries, {} branch and {} leaf pages in {:.1f} ms", path,
+        report.entries, ds.ms_branch_pages, ds.ms_leaf_pages, ms);
     return Status::OK();
   }
   std::string why;
@@ -695,7 +822,7 @@ Status OpenCheckedReader(const std::string& path, const KvReaderOptions& options
     return check;
   }
   auto r = std::make_unique<LmdbReader>(env, dbi, path);
-  r->LocateMap(st.st_dev, st.st_ino);
+  r->LocateMap();
   *reader = std::move(r);
   return Status::OK();
 }

@@ -10,7 +10,6 @@
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #include <stdio.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/file_watch.h"
 #include "common/log.h"
 #include "common/path.h"
 
@@ -61,14 +61,14 @@ Status FromRocks(const rocksdb::Status& s, const std::string& path, std::string_
 // them (results in bench/results/rocksdb-options-*.md). The defaults:
 //  - No RocksDB compression: payload and pixel groups are zstd-compressed (with dsfs's own
 //    dictionary) already, and so are the metadata segments; an
-//    uncompressed block is served straight from the memory map, a compressed one would be
-//    copied into a heap block on every read.
+//    uncompressed block is used as it is read, a compressed one would be decompressed into
+//    another block on every read.
 //  - 4 KiB blocks: small values share blocks; payload groups (~100 KiB) and the metadata
 //    segments are blocks of their own. (Measured when stores held one record per small file.)
 //  - No bloom filter: dsfs reads payloads by Seek (a filter helps only point lookups), and its
 //    few point lookups (the metadata keys, once at open) always hit.
-//  - No block cache, memory-mapped reads: the page cache is the block cache, and dsfs keeps
-//    decompressed records in its own cache (a block cache would hold a third copy).
+//  - No block cache: the page cache is the block cache, and dsfs keeps decompressed records
+//    in its own cache (a block cache would hold a third copy).
 // KvWriterOptions::RocksdbLayout overrides the first three for the writer, for that
 // benchmark only: the reader finds a store's block size, filter and compression in its files.
 rocksdb::Options TableOptions(const KvWriterOptions::RocksdbLayout& layout = {}) {
@@ -110,6 +110,7 @@ class RocksdbReader final : public KvReader {
     ro_.fill_cache = false;  // no block cache: see TableOptions
   }
   ~RocksdbReader() override {
+    tables_.clear();  // their watches: no callback runs from here on
     {
       std::lock_guard<std::mutex> lock(mu_);
       iterators_.clear();
@@ -118,24 +119,49 @@ class RocksdbReader final : public KvReader {
     delete db_;
   }
 
+  // Watches the table files (see Table).
+  void WatchTables() {
+    std::vector<rocksdb::LiveFileMetaData> files;
+    db_->GetLiveFilesMetaData(&files);
+    for (const auto& f : files) {
+      auto t = std::make_unique<Table>();
+      t->path = f.directory + "/" + f.relative_filename;
+      t->fd = ::open(t->path.c_str(), O_RDONLY | O_CLOEXEC);
+      struct stat st;
+      if (t->fd < 0 || ::fstat(t->fd, &st) != 0) continue;
+      t->bytes = static_cast<uint64_t>(st.st_size);
+      t->head.resize(std::min<uint64_t>(t->bytes, kHeadBytes));
+      if (::pread(t->fd, t->head.data(), t->head.size(), 0) !=
+          static_cast<ssize_t>(t->head.size())) {
+        continue;
+      }
+      Table* raw = t.get();
+      t->watch =
+          FileWatch::Start(t->fd, nullptr, 0, [this, raw](FileWatch::Event) { OnChange(*raw); });
+      tables_.push_back(std::move(t));
+    }
+  }
+
   Status Get(std::string_view key, PinnedValue* value) override {
+    DSFS_RETURN_IF_ERROR(CheckNotReplaced());
     ReadAheadLargeValue(key);
     auto pin = std::make_unique<SlicePin>();
     rocksdb::Status s = db_->Get(ro_, db_->DefaultColumnFamily(),
                                  rocksdb::Slice(key.data(), key.size()), &pin->slice);
     if (s.IsNotFound()) return Status::NotFound("key not found");
-    if (!s.ok()) return FromRocks(s, path_, "reading");
+    if (!s.ok()) return Failed(s);
     std::string_view data(pin->slice.data(), pin->slice.size());
     value->Set(data, std::move(pin));
     return Status::OK();
   }
 
   Status Seek(std::string_view key, std::string* found_key, PinnedValue* value) override {
+    DSFS_RETURN_IF_ERROR(CheckNotReplaced());
     rocksdb::Iterator* it = nullptr;
     DSFS_RETURN_IF_ERROR(ThreadIterator(&it));
     it->Seek(rocksdb::Slice(key.data(), key.size()));
     if (!it->Valid()) {
-      if (!it->status().ok()) return FromRocks(it->status(), path_, "reading");
+      if (!it->status().ok()) return Failed(it->status());
       return Status::NotFound("no key at or after");
     }
     found_key->assign(it->key().data(), it->key().size());
@@ -153,19 +179,76 @@ class RocksdbReader final : public KvReader {
 
   std::string_view Name() const override { return "rocksdb"; }
 
-  void ReleaseCachedMemory() override {
-    // The table files are read-only shared mappings: MADV_DONTNEED drops this process's page
-    // table entries (its RSS) and leaves the pages in the page cache (as for LMDB's map).
-    std::call_once(maps_located_, [this] { LocateMaps(); });
-    for (const auto& [addr, len] : maps_) ::madvise(addr, len, MADV_DONTNEED);
-  }
-
-  void WillNeed(std::string_view range) override {
-    // The files are mapped with random-access advice, as LMDB's map is.
-    WillNeedMapped(range);
-  }
+  // Blocks are read with pread(2) into memory of RocksDB's (no memory map: see
+  // OpenRocksdbReader), so a value is no view of the file: nothing to release and nothing to
+  // read ahead once it is returned (a large one is read ahead before, ReadAheadLargeValue).
 
  private:
+  // A table file as opened. The reader has every one of them open (max_open_files = -1) and
+  // reads them with pread(2): a file truncated under it fails the reads of the blocks it lost
+  // (RocksDB: a short read, Corruption) and serves the others, each block's checksum checked.
+  // One rewritten in place (`cp` of another store's file over it) could hold another store's
+  // intact blocks at the offsets of this one's index: once a table's first bytes are no longer
+  // the ones it was opened with, the reader answers every read with IOError. Either way the
+  // change is logged once, from the watch thread (common/file_watch.h).
+  static constexpr uint64_t kHeadBytes = 4096;
+  struct Table {
+    std::string path;
+    int fd = -1;
+    uint64_t bytes = 0;  // its size when opened
+    std::string head;    // its first kHeadBytes when opened
+    std::unique_ptr<FileWatch> watch;
+    ~Table() {
+      watch.reset();
+      if (fd >= 0) ::close(fd);
+    }
+  };
+
+  Status CheckNotReplaced() const {
+    if (!replaced_.load(std::memory_order_acquire)) return Status::OK();
+    return Status::IOError(path_ +
+                           ": the store was rewritten under the mount (remount to serve it)");
+  }
+
+  // A read that failed. Once the store is known to have changed, as IOError: the damage is
+  // the change, logged once, not a damaged store to log on every read of it.
+  Status Failed(const rocksdb::Status& s) const {
+    if (announced_.load(std::memory_order_acquire)) {
+      return Status::IOError(path_ +
+                             ": reading a store that changed while mounted: " + s.ToString());
+    }
+    return FromRocks(s, path_, "reading");
+  }
+
+  // Called by the watch thread after table `t` was written to or truncated.
+  void OnChange(const Table& t) {
+    struct stat st;
+    const uint64_t now = ::fstat(t.fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+    std::string head(t.head.size(), '\0');
+    const bool same_head =
+        ::pread(t.fd, head.data(), head.size(), 0) == static_cast<ssize_t>(head.size()) &&
+        head == t.head;
+    std::string what;
+    if (!same_head) {
+      replaced_.store(true, std::memory_order_release);
+      what = "its table file " + t.path + " was rewritten (" + std::to_string(now) +
+             " bytes now, " + std::to_string(t.bytes) +
+             " when opened): every read of the store fails (EIO) but what the cache holds; "
+             "remount to serve the new store";
+    } else if (now < t.bytes) {
+      what = "its table file " + t.path + " was truncated (" + std::to_string(now) + " of its " +
+             std::to_string(t.bytes) +
+             " bytes left): files whose bytes are gone fail (EIO), the others are served";
+    } else {
+      what = "its table file " + t.path + " was written to: files whose bytes changed fail (EIO)";
+    }
+    if (!announced_.exchange(true)) {
+      Log()->error("{}: the store changed under the mount: {}", path_, what);
+    } else {
+      Log()->debug("{}: the store changed again: {}", path_, what);
+    }
+  }
+
   // One iterator per thread (iterators are not thread-safe), created on first use and kept
   // for the reader's life: the store does not change under a read-only instance.
   Status ThreadIterator(rocksdb::Iterator** out) {
@@ -190,9 +273,10 @@ class RocksdbReader final : public KvReader {
   }
 
   // A value that is most of its table file (dsfs's metadata tables: one value each) is read
-  // whole by Get (RocksDB verifies the block's checksum) through a mapping opened for random
-  // access, a 4 KiB page fault at a time: 290 MB took 4.7 s at 10 million files. Read such a
-  // file ahead in large requests first (WillNeedFile). Small values cost one size estimate.
+  // whole by Get (RocksDB verifies the block's checksum) from a file opened for random access
+  // (no readahead): through the memory map this reader once used, 290 MB took 4.7 s at 10
+  // million files, a 4 KiB page fault at a time. Read such a file ahead in large requests
+  // first (WillNeedFile). Small values cost one size estimate.
   void ReadAheadLargeValue(std::string_view key) {
     constexpr uint64_t kLargeValueBytes = 1 << 20;
     std::string end(key);
@@ -214,38 +298,12 @@ class RocksdbReader final : public KvReader {
     }
   }
 
-  // The mappings of this store's table files, from /proc/self/maps (RocksDB does not say where
-  // it mapped them; with max_open_files = -1 they are all mapped at open and never change).
-  void LocateMaps() {
-    std::error_code ec;
-    std::string dir = fs::canonical(path_, ec).string();
-    if (ec) return;
-    dir += "/";
-    std::FILE* f = std::fopen("/proc/self/maps", "re");
-    if (!f) return;
-    char line[4096 + 256];
-    while (std::fgets(line, sizeof(line), f)) {
-      unsigned long start, end;
-      int name_at = 0;
-      if (std::sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &start, &end, &name_at) != 2 ||
-          name_at == 0) {
-        continue;
-      }
-      std::string_view name(line + name_at);
-      while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.remove_suffix(1);
-      if (name.size() > 4 && name.substr(0, dir.size()) == dir &&
-          name.substr(name.size() - 4) == ".sst") {
-        maps_.emplace_back(reinterpret_cast<void*>(start), end - start);
-      }
-    }
-    std::fclose(f);
-  }
-
   rocksdb::DB* db_;
   std::string path_;
   uint64_t id_;
-  std::once_flag maps_located_;
-  std::vector<std::pair<void*, size_t>> maps_;
+  std::vector<std::unique_ptr<Table>> tables_;  // set once, before the first read
+  std::atomic<bool> replaced_{false};           // a table file was rewritten: no more reads
+  std::atomic<bool> announced_{false};          // the change has been logged
   rocksdb::ReadOptions ro_;
   std::mutex mu_;  // guards iterators_
   std::vector<std::unique_ptr<rocksdb::Iterator>> iterators_;
@@ -429,8 +487,15 @@ Status OpenRocksdbReader(const std::string& path, const KvReaderOptions& options
                          std::unique_ptr<KvReader>* reader) {
   if (!LooksLikeRocksdb(path)) return Status::InvalidArgument(path + ": not a dsfs store");
   rocksdb::Options o = TableOptions();
-  // Memory-mapped reads, like LMDB: uncompressed blocks are used in place (see TableOptions).
-  o.allow_mmap_reads = true;
+  // Reads with pread(2), not through a memory map: a block is copied once into RocksDB's
+  // memory, where its checksum is checked and it is parsed, so a table file truncated or
+  // rewritten under the reader fails the reads it spoils (checksums, short reads) instead of
+  // killing the process (SIGBUS) or changing under RocksDB's parser between the check and the
+  // parse (docs/hardening.md). The price, measured on 20,000 small files read in random order
+  // with the page cache hot: through a RAM cache (as a mount reads), first touch 200k -> 189k
+  // files/s; without one (dsfs verify, cat), where every read fetches its group's block three
+  // times (the key, the value, the group before), 10.5k -> 7.8k files/s.
+  o.allow_mmap_reads = false;
   o.advise_random_on_open = options.random_access;
   o.max_open_files = -1;  // every file opened (and held) at open: see the header
   o.skip_stats_update_on_db_open = true;
@@ -446,7 +511,9 @@ Status OpenRocksdbReader(const std::string& path, const KvReaderOptions& options
       return Status::Corruption(path + ": corrupt store (" + s.ToString() + ")");
     return FromRocks(s, path, "opening");
   }
-  *reader = std::make_unique<RocksdbReader>(db, path);
+  auto r = std::make_unique<RocksdbReader>(db, path);
+  r->WatchTables();
+  *reader = std::move(r);
   return Status::OK();
 }
 

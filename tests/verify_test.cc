@@ -1,0 +1,1 @@
+// Tests of dsfs verify against reads (tools/cmd_inspect.cc): being written.

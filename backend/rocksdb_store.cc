@@ -161,7 +161,15 @@ class RocksdbReader final : public KvReader {
     DSFS_RETURN_IF_ERROR(ThreadIterator(&it));
     it->Seek(rocksdb::Slice(key.data(), key.size()));
     if (!it->Valid()) {
-      if (!it->status().ok()) return Failed(it->status());
+      if (!it->status().ok()) {
+        Status failed = Failed(it->status());
+        // An iterator that met a damaged block keeps failing the seeks after it with that
+        // block's error, even to keys of other blocks: `dsfs verify` (one thread) called the
+        // files of the groups after a damaged one damaged too, and a mount thread failed
+        // them, where `dsfs cat` (a fresh iterator) read them. This thread gets a new one.
+        RetireThreadIterator(it);
+        return failed;
+      }
       return Status::NotFound("no key at or after");
     }
     found_key->assign(it->key().data(), it->key().size());
@@ -251,8 +259,12 @@ class RocksdbReader final : public KvReader {
 
   // One iterator per thread (iterators are not thread-safe), created on first use and kept
   // for the reader's life: the store does not change under a read-only instance.
-  Status ThreadIterator(rocksdb::Iterator** out) {
+  static std::vector<std::pair<uint64_t, rocksdb::Iterator*>>& ThreadIterators() {
     thread_local std::vector<std::pair<uint64_t, rocksdb::Iterator*>> cache;
+    return cache;
+  }
+  Status ThreadIterator(rocksdb::Iterator** out) {
+    auto& cache = ThreadIterators();
     for (const auto& [id, it] : cache) {
       if (id == id_) {
         *out = it;
@@ -270,6 +282,17 @@ class RocksdbReader final : public KvReader {
     cache.emplace_back(id_, raw);
     *out = raw;
     return Status::OK();
+  }
+  // Destroys this thread's iterator `it`: its next Seek creates another.
+  void RetireThreadIterator(rocksdb::Iterator* it) {
+    auto& cache = ThreadIterators();
+    cache.erase(std::remove_if(cache.begin(), cache.end(),
+                               [&](const auto& e) { return e.first == id_ && e.second == it; }),
+                cache.end());
+    std::lock_guard<std::mutex> lock(mu_);
+    iterators_.erase(std::remove_if(iterators_.begin(), iterators_.end(),
+                                    [&](const auto& owned) { return owned.get() == it; }),
+                     iterators_.end());
   }
 
   // A value that is most of its table file (dsfs's metadata tables: one value each) is read

@@ -193,13 +193,17 @@ void ClearStalePrivateDirs(const struct stat& st, bool* found) {
 }
 
 std::string KernelStatsJson(const Filesystem* fs, const erofs::Image& image,
-                            const ImageServer* server, const std::string& loop, double layout_s) {
+                            const ImageServer* server, const std::string& loop, bool directio,
+                            double layout_s) {
   nlohmann::ordered_json kernel = {{"image_bytes", image.size_bytes()},
                                    {"inodes", image.inode_count()},
                                    {"layout_bytes", image.memory_bytes()},
                                    {"layout_ms", static_cast<uint64_t>(layout_s * 1000)},
                                    // "file": EROFS reads the image file itself; or "loopN"
-                                   {"backing", loop.empty() ? std::string("file") : loop}};
+                                   {"backing", loop.empty() ? std::string("file") : loop},
+                                   // 1: EROFS reads the image file with direct I/O (no copy
+                                   // of it in the image's page cache)
+                                   {"directio", directio ? 1 : 0}};
   if (server) {
     const ImageServer::Counters& c = server->counters();
     kernel["image_reads"] = c.reads.load(std::memory_order_relaxed);
@@ -341,6 +345,7 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
   CloseFd close_ev0{events[0]}, close_ev1{events[1]};
   std::atomic<bool> serving{false};
   std::string loop;
+  std::atomic<bool> directio{false};  // set once EROFS is mounted with it (the stats read it)
   ImageServerOptions so;
   so.threads = fuse.threads;
   so.nice = fuse.nice;
@@ -349,7 +354,7 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
   so.readahead_bytes = fuse.push_bytes;
   ImageServer* server_ptr = nullptr;
   ImageServer server(
-      image.get(), so, [&] { return KernelStatsJson(fs, *image, server_ptr, loop, layout_s); },
+      image.get(), so, [&] { return KernelStatsJson(fs, *image, server_ptr, loop, directio.load(), layout_s); },
       [&] {
         // The loop device let go of the image: EROFS is gone.
         if (serving.load()) (void)!::write(events[1], "c", 1);
@@ -375,9 +380,35 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
   const std::string image_path = dir + "/" + ImageServer::kImageName;
   const unsigned long flags = MS_RDONLY | MS_NOSUID | MS_NODEV;
   int err = 0;
+  // directio (Linux 6.13+): EROFS reads the image file with direct I/O, so each block is cached
+  // once, in EROFS's own page cache, not also in the image's, both charged to the reader's
+  // memory limit (issue 29). It costs the first touch: every block EROFS misses is then one
+  // request (2.4x slower over a tree of 8 KB files, bench/kernel_cache_bench.sh), where through
+  // the image's page cache the readahead has stored whole directories. So directio only where
+  // the image does not fit twice beside the RAM cache in the memory limit; older kernels refuse
+  // the option (EINVAL): mounted without it.
+  const MemoryLimit& limit = ProcessMemoryLimit();
+  const uint64_t cache_bytes = cache ? cache->capacity_bytes() : 0;
+  const bool want_directio = 2 * image->size_bytes() + cache_bytes > limit.bytes;
   if (!config.kernel_loop) {
     server.SetPageCacheReader(true);  // EROFS reads the superblock already during mount(2)
-    err = ::mount(image_path.c_str(), target.c_str(), "erofs", flags, nullptr) == 0 ? 0 : errno;
+    err = -1;
+    if (want_directio) {
+      err = ::mount(image_path.c_str(), target.c_str(), "erofs", flags, "directio") == 0 ? 0
+                                                                                        : errno;
+      directio.store(err == 0);
+      if (err == 0) {
+        Log()->info("-o kernel: the image ({} bytes) does not fit twice in the memory limit of "
+                    "{}: EROFS reads it with direct I/O",
+                    image->size_bytes(), limit.ToString());
+      }
+    }
+    if (err == EINVAL) {
+      Log()->info("-o kernel: EROFS here has no directio option: the image is cached twice");
+    }
+    if (err != 0 && err != ENOTBLK) {
+      err = ::mount(image_path.c_str(), target.c_str(), "erofs", flags, nullptr) == 0 ? 0 : errno;
+    }
     if (err == ENOTBLK) Log()->info("-o kernel: EROFS here reads block devices only: a loop device");
   }
   if (config.kernel_loop || err == ENOTBLK) {
@@ -413,8 +444,9 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
   }
   serving.store(true);
   const OwnMount own(mnt);  // a signal unmounts this mount, never what mnt carries later
-  // Into the image's page cache, which a loop device with direct I/O never reads.
-  if (loop.empty()) server.EnableReadahead();
+  // Into the image's page cache, which neither EROFS with directio nor a loop device with
+  // direct I/O ever reads: there the pushed pages would only be charged to the limit.
+  if (loop.empty() && !directio.load()) server.EnableReadahead();
   // -o preload: the store's RAM cache, which the image's reads come from, as in a classic mount.
   std::unique_ptr<Prefetcher> preloader;
   if (!fuse.preload_path.empty()) {

@@ -170,47 +170,63 @@ struct ImageServerOps {
         fuse_reply_err(req, EISDIR);
         return;
       }
-      const uint64_t total = s->image_->size_bytes();
-      const uint64_t offset = static_cast<uint64_t>(off);
-      const size_t len =
-          offset >= total ? 0 : static_cast<size_t>(std::min<uint64_t>(size, total - offset));
-      thread_local std::vector<char> buf;
-      if (buf.size() < len) buf.resize(len);
-      s->counters_.reads.fetch_add(1, std::memory_order_relaxed);
-      Status st = s->image_->Read(offset, len, buf.data());
-      size_t good = len;
-      if (!st.ok() && s->page_cache_reader_.load(std::memory_order_relaxed)) {
-        // Read through the image's page cache (a file-backed EROFS mount): a short reply would
-        // tell the kernel the image ends there. EIO for the whole request: the kernel reads the
-        // page a reader waits for again on its own, so only the damaged file's pages fail.
-        s->counters_.errors.fetch_add(1, std::memory_order_relaxed);
-        LogRepeated(spdlog::level::err, "EROFS image read at {} (+{}): {}", offset, len,
-                    st.message());
+      if (s->fetchers_) {
+        // A remote store: the read may wait on the object store (up to its deadline), so it is
+        // served by a fetch thread and the session threads stay free for the stats file and
+        // the rest. No hint says which image ranges are in memory (erofs::Image maps bytes to
+        // files only inside Read): every image read goes, the hand-over costs a wake-up.
+        s->fetchers_->Submit(
+            [req, size, off] { Guard(req, "read", [&] { ReadImage(req, size, off); }); },
+            [req] { fuse_reply_err(req, EIO); });
+        return;
+      }
+      ReadImage(req, size, off);
+    });
+  }
+
+  // Image bytes [off, off + size) answered to `req` (once), on whichever thread serves it.
+  static void ReadImage(fuse_req_t req, size_t size, off_t off) {
+    ImageServer* s = Srv(req);
+    const uint64_t total = s->image_->size_bytes();
+    const uint64_t offset = static_cast<uint64_t>(off);
+    const size_t len =
+        offset >= total ? 0 : static_cast<size_t>(std::min<uint64_t>(size, total - offset));
+    thread_local std::vector<char> buf;
+    if (buf.size() < len) buf.resize(len);
+    s->counters_.reads.fetch_add(1, std::memory_order_relaxed);
+    Status st = s->image_->Read(offset, len, buf.data());
+    size_t good = len;
+    if (!st.ok() && s->page_cache_reader_.load(std::memory_order_relaxed)) {
+      // Read through the image's page cache (a file-backed EROFS mount): a short reply would
+      // tell the kernel the image ends there. EIO for the whole request: the kernel reads the
+      // page a reader waits for again on its own, so only the damaged file's pages fail.
+      s->counters_.errors.fetch_add(1, std::memory_order_relaxed);
+      LogRepeated(spdlog::level::err, "EROFS image read at {} (+{}): {}", offset, len,
+                  st.message());
+      fuse_reply_err(req, EIO);
+      return;
+    }
+    if (!st.ok()) {
+      // Find the first failing block: the bytes before it are answered as a short read
+      // (the loop device asks again for the rest, which then fails alone).
+      good = 0;
+      while (good < len) {
+        const size_t n =
+            std::min(kBlock - static_cast<size_t>((offset + good) % kBlock), len - good);
+        if (!s->image_->Read(offset + good, n, buf.data() + good).ok()) break;
+        good += n;
+      }
+      s->counters_.errors.fetch_add(1, std::memory_order_relaxed);
+      LogRepeated(spdlog::level::err, "EROFS image read at {} (+{}): {}", offset + good, len - good,
+                  st.message());
+      if (good == 0) {
         fuse_reply_err(req, EIO);
         return;
       }
-      if (!st.ok()) {
-        // Find the first failing block: the bytes before it are answered as a short read
-        // (the loop device asks again for the rest, which then fails alone).
-        good = 0;
-        while (good < len) {
-          const size_t n =
-              std::min(kBlock - static_cast<size_t>((offset + good) % kBlock), len - good);
-          if (!s->image_->Read(offset + good, n, buf.data() + good).ok()) break;
-          good += n;
-        }
-        s->counters_.errors.fetch_add(1, std::memory_order_relaxed);
-        LogRepeated(spdlog::level::err, "EROFS image read at {} (+{}): {}", offset + good,
-                    len - good, st.message());
-        if (good == 0) {
-          fuse_reply_err(req, EIO);
-          return;
-        }
-      }
-      s->counters_.bytes_read.fetch_add(good, std::memory_order_relaxed);
-      fuse_reply_buf(req, buf.data(), good);
-      if (s->readahead_on_.load(std::memory_order_relaxed)) s->readahead_->Touched(offset);
-    });
+    }
+    s->counters_.bytes_read.fetch_add(good, std::memory_order_relaxed);
+    fuse_reply_buf(req, buf.data(), good);
+    if (s->readahead_on_.load(std::memory_order_relaxed)) s->readahead_->Touched(offset);
   }
 
   static void StatFs(fuse_req_t req, fuse_ino_t) {
@@ -279,9 +295,13 @@ Status ImageServer::Start(const std::string& dir) {
         });
   }
   loop_ = std::thread([this] {
-    // The loop threads libfuse starts from here inherit this thread's nice value. Without
-    // root or CAP_SYS_NICE they keep the caller's.
+    // The loop threads libfuse starts from here, and the fetch threads, inherit this thread's
+    // nice value. Without root or CAP_SYS_NICE they keep the caller's.
     (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), options_.nice);
+    // Before the session threads exist (they read fetchers_ without a lock).
+    if (options_.fetch_threads > 0) {
+      fetchers_ = std::make_unique<RequestWorkers>("dsfs-img-fetch", options_.fetch_threads);
+    }
     int rc = RunFuseLoop(se_, options_.threads);
     if (rc != 0) Log()->debug("image FUSE session loop returned {}", rc);
     ended_.store(true);
@@ -297,6 +317,9 @@ void ImageServer::Stop() {
     if (::umount2(dir_.c_str(), 0) != 0 && errno == EBUSY) ::umount2(dir_.c_str(), MNT_DETACH);
   }
   if (loop_.joinable()) loop_.join();
+  // No session thread submits now: a read still queued is answered EIO, one under way ends
+  // within the backend's deadline; both reply through the session, which is still there.
+  fetchers_.reset();
   // No session thread calls it now; its worker stores through the session until here.
   readahead_on_.store(false);
   readahead_.reset();

@@ -14,6 +14,10 @@
 // a short reply would tell the kernel the image ends there, and the kernel reads each page a
 // reader waits for again alone, so only the damaged file's pages fail. For a loop device it
 // answers the bytes before the first failing 4 KiB block, or EIO if that block is the first.
+// With options.fetch_threads > 0 (a store in object storage) every read of the image is served
+// by one of that many fetch threads (fs/request_workers.h), never by a session thread: while
+// the endpoint stalls, the stats file and the other requests keep answering at once. A read
+// still queued when the server stops is answered EIO; every request is answered once.
 //
 // Thread safety: Start/Stop from one thread; the counters may be read from any thread.
 #pragma once
@@ -30,6 +34,7 @@
 #include "common/status.h"
 #include "erofs/image.h"
 #include "fs/image_readahead.h"
+#include "fs/request_workers.h"
 
 namespace dsfs {
 
@@ -41,6 +46,10 @@ struct ImageServerOptions {
   std::string fsname;  // shown in /proc/mounts ("dsfs-image:" + the store path)
   // Budget of the readahead into the image's page cache (fs/image_readahead.h); 0: none.
   uint64_t readahead_bytes = 0;
+  // Threads that serve the image's reads, off the session threads (a remote store: reads may
+  // wait on the object store up to its deadline); 0: the session threads read (a local store,
+  // no pool, no hand-over).
+  int fetch_threads = 0;
 };
 
 class ImageServer {
@@ -96,6 +105,10 @@ class ImageServer {
   std::string dir_;
   struct fuse_session* se_ = nullptr;
   std::unique_ptr<ImageReadahead> readahead_;
+  // Null without options.fetch_threads; made by the loop thread before the session threads,
+  // destroyed in Stop once the session loop has ended (no more Submit) and before the session
+  // goes (its jobs reply through it).
+  std::unique_ptr<RequestWorkers> fetchers_;
   std::atomic<bool> readahead_on_{false};
   std::atomic<bool> page_cache_reader_{false};
   std::thread loop_;

@@ -352,6 +352,10 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
   so.debug = fuse.debug;
   so.fsname = "dsfs-image:" + (fuse.fsname.empty() ? config.store_path : fuse.fsname);
   so.readahead_bytes = fuse.push_bytes;
+  // A store in object storage: the image's reads wait on fetch threads, as a classic mount's
+  // (fs/serve.cc), never on the session threads the stats file needs.
+  constexpr int kFetchThreads = 16;
+  so.fetch_threads = fs->store().remote() ? kFetchThreads : 0;
   ImageServer* server_ptr = nullptr;
   ImageServer server(
       image.get(), so, [&] { return KernelStatsJson(fs, *image, server_ptr, loop, directio.load(), layout_s); },

@@ -2,9 +2,12 @@
 // that fetch wait on fetch workers (fs/request_workers.h), while the request threads keep
 // answering what is in memory, the stats file and files in the RAM cache, over the classic
 // /dev/fuse loop and over io_uring. Hang guards only (std::async with generous waits), no
-// timed assertion.
+// timed assertion. Under -o kernel the image server's reads wait on its own fetch threads
+// (fs/image_server.h), so its stats file answers while they stall.
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "fs/kernel_mount.h"
 #include "tests/hostile_s3.h"
 #include "tests/mount_util.h"
 #include "tests/test_util.h"
@@ -77,7 +81,7 @@ ReadResult ReadStatsFile(const std::string& mp) {
 // A small tree (cached/: a few small files, read first; cold/: large files, each read later at
 // an offset of its own) pushed to a fresh bucket of a fresh hostile server, and mounted from
 // there by each test.
-class HostileS3ThreadsTest : public ::testing::TestWithParam<const char*> {
+class HostileS3Tree : public ::testing::Test {
  protected:
   void SetUp() override {
     SKIP_UNLESS_CAN_MOUNT();
@@ -104,6 +108,9 @@ class HostileS3ThreadsTest : public ::testing::TestWithParam<const char*> {
   TempDir dir_;
   std::string src_, store_, url_;
 };
+
+class HostileS3ThreadsTest : public HostileS3Tree,
+                             public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(HostileS3ThreadsTest, AStalledFetchHoldsNoRequestThread) {
   const std::string transport = GetParam();
@@ -203,6 +210,139 @@ TEST_P(HostileS3ThreadsTest, AStalledFetchHoldsNoRequestThread) {
     ReadResult cr = DirectRead(mp + Cold(i), kColdOffset, kReadBytes);
     ASSERT_EQ(cr.error, 0) << Cold(i) << ": " << std::strerror(cr.error);
     EXPECT_EQ(cr.bytes, ReadFile(src_ + Cold(i)).substr(kColdOffset, kReadBytes)) << Cold(i);
+  }
+  guard.Release();
+  EXPECT_FALSE(IsMounted(mp));
+}
+
+// A buffered read(2) (EROFS serves it from the page cache or asks the image server).
+ReadResult BufferedRead(const std::string& path, off_t offset, size_t size) {
+  ReadResult r;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    r.error = errno;
+    return r;
+  }
+  r.bytes.resize(size);
+  ssize_t n = ::pread(fd, r.bytes.data(), size, offset);
+  if (n < 0) {
+    r.error = errno;
+    r.bytes.clear();
+  } else {
+    r.bytes.resize(static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return r;
+}
+
+// -o kernel: EROFS over the image served by the daemon's image server (2 session threads).
+// While the endpoint stalls, the image reads that fetch wait on its fetch threads, and its
+// stats file (a request to the image server every time) keeps answering; what EROFS holds is
+// served by the kernel. The stall timeout is short: the proof is the order, the stats file
+// answered while every stalled read is still waiting (with two session threads held, the
+// stats read is queued behind the cold reads and answers only after some have failed).
+TEST_F(HostileS3Tree, UnderKernelAStalledFetchHoldsNoSessionThread) {
+  SKIP_UNLESS_ROOT();
+  constexpr int kKernelStallTimeoutS = 10;
+  ASSERT_EQ(::mkdir((dir_ / "mp").c_str(), 0755), 0) << std::strerror(errno);
+  MountGuard guard(dir_ / "mp");
+  // push=0: no readahead of whole directories (it would fetch the cold files at their first
+  // lookup, before the stall).
+  CommandResult r =
+      guard.MountBackground(url_, {"-o", "kernel,cache_dir=" + (dir_ / "cache") +
+                                             ",threads=2,push=0,s3_attempts=1,s3_timeout=" +
+                                             std::to_string(kKernelStallTimeoutS)});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const std::string mp = guard.mountpoint();
+  struct statfs sf;
+  ASSERT_EQ(::statfs(mp.c_str(), &sf), 0) << std::strerror(errno);
+  if (sf.f_type != EROFS_SUPER_MAGIC_V1) {
+    GTEST_SKIP() << "SKIPPED: -o kernel fell back to FUSE here (no EROFS?): " << Describe(r);
+  }
+  std::string stats_path;
+  ASSERT_TRUE(KernelStatsPath(mp, &stats_path)) << mp;
+  auto read_stats = [&] {
+    ReadResult sr;
+    std::string error;
+    if (!ReadAll(stats_path, &sr.bytes, &error)) sr.error = EIO;
+    return sr;
+  };
+
+  // Read whole: the cached files (in EROFS's page cache now), the cold files' metadata.
+  for (int i = 0; i < kCachedFiles; ++i) {
+    ReadResult c = BufferedRead(mp + Cached(i), 0, 1 << 16);
+    ASSERT_EQ(c.error, 0) << Cached(i) << ": " << std::strerror(c.error);
+    ASSERT_EQ(c.bytes, ReadFile(src_ + Cached(i))) << Cached(i);
+  }
+  for (int i = 0; i < kColdFiles; ++i) {
+    struct stat st;
+    ASSERT_EQ(::stat((mp + Cold(i)).c_str(), &st), 0) << Cold(i) << ": " << std::strerror(errno);
+    ASSERT_EQ(static_cast<uint64_t>(st.st_size), kColdBytes);
+  }
+  ASSERT_EQ(read_stats().error, 0);
+
+  server_.SetMode("stall /data/");
+  const int stalled_before = server_.HostileRequests();
+  std::vector<std::future<ReadResult>> cold;
+  for (int i = 0; i < kColdFiles; ++i) {
+    cold.push_back(std::async(std::launch::async, [&, i] {
+      return BufferedRead(mp + Cold(i), kColdOffset, kReadBytes);
+    }));
+  }
+  const auto wait_until = Clock::now() + kHangGuard;
+  while (server_.HostileRequests() < stalled_before + 3 && Clock::now() < wait_until) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_GE(server_.HostileRequests(), stalled_before + 3)
+      << "the cold reads did not reach the server at the same time";
+
+  for (int round = 0; round < 3; ++round) {
+    auto s = std::async(std::launch::async, read_stats);
+    if (s.wait_for(kHangGuard) != std::future_status::ready) {
+      server_.SetMode("normal");
+      FAIL() << "the stats file did not answer while fetches were stalled";
+    }
+    int ended = 0;
+    for (auto& f : cold) ended += f.wait_for(milliseconds(0)) == std::future_status::ready;
+    ReadResult sr = s.get();
+    EXPECT_EQ(sr.error, 0);
+    EXPECT_NE(sr.bytes.find("\"remote_gets\""), std::string::npos) << sr.bytes;
+    if (round == 0) {
+      EXPECT_EQ(ended, 0) << "the stats file answered only once " << ended
+                          << " stalled reads had ended: they held the session threads";
+    }
+    for (int i = 0; i < kCachedFiles; ++i) {
+      auto c = std::async(std::launch::async,
+                          [&, i] { return BufferedRead(mp + Cached(i), 0, 1 << 16); });
+      if (c.wait_for(kHangGuard) != std::future_status::ready) {
+        server_.SetMode("normal");
+        FAIL() << Cached(i) << " (read before) did not answer while fetches were stalled";
+      }
+      ReadResult cr = c.get();
+      ASSERT_EQ(cr.error, 0) << Cached(i) << ": " << std::strerror(cr.error);
+      EXPECT_EQ(cr.bytes, ReadFile(src_ + Cached(i))) << Cached(i);
+    }
+  }
+
+  // The stalled reads end (EIO after the deadline) or were served; never wrong bytes. Then
+  // every file reads right.
+  server_.SetMode("normal");
+  for (int i = 0; i < kColdFiles; ++i) {
+    ASSERT_EQ(cold[i].wait_for(std::chrono::seconds(6 * kKernelStallTimeoutS)),
+              std::future_status::ready)
+        << Cold(i) << ": the stalled read never ended";
+    ReadResult cr = cold[i].get();
+    if (cr.error != 0) {
+      EXPECT_EQ(cr.error, EIO) << Cold(i) << ": " << std::strerror(cr.error);
+    } else {
+      EXPECT_EQ(cr.bytes, ReadFile(src_ + Cold(i)).substr(kColdOffset, kReadBytes)) << Cold(i);
+    }
+  }
+  for (int i = 0; i < kColdFiles; ++i) {
+    EXPECT_EQ(ReadFile(mp + Cold(i)), ReadFile(src_ + Cold(i))) << Cold(i);
+  }
+  for (int i = 0; i < kCachedFiles; ++i) {
+    EXPECT_EQ(ReadFile(mp + Cached(i)), ReadFile(src_ + Cached(i))) << Cached(i);
   }
   guard.Release();
   EXPECT_FALSE(IsMounted(mp));

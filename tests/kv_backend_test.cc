@@ -117,7 +117,11 @@ TEST_P(KvBackendTest, LargeValuesAndReleasingMappedPages) {
   long before = rss_file_kb();
   r->ReleaseCachedMemory();
   long after = rss_file_kb();
-  EXPECT_LT(after, before - 8000) << "11 MB of mapped values should leave RSS";
+  // RocksDB reads its blocks with pread (a store rewritten under a mount must not SIGBUS it:
+  // docs/hardening.md), so its values are not mapped pages of the file.
+  if (GetParam() != "rocksdb") {
+    EXPECT_LT(after, before - 8000) << "11 MB of mapped values should leave RSS";
+  }
   EXPECT_EQ(inodes.data(), kv["I"]);  // faults back in
   EXPECT_EQ(names.data(), kv["N"]);
   EXPECT_EQ(ReadAll(r.get()), kv);

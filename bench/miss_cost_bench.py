@@ -71,8 +71,6 @@ def main():
                     help="a cgroup v1 memory limit for this script, the mounts and the reads "
                          "(the page cache of the files is charged to it); 0: none")
     a = ap.parse_args()
-    if a.memory_limit != "0":
-        enter_cgroup(a.memory_limit)
     src = os.path.abspath(a.src)
     os.makedirs(a.work, exist_ok=True)
     variants = []
@@ -109,6 +107,9 @@ def main():
         stores.append((gs, st))
         emit({"kind": "size", "store": f"dsfs --group-size {gs}", "bytes": sizes[gs], "raw": raw,
               "vs_squashfs": sizes[gs] / sizes["squashfs"]})
+    # Only the reads run in the cgroup (mksquashfs and pack need more memory than it allows).
+    if a.memory_limit != "0":
+        enter_cgroup(a.memory_limit)
     reads = {}
     if not a.no_ext4:
         drop_caches()

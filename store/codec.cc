@@ -79,6 +79,11 @@ PayloadEncoder::PayloadEncoder(int level, std::shared_ptr<const Dictionary> dict
 
 PayloadEncoder::~PayloadEncoder() { ZSTD_freeCCtx(cctx_); }
 
+void PayloadEncoder::SetMaxBlockBytes(uint32_t bytes) {
+  if (bytes != 0) bytes = std::clamp<uint32_t>(bytes, 1 << 10, ZSTD_BLOCKSIZE_MAX);
+  ZSTD_CCtx_setParameter(cctx_, ZSTD_c_maxBlockSize, static_cast<int>(bytes));
+}
+
 Status PayloadEncoder::Encode(std::string_view raw, bool use_dict, std::string* out) {
   if (raw.size() > kMaxPayloadBytes) return Status::InvalidArgument("payload too large");
   size_t start = out->size();
@@ -129,6 +134,7 @@ Status EncodeSolidGroups(const std::vector<std::string_view>& records, const Gro
   constexpr int kFillTries = 3;
   const uint64_t target = sizing.group_bytes;
   const ValueSizing& pages = sizing.values;
+  enc->SetMaxBlockBytes(sizing.block_bytes);
   std::string content, group, bigger;
   size_t a = 0;
   while (a < records.size()) {
@@ -248,6 +254,55 @@ Status PayloadDecoder::Decode(const PayloadView& p, const Dictionary* dict, char
     return Status::Corruption(std::string("payload does not decompress: ") + ZSTD_getErrorName(n));
   }
   if (n != p.raw_bytes) return Status::Corruption("payload decompressed to the wrong size");
+  return Status::OK();
+}
+
+Status PayloadDecoder::DecodePrefix(const PayloadView& p, const Dictionary* dict, char* dst,
+                                    const std::function<uint64_t(std::string_view)>& need,
+                                    uint64_t* decoded) {
+  *decoded = 0;
+  if (p.codec == Codec::kRaw) {
+    std::memcpy(dst, p.stored.data(), p.raw_bytes);
+    *decoded = p.raw_bytes;
+    return Status::OK();
+  }
+  if (p.codec != Codec::kZstd && p.codec != Codec::kZstdDict) {
+    return Status::Corruption("payload has an unknown codec");
+  }
+  if (p.codec == Codec::kZstdDict && (!dict || !dict->ddict())) {
+    return Status::Corruption("payload needs a missing dictionary");
+  }
+  ZSTD_DCtx_reset(dctx_, ZSTD_reset_session_only);
+  ZSTD_DCtx_refDDict(dctx_, p.codec == Codec::kZstdDict ? dict->ddict() : nullptr);
+  ZSTD_inBuffer in{p.stored.data(), p.stored.size(), 0};
+  ZSTD_outBuffer out{dst, 0, 0};
+  size_t left = 1;  // what zstd says is left of the frame (0: it ended)
+  for (;;) {
+    const uint64_t want = std::min<uint64_t>(need(std::string_view(dst, out.pos)), p.raw_bytes);
+    if (out.pos >= want) break;
+    // Exactly what is wanted: zstd decodes a block that does not fit into its own buffer and
+    // hands out only what fits, so the blocks past the wanted bytes are never decoded.
+    out.size = want;
+    const size_t before = out.pos;
+    left = ZSTD_decompressStream(dctx_, &out, &in);
+    if (ZSTD_isError(left)) {
+      return Status::Corruption(std::string("payload does not decompress: ") +
+                                ZSTD_getErrorName(left));
+    }
+    if (out.pos == before && (left == 0 || in.pos == in.size)) {
+      return Status::Corruption("payload decompressed to the wrong size");
+    }
+  }
+  if (out.pos == p.raw_bytes && left != 0) {
+    // All of raw_bytes is out: the frame must end here (as Decode demands).
+    char extra;
+    ZSTD_outBuffer more{&extra, 1, 0};
+    left = ZSTD_decompressStream(dctx_, &more, &in);
+    if (ZSTD_isError(left) || more.pos != 0 || left != 0) {
+      return Status::Corruption("payload decompressed to the wrong size");
+    }
+  }
+  *decoded = out.pos;
   return Status::OK();
 }
 

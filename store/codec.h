@@ -5,6 +5,7 @@
 #include <zstd.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -48,6 +49,10 @@ class PayloadEncoder {
   // Appends the record for `raw` to *out: zstd with the dictionary when there is one (and
   // `use_dict`), stored raw when compression does not make it smaller.
   Status Encode(std::string_view raw, bool use_dict, std::string* out);
+  // The most raw bytes in one zstd block of what Encode makes from now on (1 KiB to 128 KiB;
+  // 0: zstd's default, 128 KiB). A reader decodes a frame in whole blocks
+  // (PayloadDecoder::DecodePrefix): small blocks let it stop near the bytes it wants.
+  void SetMaxBlockBytes(uint32_t bytes);
 
  private:
   int level_;
@@ -55,10 +60,16 @@ class PayloadEncoder {
   ZSTD_CCtx* cctx_;
 };
 
+// The zstd block size of solid groups (GroupSizing::block_bytes); see bench/results/miss-cost-*.
+inline constexpr uint32_t kSolidBlockBytes = 8 << 10;
+
 // How a pack cuts records into solid groups (store/format.h).
 struct GroupSizing {
   uint32_t group_bytes = 128 << 10;  // raw bytes a group fills
   ValueSizing values;                // the backend's: a group fills its last page
+  // Raw bytes per zstd block of a group: a read that misses the RAM cache decodes the group's
+  // blocks up to the record it wants, no further (store/store.cc, ReadSolid).
+  uint32_t block_bytes = kSolidBlockBytes;
 };
 
 // Solid groups, encoded: payload records, back to back.
@@ -104,6 +115,16 @@ class PayloadDecoder {
   // Writes exactly p.raw_bytes bytes to `dst` (capacity >= p.raw_bytes). Corruption if the
   // data does not decompress to exactly that size.
   Status Decode(const PayloadView& p, const Dictionary* dict, char* dst);
+  // Decompresses the start of p into `dst` (capacity >= p.raw_bytes), stopping as soon as
+  // the bytes out reach need(prefix), where `prefix` is what is out so far: need() is asked
+  // again each time more is out and may raise its answer (e.g. once a group's index is out).
+  // zstd decodes whole blocks, so more than asked may come out. Sets *decoded to the bytes
+  // out (<= p.raw_bytes; all of them where need() asks for more). Corruption if the data does
+  // not decompress or ends before raw_bytes. The caller must have verified p (ParsePayload):
+  // the checksum covers the compressed bytes, so a prefix is as verified as the whole.
+  Status DecodePrefix(const PayloadView& p, const Dictionary* dict, char* dst,
+                      const std::function<uint64_t(std::string_view prefix)>& need,
+                      uint64_t* decoded);
 
  private:
   ZSTD_DCtx* dctx_;

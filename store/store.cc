@@ -33,6 +33,41 @@ struct GroupMemo {
 };
 thread_local GroupMemo t_group_memo;
 
+// The solid groups a thread missed last in the RAM cache, to tell a scan (a directory's files
+// one after another: the next miss falls in the same group or the next) from random reads
+// (where it falls anywhere). Several, so that a few readers scanning at once through the same
+// FUSE threads are still seen as scans.
+struct RecentMisses {
+  static constexpr int kGroups = 8;
+  uint64_t serial = 0;
+  char space = 0;
+  uint64_t last_id[kGroups] = {};
+  int next = 0;
+  // True if a recent miss was in the group [first, last] or within one group's worth of
+  // records of it, on either side. Then remembers this group.
+  bool NearAndNote(uint64_t store_serial, char s, uint64_t first, uint64_t last) {
+    if (serial != store_serial || space != s) {
+      *this = {};
+      serial = store_serial;
+      space = s;
+      for (uint64_t& id : last_id) id = UINT64_MAX;
+    }
+    const uint64_t span = last - first + 1;
+    bool near = false;
+    for (uint64_t id : last_id) {
+      if (id != UINT64_MAX && id + 2 * span >= last && id <= last + span) near = true;
+    }
+    last_id[next] = last;
+    next = (next + 1) % kGroups;
+    return near;
+  }
+};
+thread_local RecentMisses t_recent_misses;
+
+// Where a thread decompresses a group for the RAM cache (ReadSolid), which then copies out the
+// records it keeps.
+thread_local std::string t_group_scratch;
+
 std::atomic<uint64_t> g_store_serials{1};
 
 }  // namespace
@@ -454,6 +489,8 @@ Status Store::ReadSolid(char space, uint64_t id, uint64_t expected, ByteCache* c
   ByteCache::Value group;
   std::string_view content;
   PinnedValue v;
+  bool neighbours = false;       // whether the whole group is out, for the RAM cache
+  bool scratch_content = false;  // `content` is in t_group_scratch
   if (!cache && memo.serial == serial_ && memo.space == space && memo.last_id == last_id) {
     group = memo.content;
     content = *group;
@@ -469,6 +506,50 @@ Status Store::ReadSolid(char space, uint64_t id, uint64_t expected, ByteCache* c
     if (p.codec == Codec::kRaw && v.stable()) {
       // Zero copy: the value lives as long as the store (and the page cache is its cache).
       content = p.stored;
+    } else if (cache) {
+      // A miss of the RAM cache. Its neighbours are worth decompressing and caching when they
+      // will be read: in a scan (this thread missed this group or the one beside it just
+      // before) and where the cache holds enough groups to keep them until then (below).
+      // Random reads get the group decompressed up to the wanted record and no further: the
+      // index first, then the records up to this one's end (about half the group on average,
+      // in whole zstd blocks). ParsePayload verified the compressed bytes, so the prefix is.
+      // A cache that holds all the files (with a quarter to spare for its own bookkeeping)
+      // keeps every neighbour until it is read, in any order.
+      constexpr uint64_t kNeighbourGroups = 64;
+      const uint64_t capacity = cache->capacity_bytes();
+      const bool room = capacity >= kNeighbourGroups * p.raw_bytes;
+      const bool holds_all =
+          space == kPayloadSpace && capacity >= header_.file_bytes + header_.file_bytes / 4;
+      bool whole = false, decided = false;
+      auto need = [&](std::string_view pre) -> uint64_t {
+        if (whole) return p.raw_bytes;
+        if (pre.size() < 4) return 4;
+        uint32_t count;
+        std::memcpy(&count, pre.data(), 4);
+        // A damaged index stops here: FindInGroup reports it.
+        if (count == 0 || id > last_id || last_id - id >= count) return pre.size();
+        const uint32_t i = count - 1 - static_cast<uint32_t>(last_id - id);
+        const uint64_t index_to_mine = 4 + 4ull * (i + 1);
+        if (pre.size() < index_to_mine) return index_to_mine;
+        if (!decided) {
+          decided = true;
+          const bool near =
+              t_recent_misses.NearAndNote(serial_, space, last_id - count + 1, last_id);
+          whole = room && (holds_all || near);
+          if (whole) return p.raw_bytes;
+        }
+        uint32_t end;
+        std::memcpy(&end, pre.data() + 4 + 4ull * i, 4);
+        return 4 + 4ull * count + end;
+      };
+      // Into the thread's scratch buffer: the records wanted are copied out below.
+      std::string& buf = t_group_scratch;
+      if (buf.size() < p.raw_bytes) buf.resize(p.raw_bytes);
+      uint64_t decoded = 0;
+      DSFS_RETURN_IF_ERROR(TimedDecodePrefix(p, buf.data(), need, &decoded));
+      content = std::string_view(buf).substr(0, decoded);
+      scratch_content = true;
+      neighbours = whole || (room && decoded == p.raw_bytes);
     } else {
       auto fresh = std::make_shared<std::string>(p.raw_bytes, '\0');
       DSFS_RETURN_IF_ERROR(TimedDecode(p, fresh->data()));
@@ -481,14 +562,13 @@ Status Store::ReadSolid(char space, uint64_t id, uint64_t expected, ByteCache* c
   std::string_view record;
   DSFS_RETURN_IF_ERROR(FindInGroup(content, last_id, id, &record));
   if (record.size() != expected) return Status::Corruption("payload has the wrong size");
-  if (cache && group) {
-    // Every record of the group goes to the cache, each on its own (as records of older
-    // versions are): its neighbours are a directory's next files, read next, and a cache too
-    // small to hold a whole group still holds records. Not into a cache of fewer than
-    // kNeighbourGroups groups: random reads there would evict a group's worth of records on
-    // every miss (measured: 3.7k files/s instead of 15k through a 2 MiB cache).
-    constexpr uint64_t kNeighbourGroups = 64;
-    const bool neighbours = cache->capacity_bytes() >= kNeighbourGroups * content.size();
+  if (cache && (group || scratch_content)) {
+    // Where the whole group is out (above), every record of it goes to the cache, each on its
+    // own (as records of older versions are): its neighbours are a directory's next files,
+    // read next, and a cache too small to hold a whole group still holds records. Not into a
+    // cache of fewer than kNeighbourGroups groups, nor on random reads: they would evict a
+    // group's worth of records on every miss (measured: 3.7k files/s instead of 15k through a
+    // 2 MiB cache).
     uint32_t count;
     std::memcpy(&count, content.data(), 4);  // FindInGroup checked the index
     for (uint64_t other = last_id - count + 1; neighbours && other <= last_id; ++other) {
@@ -502,6 +582,11 @@ Status Store::ReadSolid(char space, uint64_t id, uint64_t expected, ByteCache* c
     *out = *mine;
     cache->Insert(cache_id_, id, mine);
     *pin = std::move(mine);
+    // A thread keeps a scratch buffer of one default-sized group, not one of the largest.
+    constexpr size_t kKeepScratchBytes = 1 << 20;
+    if (scratch_content && t_group_scratch.size() > kKeepScratchBytes) {
+      std::string().swap(t_group_scratch);
+    }
     return Status::OK();
   }
   *out = record;
@@ -597,6 +682,19 @@ void Store::NoteBackendRead(uint64_t bytes) const {
 Status Store::TimedDecode(const PayloadView& p, char* dst) const {
   auto t0 = std::chrono::steady_clock::now();
   Status s = ThreadDecoder().Decode(p, dict_.get(), dst);
+  auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  decoded_chunks_.fetch_add(1, std::memory_order_relaxed);
+  decode_ns_.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+  return s;
+}
+
+Status Store::TimedDecodePrefix(const PayloadView& p, char* dst,
+                                const std::function<uint64_t(std::string_view)>& need,
+                                uint64_t* decoded) const {
+  auto t0 = std::chrono::steady_clock::now();
+  Status s = ThreadDecoder().DecodePrefix(p, dict_.get(), dst, need, decoded);
   auto ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
           .count();

@@ -203,6 +203,10 @@ class Store {
   // before it.
   Status CheckGroupStart(char space, std::string_view group, uint64_t last_id) const;
   Status TimedDecode(const PayloadView& p, char* dst) const;
+  // PayloadDecoder::DecodePrefix, timed like TimedDecode.
+  Status TimedDecodePrefix(const PayloadView& p, char* dst,
+                           const std::function<uint64_t(std::string_view)>& need,
+                           uint64_t* decoded) const;
   void NoteBackendRead(uint64_t bytes) const;
 
   std::unique_ptr<KvReader> kv_;

@@ -165,5 +165,105 @@ TEST(CodecTest, RawRecordHelper) {
   EXPECT_EQ(p.stored, "dictionary bytes");
 }
 
+// DecodePrefix (a miss of the RAM cache decodes a group up to the record it wants) gives
+// exactly the bytes Decode gives, up to at least what was asked, for frames of one block and
+// of many, with and without the dictionary.
+TEST(CodecTest, PrefixDecodeGivesExactBytesAndStopsEarly) {
+  std::string dict_bytes;
+  std::shared_ptr<Dictionary> dict = TrainedDict(&dict_bytes);
+  const std::string raw = TextBytes(300000, 7);
+  for (const uint32_t block : {0u, 1024u, 8192u}) {
+    for (const bool use_dict : {false, true}) {
+      PayloadEncoder enc(3, dict);
+      enc.SetMaxBlockBytes(block);
+      std::string rec;
+      ASSERT_TRUE(enc.Encode(raw, use_dict, &rec).ok());
+      PayloadView p;
+      ASSERT_TRUE(ParsePayload(rec, &p).ok());
+      ASSERT_NE(p.codec, Codec::kRaw);
+      PayloadDecoder dec;
+      for (const uint64_t want : {uint64_t{1}, uint64_t{4}, uint64_t{5000}, uint64_t{150001},
+                                  uint64_t{299999}, uint64_t{300000}, uint64_t{1} << 40}) {
+        std::string out(p.raw_bytes, '\0');
+        uint64_t decoded = 0;
+        int asked = 0;
+        ASSERT_TRUE(dec.DecodePrefix(
+                           p, dict.get(), out.data(),
+                           [&](std::string_view pre) {
+                             ++asked;
+                             EXPECT_EQ(pre, std::string_view(raw).substr(0, pre.size()));
+                             return want;
+                           },
+                           &decoded)
+                        .ok())
+            << block << " " << want;
+        EXPECT_GE(decoded, std::min<uint64_t>(want, raw.size()));
+        EXPECT_LE(decoded, raw.size());
+        EXPECT_EQ(out.substr(0, decoded), raw.substr(0, decoded));
+        EXPECT_GT(asked, 0);
+        // Small blocks stop near the bytes asked for, not at the end of the frame.
+        if (block == 1024 && want == 5000) {
+          EXPECT_LT(decoded, 64u << 10);
+        }
+      }
+    }
+  }
+}
+
+// A need() that grows as the prefix does (a group's index, then a record) is asked again.
+TEST(CodecTest, PrefixDecodeFollowsAGrowingNeed) {
+  const std::string raw = TextBytes(200000, 3);
+  PayloadEncoder enc(3, nullptr);
+  enc.SetMaxBlockBytes(2048);
+  std::string rec;
+  ASSERT_TRUE(enc.Encode(raw, false, &rec).ok());
+  PayloadView p;
+  ASSERT_TRUE(ParsePayload(rec, &p).ok());
+  std::string out(p.raw_bytes, '\0');
+  uint64_t decoded = 0;
+  PayloadDecoder dec;
+  ASSERT_TRUE(dec.DecodePrefix(
+                     p, nullptr, out.data(),
+                     [](std::string_view pre) -> uint64_t {
+                       return pre.size() < 4 ? 4 : pre.size() < 90000 ? 90000 : 0;
+                     },
+                     &decoded)
+                  .ok());
+  EXPECT_GE(decoded, 90000u);
+  EXPECT_LT(decoded, 120000u);
+  EXPECT_EQ(out.substr(0, decoded), raw.substr(0, decoded));
+}
+
+// A record whose header claims more or fewer raw bytes than its frame holds (checksum resealed
+// to match, as a damaged packer would write) is Corruption when all of it is asked for.
+TEST(CodecTest, PrefixDecodeOfAWrongSizeIsCorruption) {
+  const std::string raw = TextBytes(50000, 5);
+  PayloadEncoder enc(3, nullptr);
+  enc.SetMaxBlockBytes(4096);
+  std::string rec;
+  ASSERT_TRUE(enc.Encode(raw, false, &rec).ok());
+  PayloadView p;
+  ASSERT_TRUE(ParsePayload(rec, &p).ok());
+  PayloadDecoder dec;
+  for (const int64_t delta : {-1, 1, 1000}) {
+    PayloadView q = p;
+    q.raw_bytes = static_cast<uint32_t>(raw.size() + delta);
+    std::string out(q.raw_bytes, '\0');
+    uint64_t decoded = 0;
+    Status s = dec.DecodePrefix(
+        q, nullptr, out.data(), [](std::string_view) { return uint64_t{1} << 40; }, &decoded);
+    EXPECT_TRUE(s.IsCorruption()) << delta;
+  }
+  // A frame cut short does not decompress.
+  PayloadView cut = p;
+  cut.stored = p.stored.substr(0, p.stored.size() / 2);
+  std::string out(cut.raw_bytes, '\0');
+  uint64_t decoded = 0;
+  EXPECT_TRUE(
+      dec.DecodePrefix(
+             cut, nullptr, out.data(), [](std::string_view) { return uint64_t{1} << 40; }, &decoded)
+          .IsCorruption());
+}
+
 }  // namespace
 }  // namespace dsfs

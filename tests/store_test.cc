@@ -742,5 +742,70 @@ TEST(StoreGroupTest, GroupUnderADamagedKeyIsNotServedForOtherIds) {
   EXPECT_GT(failed, 0);
 }
 
+// A miss of a small RAM cache decodes a solid group only up to the record it wants
+// (ReadSolid): every record of groups of every shape (first, middle, last record, groups of one
+// record, chunked files, groups larger than a zstd block) reads exactly, in random and in
+// directory order, through caches that take neighbours and caches that do not.
+TEST(StoreSolidTest, PartialDecodeServesExactBytesForEveryRecord) {
+  TempDir dir;
+  std::vector<std::pair<std::string, std::string>> files;
+  for (int i = 0; i < 600; ++i) {
+    const size_t n = i % 50 == 0 ? 30000 + i : i % 7 == 0 ? 1 : 200 + (i * 37) % 3000;
+    files.emplace_back("d" + std::to_string(i % 3) + "/f" + std::to_string(1000 + i),
+                       TextBytes(n, i));
+    WriteFile(dir / ("src/" + files.back().first), files.back().second);
+  }
+  for (const uint32_t group : {1u << 10, 4u << 10, 64u << 10, 128u << 10}) {
+    PackOptions o;
+    o.chunk_bytes = 8192;  // the large files have several chunks
+    o.group_bytes = group;
+    o.dict_bytes = 4096;
+    std::shared_ptr<MemTable> table;
+    std::unique_ptr<Store> plain;
+    ASSERT_TRUE(PackToMemory(dir / "src", o, &table, &plain).ok());
+    for (const uint64_t budget : {uint64_t{32} << 10, uint64_t{64} << 20}) {
+      auto cache = std::make_shared<ByteCache>(budget, 1);
+      std::unique_ptr<Store> store;
+      ASSERT_TRUE(Store::Open(NewMemReader(table), &store, cache).ok());
+      std::vector<size_t> order(files.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      for (int pass = 0; pass < 2; ++pass) {
+        if (pass == 1) std::shuffle(order.begin(), order.end(), std::mt19937(group));
+        for (size_t i : order) {
+          uint32_t ino;
+          InodeRecord r;
+          ASSERT_TRUE(store->LookupPath(files[i].first, &ino, &r).ok());
+          ReadBuffer buf;
+          std::string_view out;
+          ASSERT_TRUE(store->Read(r, 0, r.size, &buf, &out).ok()) << files[i].first;
+          ASSERT_EQ(out, files[i].second) << files[i].first << " group " << group;
+          if (r.size > 5000) {  // a range in a later chunk
+            ASSERT_TRUE(store->Read(r, r.size - 3000, 2000, &buf, &out).ok());
+            ASSERT_EQ(out, std::string_view(files[i].second).substr(r.size - 3000, 2000));
+          }
+        }
+      }
+      EXPECT_LE(cache->stats().bytes, budget);
+    }
+  }
+}
+
+// Damage to a group is found on the partial path too: the files of the damaged group fail with
+// EIO through a small cache, whatever order they are read in, and the others read.
+TEST_P(StoreTest, FlippedPayloadByteFailsThroughASmallCache) {
+  uint32_t ino;
+  InodeRecord victim;
+  ASSERT_TRUE(store_->LookupPath("many/f123", &ino, &victim).ok());
+  std::shared_ptr<MemTable> damaged;
+  uint64_t first, last;
+  ASSERT_TRUE(testing::DamagePayload(*table_, victim.data, &damaged, &first, &last).ok());
+  auto cache = std::make_shared<ByteCache>(16 << 10, 1);
+  std::unique_ptr<Store> store;
+  ASSERT_TRUE(Store::Open(NewMemReader(damaged), &store, cache).ok());
+  const std::vector<std::string> expected = FilesInGroup(*store, first, last);
+  ASSERT_FALSE(expected.empty());
+  for (int pass = 0; pass < 2; ++pass) EXPECT_EQ(ReadEverything(*store), expected);
+}
+
 }  // namespace
 }  // namespace dsfs

@@ -1,11 +1,13 @@
 #include "cache/byte_cache.h"
 
+#include <algorithm>
 #include <bit>
 #include <exception>
 
 namespace dsfs {
 
-ByteCache::ByteCache(uint64_t capacity_bytes, int shards) : capacity_(capacity_bytes) {
+ByteCache::ByteCache(uint64_t capacity_bytes, int shards)
+    : initial_capacity_(capacity_bytes), capacity_(capacity_bytes) {
   // A power of two, so the shard is a few bits of the key's hash.
   size_t n = std::bit_ceil(static_cast<size_t>(std::max(1, shards)));
   shards_ = std::vector<Shard>(n);
@@ -15,7 +17,7 @@ ByteCache::ByteCache(uint64_t capacity_bytes, int shards) : capacity_(capacity_b
 
 ByteCache::Value ByteCache::Get(Id id, uint64_t k) {
   const Key key{id, k};
-  if (capacity_ == 0) {
+  if (capacity_bytes() == 0) {
     misses_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
@@ -34,7 +36,7 @@ ByteCache::Value ByteCache::Get(Id id, uint64_t k) {
 
 bool ByteCache::Contains(Id id, uint64_t k) {
   const Key key{id, k};
-  if (capacity_ == 0) return false;
+  if (capacity_bytes() == 0) return false;
   Shard& s = ShardFor(key);
   std::lock_guard lock(s.mu);
   return s.index.count(key) > 0;
@@ -45,26 +47,9 @@ void ByteCache::Insert(Id id, uint64_t k, Value value) {
   if (!value) return;
   uint64_t charge = Charge(value);
   Shard& s = ShardFor(key);
-  if (charge > s.capacity) return;
   std::lock_guard lock(s.mu);
-  if (s.index.count(key)) return;
-  // CLOCK: sweep from the hand, clearing reference bits, evicting the first entry without one.
-  while (s.bytes + charge > s.capacity) {
-    if (s.hand >= s.slots.size()) s.hand = 0;
-    Entry& e = s.slots[s.hand];
-    if (e.value) {
-      if (e.referenced) {
-        e.referenced = false;
-      } else {
-        s.bytes -= Charge(e.value);
-        s.index.erase(e.key);
-        e.value.reset();
-        s.free_slots.push_back(s.hand);
-        evictions_.fetch_add(1, std::memory_order_relaxed);
-      }
-    }
-    ++s.hand;
-  }
+  if (charge > s.capacity || s.index.count(key)) return;
+  EvictLocked(s, charge);
   size_t slot;
   if (!s.free_slots.empty()) {
     slot = s.free_slots.back();
@@ -80,13 +65,45 @@ void ByteCache::Insert(Id id, uint64_t k, Value value) {
   inserts_.fetch_add(1, std::memory_order_relaxed);
 }
 
+void ByteCache::EvictLocked(Shard& s, uint64_t charge) {
+  // CLOCK: sweep from the hand, clearing reference bits, evicting the first entry without one.
+  while (s.bytes + charge > s.capacity && s.bytes > 0) {
+    if (s.hand >= s.slots.size()) s.hand = 0;
+    Entry& e = s.slots[s.hand];
+    if (e.value) {
+      if (e.referenced) {
+        e.referenced = false;
+      } else {
+        s.bytes -= Charge(e.value);
+        s.index.erase(e.key);
+        e.value.reset();
+        s.free_slots.push_back(s.hand);
+        evictions_.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    ++s.hand;
+  }
+}
+
+void ByteCache::SetCapacity(uint64_t capacity_bytes) {
+  if (initial_capacity_ == 0) return;
+  capacity_bytes = std::min(capacity_bytes, initial_capacity_);
+  capacity_.store(capacity_bytes, std::memory_order_relaxed);
+  const uint64_t per_shard = capacity_bytes / shards_.size();
+  for (Shard& s : shards_) {
+    std::lock_guard lock(s.mu);
+    s.capacity = per_shard;
+    EvictLocked(s, 0);
+  }
+}
+
 uint64_t ByteCache::max_value_bytes() const {
-  uint64_t shard = shards_[0].capacity;
+  uint64_t shard = capacity_bytes() / shards_.size();
   return shard > kEntryOverhead ? shard - kEntryOverhead : 0;
 }
 
 ByteCache::Value ByteCache::Peek(const Key& key) {
-  if (capacity_ == 0) return nullptr;
+  if (capacity_bytes() == 0) return nullptr;
   Shard& s = ShardFor(key);
   std::lock_guard lock(s.mu);
   auto it = s.index.find(key);
@@ -140,7 +157,7 @@ ByteCache::Stats ByteCache::stats() const {
   st.misses = misses_.load(std::memory_order_relaxed);
   st.inserts = inserts_.load(std::memory_order_relaxed);
   st.evictions = evictions_.load(std::memory_order_relaxed);
-  st.capacity_bytes = capacity_;
+  st.capacity_bytes = capacity_bytes();
   for (const auto& s : shards_) {
     std::lock_guard lock(s.mu);
     st.bytes += s.bytes;

@@ -54,8 +54,14 @@ class ByteCache {
   void Insert(Id id, uint64_t key, Value value);
   // The largest value Insert keeps (a shard's budget less the overhead); 0 when disabled.
   uint64_t max_value_bytes() const;
-  // The budget of all shards together.
-  uint64_t capacity_bytes() const { return capacity_; }
+  // The budget of all shards together (what SetCapacity last set).
+  uint64_t capacity_bytes() const { return capacity_.load(std::memory_order_relaxed); }
+  // Lowers (or raises back) the budget to `capacity_bytes`, evicting down to it at once (CLOCK
+  // order, as inserts do): the memory guard's lever under pressure (fs/memory_guard.h). Never
+  // above the capacity the cache was made with, and a disabled cache (made with 0) stays
+  // disabled; lowering it to 0 empties it and keeps nothing until it is raised again. Values
+  // that readers still hold are freed when they let go.
+  void SetCapacity(uint64_t capacity_bytes);
   // The value under (`id`, `key`), made by `load` if it is not cached: one load per key at a
   // time, whose result (value or error) every caller waiting for the same key shares; cached if
   // it fits. REQUIRES: `load` does not call GetOrLoad for the same key.
@@ -107,9 +113,13 @@ class ByteCache {
   Shard& ShardFor(const Key& key) { return shards_[Hash(key) >> 56 & mask_]; }
   static uint64_t Charge(const Value& v) { return v->size() + kEntryOverhead; }
 
+  // Evicts from `s` (its mu held) until its bytes and `charge` more fit its capacity.
+  void EvictLocked(Shard& s, uint64_t charge);
+
   std::vector<Shard> shards_;
   uint64_t mask_;
-  uint64_t capacity_;
+  const uint64_t initial_capacity_;
+  std::atomic<uint64_t> capacity_;
   std::atomic<uint64_t> hits_{0}, misses_{0}, inserts_{0}, evictions_{0};
   std::atomic<Id> next_id_{1};
   // Lock order: flights_mu_ before a shard's mu.

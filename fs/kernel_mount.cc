@@ -28,6 +28,7 @@
 #include "erofs/store_tree.h"
 #include "fs/image_server.h"
 #include "fs/loop_device.h"
+#include "fs/memory_guard.h"
 #include "fs/own_mount.h"
 #include "fs/service.h"
 #include "fs/stats.h"
@@ -358,7 +359,8 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
   so.fetch_threads = fs->store().remote() ? kFetchThreads : 0;
   ImageServer* server_ptr = nullptr;
   ImageServer server(
-      image.get(), so, [&] { return KernelStatsJson(fs, *image, server_ptr, loop, directio.load(), layout_s); },
+      image.get(), so,
+      [&] { return KernelStatsJson(fs, *image, server_ptr, loop, directio.load(), layout_s); },
       [&] {
         // The loop device let go of the image: EROFS is gone.
         if (serving.load()) (void)!::write(events[1], "c", 1);
@@ -398,13 +400,14 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
     server.SetPageCacheReader(true);  // EROFS reads the superblock already during mount(2)
     err = -1;
     if (want_directio) {
-      err = ::mount(image_path.c_str(), target.c_str(), "erofs", flags, "directio") == 0 ? 0
-                                                                                        : errno;
+      err =
+          ::mount(image_path.c_str(), target.c_str(), "erofs", flags, "directio") == 0 ? 0 : errno;
       directio.store(err == 0);
       if (err == 0) {
-        Log()->info("-o kernel: the image ({} bytes) does not fit twice in the memory limit of "
-                    "{}: EROFS reads it with direct I/O",
-                    image->size_bytes(), limit.ToString());
+        Log()->info(
+            "-o kernel: the image ({} bytes) does not fit twice in the memory limit of "
+            "{}: EROFS reads it with direct I/O",
+            image->size_bytes(), limit.ToString());
       }
     }
     if (err == EINVAL) {
@@ -463,7 +466,10 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
     Filesystem* fs;
     ~ForgetPreloader() { fs->SetPrefetcher(nullptr); }
   } forget_preloader{fs};
-  Log()->info("{}: EROFS on {}", mnt, loop.empty() ? image_path : "/dev/" + loop + " over " + image_path);
+  Log()->info("{}: EROFS on {}", mnt,
+              loop.empty() ? image_path : "/dev/" + loop + " over " + image_path);
+  // Sheds the RAM cache the image's reads come from under memory pressure (fs/memory_guard.h).
+  MemoryGuard memory_guard(cache, limit);
   if (on_mounted) on_mounted();
 
   ServiceMonitor::Options mo = MonitorOptions(mnt, fuse);

@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/memory_limit.h"
 #include "fs/fuse_session.h"
+#include "fs/memory_guard.h"
 #include "fs/own_mount.h"
 #include "fs/prefetcher.h"
 #include "fs/request_workers.h"
@@ -133,6 +134,8 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
     uint64_t bytes = store->WillNeedMetadata(DefaultBudgets().metadata_readahead_bytes);
     Log()->debug("metadata read ahead: {} bytes", bytes);
   });
+  // Sheds the RAM cache under memory pressure, before the kernel kills anything.
+  MemoryGuard memory_guard(cache, ProcessMemoryLimit());
   if (on_mounted) on_mounted();
   ServiceMonitor monitor(MonitorOptions(mountpoint, options), [fs] { return fs->StatusLine(); });
   Status ms = monitor.Start();

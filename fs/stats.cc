@@ -8,6 +8,7 @@
 #include "common/memory_limit.h"
 #include "common/units.h"
 #include "fs/filesystem.h"
+#include "fs/memory_guard.h"
 
 namespace dsfs {
 
@@ -114,6 +115,17 @@ nlohmann::ordered_json Filesystem::StatsObject() const {
   const StoreHeader& h = store_->header();
   j["store"] = {
       {"files", h.file_count}, {"directories", h.dir_count}, {"file_bytes", h.file_bytes}};
+  // The memory guard (fs/memory_guard.h): what it watches, how often pressure began, and the
+  // RAM cache's capacity now (lowered under pressure, raised back slowly).
+  if (const MemoryGuard* guard = MemoryGuard::Running()) {
+    const MemoryGuard::Stats gs = guard->stats();
+    j["memory_guard"] = {{"watching", gs.watching},
+                         {"used_bytes", gs.used_bytes},
+                         {"threshold_bytes", gs.threshold_bytes},
+                         {"memory_pressure_events", gs.pressure_events},
+                         {"cache_capacity_bytes", gs.cache_capacity_bytes},
+                         {"shed_bytes", gs.shed_bytes}};
+  }
   // What the default budgets (the cache's, the push's) were derived from, and where it was
   // found (common/memory_limit.h).
   const MemoryLimit& limit = ProcessMemoryLimit();

@@ -97,6 +97,32 @@ TEST(ByteCacheTest, ZeroCapacityAndOversizedValuesAreNotCached) {
   EXPECT_EQ(small.stats().bytes, 0u);
 }
 
+TEST(ByteCacheTest, SetCapacityEvictsDownToItAndRaisesBackNoHigherThanMade) {
+  ByteCache cache(1 << 20, 4);
+  for (uint64_t k = 0; k < 64; ++k) cache.Insert(kId, k, Bytes(10000, 'x'));
+  ByteCache::Value held = cache.Get(kId, 63);
+  ASSERT_GT(cache.stats().bytes, 600000u);
+  cache.SetCapacity(100000);
+  EXPECT_EQ(cache.capacity_bytes(), 100000u);
+  EXPECT_LE(cache.stats().bytes, 100000u);
+  EXPECT_EQ(cache.stats().capacity_bytes, 100000u);
+  ASSERT_NE(held, nullptr);
+  EXPECT_EQ(*held, std::string(10000, 'x'));  // a value held survives its eviction
+  for (uint64_t k = 100; k < 200; ++k) cache.Insert(kId, k, Bytes(10000, 'y'));
+  EXPECT_LE(cache.stats().bytes, 100000u);
+  cache.SetCapacity(0);  // empties it; nothing is kept meanwhile
+  EXPECT_EQ(cache.stats().bytes, 0u);
+  cache.Insert(kId, 1, Bytes(10, 'z'));
+  EXPECT_EQ(cache.Get(kId, 1), nullptr);
+  cache.SetCapacity(64ull << 20);  // never above what it was made with
+  EXPECT_EQ(cache.capacity_bytes(), 1u << 20);
+  cache.Insert(kId, 1, Bytes(10, 'z'));
+  EXPECT_EQ(*cache.Get(kId, 1), std::string(10, 'z'));
+  ByteCache disabled(0);
+  disabled.SetCapacity(1 << 20);
+  EXPECT_EQ(disabled.capacity_bytes(), 0u);
+}
+
 TEST(ByteCacheTest, ConcurrentUseKeepsBudgetAndValues) {
   const uint64_t budget = 256 << 10;
   ByteCache cache(budget, 16);

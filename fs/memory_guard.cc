@@ -1,0 +1,255 @@
+#include "fs/memory_guard.h"
+
+#include <fcntl.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <string_view>
+
+#include "common/log.h"
+#include "common/units.h"
+
+namespace dsfs {
+namespace {
+
+std::atomic<const MemoryGuard*> g_running{nullptr};
+
+// A small file read whole with one read(2) (cgroup files are generated per read).
+bool ReadSmall(const std::string& path, std::string* out) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[8192];
+  ssize_t n = ::read(fd, buf, sizeof(buf));
+  ::close(fd);
+  if (n <= 0) return false;
+  out->assign(buf, static_cast<size_t>(n));
+  return true;
+}
+
+bool ParseU64(std::string_view s, uint64_t* v) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\t'))
+    s.remove_suffix(1);
+  if (s.empty()) return false;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
+// The value of `key` in "key value" lines (memory.stat; /proc/meminfo with `suffix` ":").
+bool StatValue(std::string_view text, std::string_view key, uint64_t* v) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    std::string_view line = text.substr(pos, eol - pos);
+    if (line.size() > key.size() && line.substr(0, key.size()) == key &&
+        (line[key.size()] == ' ' || line[key.size()] == '\t')) {
+      std::string_view rest = line.substr(key.size());
+      if (rest.size() > 3 && rest.substr(rest.size() - 3) == " kB") {
+        if (!ParseU64(rest.substr(0, rest.size() - 3), v)) return false;
+        *v <<= 10;
+        return true;
+      }
+      return ParseU64(rest, v);
+    }
+    pos = eol + 1;
+  }
+  return false;
+}
+
+std::string Join(const std::string& root, const std::string& path) {
+  if (root.empty() || root == "/") return path;
+  return (root.back() == '/' ? root.substr(0, root.size() - 1) : root) + path;
+}
+
+}  // namespace
+
+MemoryWatch MemoryWatch::For(const MemoryLimit& limit, const std::string& root) {
+  MemoryWatch w;
+  std::string_view src = limit.source;
+  auto cgroup_dir = [&](std::string_view prefix, Kind kind) {
+    if (src.substr(0, prefix.size()) != prefix) return false;
+    std::string_view file = src.substr(prefix.size());
+    constexpr std::string_view kHier = " hierarchical_memory_limit";
+    if (file.size() > kHier.size() && file.substr(file.size() - kHier.size()) == kHier) {
+      file.remove_suffix(kHier.size());
+    }
+    size_t slash = file.rfind('/');
+    if (slash == std::string_view::npos || file.empty() || file[0] != '/') return false;
+    w.kind = kind;
+    w.dir = Join(root, std::string(slash == 0 ? "/" : file.substr(0, slash)));
+    return true;
+  };
+  if (cgroup_dir("cgroup v1 ", Kind::kCgroupV1) || cgroup_dir("cgroup v2 ", Kind::kCgroupV2)) {
+    return w;
+  }
+  w.kind = Kind::kPhysical;
+  w.dir = Join(root, "/proc");
+  return w;
+}
+
+bool MemoryWatch::ReadUsedBytes(uint64_t* used) const {
+  std::string text, stat;
+  uint64_t usage = 0, active = 0, inactive = 0;
+  auto sub = [](const std::string& dir, const char* file) {
+    return (dir == "/" ? std::string() : dir) + "/" + file;
+  };
+  switch (kind) {
+    case Kind::kNone:
+      return false;
+    case Kind::kCgroupV1:
+    case Kind::kCgroupV2: {
+      const bool v1 = kind == Kind::kCgroupV1;
+      if (!ReadSmall(sub(dir, v1 ? "memory.usage_in_bytes" : "memory.current"), &text) ||
+          !ParseU64(text, &usage) || !ReadSmall(sub(dir, "memory.stat"), &stat)) {
+        return false;
+      }
+      // v1's total_* count the whole subtree (the limit's, when it is an ancestor's); v2's
+      // memory.stat always does.
+      if (!StatValue(stat, v1 ? "total_active_file" : "active_file", &active) ||
+          !StatValue(stat, v1 ? "total_inactive_file" : "inactive_file", &inactive)) {
+        return false;
+      }
+      *used = usage - std::min(usage, active + inactive);
+      return true;
+    }
+    case Kind::kPhysical: {
+      uint64_t total = 0, available = 0;
+      if (!ReadSmall(sub(dir, "meminfo"), &text) || !StatValue(text, "MemTotal:", &total) ||
+          !StatValue(text, "MemAvailable:", &available)) {
+        return false;
+      }
+      *used = total - std::min(total, available);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string MemoryWatch::Describe() const {
+  switch (kind) {
+    case Kind::kCgroupV1:
+      return "cgroup v1 " + dir;
+    case Kind::kCgroupV2:
+      return "cgroup v2 " + dir;
+    case Kind::kPhysical:
+      return "physical memory";
+    case Kind::kNone:
+      break;
+  }
+  return "";
+}
+
+MemoryGuardPolicy::MemoryGuardPolicy(uint64_t limit_bytes, uint64_t initial_capacity_bytes)
+    : limit_(limit_bytes),
+      initial_(initial_capacity_bytes),
+      floor_(std::min(initial_capacity_bytes, kFloorBytes)),
+      headroom_(std::min(limit_bytes / 4, std::max(limit_bytes / 8, uint64_t{24} << 20))),
+      threshold_(limit_bytes - headroom_),
+      capacity_(initial_capacity_bytes) {}
+
+uint64_t MemoryGuardPolicy::Next(uint64_t used_bytes, uint64_t cache_bytes, Clock::time_point now) {
+  if (used_bytes > threshold_) {
+    if (!pressure_) ++events_;
+    pressure_ = true;
+    last_pressure_ = now;
+    // Half of what the cache holds now (a capacity far above its contents frees nothing).
+    capacity_ = std::max(floor_, std::min(capacity_, cache_bytes) / 2);
+    return capacity_;
+  }
+  // Calm: below the threshold by a second headroom.
+  const bool calm = used_bytes + headroom_ < threshold_;
+  if (pressure_ && calm) pressure_ = false;
+  if (!calm || capacity_ >= initial_ || now - last_pressure_ < kCalmBeforeRaise ||
+      now - last_raise_ < kRaiseEvery) {
+    return capacity_;
+  }
+  last_raise_ = now;
+  capacity_ = std::min(initial_, capacity_ + std::max<uint64_t>(initial_ / 16, 1));
+  return capacity_;
+}
+
+MemoryGuard::MemoryGuard(ByteCache* cache, const MemoryLimit& limit)
+    : cache_(cache),
+      watch_(MemoryWatch::For(limit)),
+      policy_(limit.bytes, cache ? cache->capacity_bytes() : 0) {
+  capacity_.store(policy_.capacity());
+  uint64_t used;
+  if (!watch_.ReadUsedBytes(&used)) {
+    Log()->info("memory guard: cannot read the memory used in {}: not watching", watch_.Describe());
+    g_running.store(this);
+    return;
+  }
+  used_.store(used);
+  g_running.store(this);
+  thread_ = std::thread([this] {
+    ::pthread_setname_np(::pthread_self(), "dsfs-memguard");
+    Run();
+  });
+}
+
+MemoryGuard::~MemoryGuard() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  const MemoryGuard* self = this;
+  g_running.compare_exchange_strong(self, nullptr);
+}
+
+void MemoryGuard::Run() {
+  using std::chrono::milliseconds;
+  std::unique_lock lock(mu_);
+  for (;;) {
+    uint64_t used = 0;
+    const bool read = watch_.ReadUsedBytes(&used);
+    if (read) used_.store(used, std::memory_order_relaxed);
+    const uint64_t threshold = policy_.threshold_bytes();
+    if (read && cache_ && cache_->capacity_bytes() > 0) {
+      const uint64_t before = cache_->stats().bytes;
+      const uint64_t was = policy_.capacity();
+      const uint64_t next = policy_.Next(used, before, MemoryGuardPolicy::Clock::now());
+      if (next != was) {
+        lock.unlock();
+        cache_->SetCapacity(next);
+        if (next < was) {
+          const uint64_t after = cache_->stats().bytes;
+          shed_.fetch_add(before - std::min(before, after), std::memory_order_relaxed);
+          ::malloc_trim(0);  // what was evicted goes back to the system, not to malloc's lists
+          Log()->info("memory pressure in {}: {} not reclaimable, more than {}: RAM cache {} -> {}",
+                      watch_.Describe(), FormatBytes(used), FormatBytes(threshold),
+                      FormatBytes(was), FormatBytes(next));
+        }
+        lock.lock();
+        capacity_.store(next, std::memory_order_relaxed);
+      }
+    } else if (read) {
+      policy_.Next(used, 0, MemoryGuardPolicy::Clock::now());  // counts events only
+    }
+    events_.store(policy_.pressure_events(), std::memory_order_relaxed);
+    // Sampled more often once half the limit is used: the cache may grow by tens of MB a tick.
+    const milliseconds interval(used > threshold / 2 ? 50 : 200);
+    if (cv_.wait_for(lock, interval, [&] { return stop_; })) return;
+  }
+}
+
+MemoryGuard::Stats MemoryGuard::stats() const {
+  Stats st;
+  st.watching = watch_.Describe();
+  st.used_bytes = used_.load(std::memory_order_relaxed);
+  st.threshold_bytes = policy_.threshold_bytes();
+  st.pressure_events = events_.load(std::memory_order_relaxed);
+  st.cache_capacity_bytes = cache_ ? cache_->capacity_bytes() : 0;
+  st.shed_bytes = shed_.load(std::memory_order_relaxed);
+  return st;
+}
+
+const MemoryGuard* MemoryGuard::Running() { return g_running.load(); }
+
+}  // namespace dsfs

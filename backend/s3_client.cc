@@ -173,16 +173,18 @@ struct Deadline {
   double base_s = 0;
   uint64_t expected_bytes = 0;
   uint64_t min_rate = 0;
+  bool whole_object = false;
   bool expired = false;
 };
 
 int OnProgress(void* user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                curl_off_t ulnow) {
   auto* d = static_cast<Deadline*>(user);
-  // What was asked or announced, not what arrived: an endless body does not buy itself time.
-  uint64_t bytes = std::max<uint64_t>({d->expected_bytes,
-                                       static_cast<uint64_t>(std::max<curl_off_t>(0, dltotal)),
-                                       static_cast<uint64_t>(std::max<curl_off_t>(0, ultotal))});
+  // What was asked (a range, an upload) or, for a whole object, what arrived: a size the server
+  // only announces (Content-Length) buys no time, and a body that trickles must keep up the
+  // rate on average. Endless bodies end at their byte limit (BodySink).
+  uint64_t bytes = d->expected_bytes;
+  if (d->whole_object) bytes = std::max<uint64_t>(bytes, std::max<curl_off_t>(0, dlnow));
   double allowed_s = d->base_s + static_cast<double>(bytes) / static_cast<double>(d->min_rate);
   double elapsed_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - d->start).count();
@@ -314,6 +316,7 @@ Status S3Client::Perform(const Request& req, Response* resp) {
     deadline.base_s = policy_.connect_timeout_ms / 1000.0 + policy_.low_speed_timeout_s;
     deadline.expected_bytes = std::max<uint64_t>(req.range_length, req.body.size());
     deadline.min_rate = kMinRateBytesPerS;
+    deadline.whole_object = req.method == "GET" && req.range_length == 0;
     curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, OnProgress);
     curl_easy_setopt(h, CURLOPT_XFERINFODATA, &deadline);
@@ -570,7 +573,7 @@ Status S3Client::CompleteMultipart(const std::string& bucket, const std::string&
   DSFS_RETURN_IF_ERROR(Perform(req, &resp));
   // The answer to a complete can be 200 with an error inside.
   if (resp.body.find("<Error>") != std::string::npos) {
-    return Status::IOError(req.what + ": " + XmlFirst(resp.body, "Code"));
+    return Status::IOError(req.what + ": " + ErrorCode(resp.body));
   }
   return Status::OK();
 }

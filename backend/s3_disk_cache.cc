@@ -72,6 +72,54 @@ bool WriteAll(int fd, std::string_view bytes) {
 
 std::string UidName(uid_t uid) { return "uid " + std::to_string(uid); }
 
+// Whether a directory may hold what the cache trusts: its owner is this user or root, and no
+// one else may replace its entries (not writable by group or others, or sticky).
+bool TrustedDirectory(const struct stat& st, uid_t me) {
+  return S_ISDIR(st.st_mode) && (st.st_uid == me || st.st_uid == 0) &&
+         (!(st.st_mode & (S_IWGRP | S_IWOTH)) || (st.st_mode & S_ISVTX));
+}
+
+// Checks the path to a cache directory: a symlink on the way must be this user's or root's and
+// sit in a trusted directory, and every directory the path resolves to on the way down must be
+// trusted, so no other user can swap what the path names between this check and its use. The
+// directories that do not exist yet are not checked (this user creates them). An empty string
+// if the path is safe; else what is wrong.
+std::string UntrustedOnTheWay(const std::string& path, uid_t me) {
+  std::filesystem::path abs = std::filesystem::absolute(path);
+  std::filesystem::path prefix = abs.root_path();
+  std::error_code ec;
+  for (const auto& part : abs.relative_path()) {
+    if (part.empty() || part == ".") continue;
+    std::filesystem::path next = prefix / part;
+    struct stat lst, parent;
+    if (::lstat(next.c_str(), &lst) != 0) break;  // from here on, created by this user
+    if (S_ISLNK(lst.st_mode)) {
+      if ((lst.st_uid != me && lst.st_uid != 0) || ::stat(prefix.c_str(), &parent) != 0 ||
+          !TrustedDirectory(parent, me) ||
+          ((parent.st_mode & (S_IWGRP | S_IWOTH)) && parent.st_uid != me && parent.st_uid != 0)) {
+        return next.string() + " is a symlink another user could have made or replaced";
+      }
+    }
+    std::filesystem::path real = std::filesystem::canonical(next, ec);
+    if (ec) break;
+    // Every directory the real path passes through.
+    std::filesystem::path walk = real.root_path();
+    for (const auto& r : real.relative_path()) {
+      walk /= r;
+      struct stat st;
+      if (::stat(walk.c_str(), &st) != 0) break;
+      // The cache directory itself is checked by Open (its own rules); all above it here.
+      if (S_ISDIR(st.st_mode) && !TrustedDirectory(st, me) && !(walk == real && next == abs)) {
+        return walk.string() +
+               " belongs to another user or is writable by others (they could replace what is "
+               "below)";
+      }
+    }
+    prefix = next;
+  }
+  return "";
+}
+
 }  // namespace
 
 S3CacheRoot::~S3CacheRoot() {
@@ -80,6 +128,11 @@ S3CacheRoot::~S3CacheRoot() {
 
 Status S3CacheRoot::Open(const std::string& cache_dir, const std::string& name) {
   const std::string fix = ": choose another cache_dir= (or cache_disk=0 for none)";
+  const uid_t me = ::geteuid();
+  if (std::string why = UntrustedOnTheWay(cache_dir, me); !why.empty()) {
+    return Status::InvalidArgument(cache_dir + ": not a safe S3 disk cache directory: " + why +
+                                   fix);
+  }
   std::error_code ec;
   if (!std::filesystem::exists(cache_dir, ec)) {
     std::filesystem::path p(cache_dir);
@@ -94,8 +147,7 @@ Status S3CacheRoot::Open(const std::string& cache_dir, const std::string& name) 
     return Status::IOError(cache_dir +
                            ": cannot open the S3 disk cache directory: " + std::strerror(errno));
   }
-  struct stat st;
-  const uid_t me = ::geteuid();
+  struct stat st = {};
   if (::fstat(dir, &st) != 0 || (st.st_uid != me && st.st_uid != 0)) {
     ::close(dir);
     return Status::InvalidArgument(cache_dir + ": the S3 disk cache directory belongs to " +

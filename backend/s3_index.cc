@@ -16,6 +16,9 @@ constexpr size_t kSumOffset = 48;
 constexpr size_t kIndexHeaderBytes = kSumOffset + 8;
 // The smallest entry: five one-byte varints (an empty key), the checksum.
 constexpr uint64_t kMinEntryBytes = 5 + 8;
+// An entry list compresses little (every entry holds an 8-byte checksum): more than this many
+// times the compressed list is a bomb, not an index.
+constexpr uint64_t kMaxListRatio = 16;
 
 void PutU64(std::string* s, uint64_t v) { s->append(reinterpret_cast<const char*>(&v), 8); }
 void PutU32(std::string* s, uint32_t v) { s->append(reinterpret_cast<const char*>(&v), 4); }
@@ -166,10 +169,11 @@ Status ParseS3Index(const std::string& name, std::string_view bytes, S3Index* in
     index->object_sizes.push_back(size);
   }
   body.remove_prefix(8 * objects);
+  if (raw > kMaxListRatio * body.size() + (1 << 20)) return bad("entry list size");
   std::string list;
   if (!DecompressExactly(body, raw, &list)) return bad("entry list");
   std::string_view in(list);
-  index->entries.reserve(entries);
+  index->entries.reserve(std::min<uint64_t>(entries, list.size() / kMinEntryBytes));
   for (uint64_t i = 0; i < entries; ++i) {
     uint64_t klen, obj, off, len, raw_len;
     if (!GetVarint(&in, &klen) || klen > in.size() || klen > UINT32_MAX) {

@@ -25,7 +25,7 @@ namespace dsfs {
 // (stored or decompressed), a data object, the index object and its entry list.
 inline constexpr uint64_t kS3MaxValueBytes = uint64_t{1} << 30;
 inline constexpr uint64_t kS3MaxObjectBytes = uint64_t{1} << 40;
-inline constexpr uint64_t kS3MaxIndexBytes = uint64_t{1} << 30;
+inline constexpr uint64_t kS3MaxIndexBytes = uint64_t{256} << 20;
 inline constexpr uint64_t kS3MaxIndexListBytes = uint64_t{4} << 30;
 
 struct S3IndexEntry {

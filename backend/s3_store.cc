@@ -438,7 +438,12 @@ class S3Reader : public KvReader {
       // threads waiting on it must never wait for good.
       try {
         flight->status = FetchSpan(e.object, begin, end, &flight->bytes);
-        if (flight->status.ok() && disk_) disk_->Write(e.object, begin, flight->bytes);
+        // Kept on disk only if the value it was fetched for checks out (a server answering
+        // other bytes fills no cache).
+        if (flight->status.ok() && disk_ && e.offset - begin + e.length <= flight->bytes.size() &&
+            XXH3_64bits(flight->bytes.data() + (e.offset - begin), e.length) == e.sum) {
+          disk_->Write(e.object, begin, flight->bytes);
+        }
       } catch (const std::bad_alloc&) {
         flight->status = Status::IOError(url_.ToString() + ": out of memory fetching " +
                                          std::to_string(end - begin) + " bytes");
@@ -535,7 +540,11 @@ Status NewS3Writer(const std::string& url_text, const KvWriterOptions& options,
 Status OpenS3Reader(const std::string& url, const KvReaderOptions& options,
                     std::unique_ptr<KvReader>* reader) {
   auto r = std::make_unique<S3Reader>();
-  DSFS_RETURN_IF_ERROR(r->Open(url, options));
+  try {
+    DSFS_RETURN_IF_ERROR(r->Open(url, options));
+  } catch (const std::bad_alloc&) {
+    return Status::IOError(url + ": out of memory reading the S3 index");
+  }
   *reader = std::move(r);
   return Status::OK();
 }

@@ -12,6 +12,8 @@ every later request that matches misbehaves:
   oversize [MATCH]              a GET answered with ten times the bytes asked
   error STATUS TEXT [MATCH]     every request answered STATUS with <Code>TEXT</Code>; TEXT is
                                 Python-unescaped (\\n, \\x1b) first
+  bigclaim RATE [MATCH]         a GET answered with a Content-Length of 10^15, the bytes at RATE/s
+  errcomplete TEXT              a multipart completion answered 200 with <Error><Code>TEXT
   stall [MATCH]                 the request read, then no answer at all
   reset [MATCH]                 the connection closed without an answer
 
@@ -97,7 +99,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         """Answers the request the hostile way if the mode says so; True if it did."""
         m = mode()
         kind = m[0]
-        match = {"drip": 2, "error": 3}.get(kind, 1)
+        match = {"drip": 2, "bigclaim": 2, "error": 3, "errcomplete": 2}.get(kind, 1)
         if len(m) > match and m[match] not in self.path:
             return False
         note(f"{self.command} {self.path} {self.headers.get('Range', '-')}")
@@ -111,11 +113,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.body()
             time.sleep(3600)
             return True
+        if kind == "errcomplete":
+            if self.command != "POST" or "uploadId" not in self.path:
+                return False
+            self.body()
+            text = m[1].encode().decode("unicode_escape")
+            self.answer(200, f"<Error><Code>{text}</Code></Error>".encode())
+            return True
         if kind == "reset":
             self.close_connection = True
             self.connection.shutdown(2)
             return True
-        if self.command != "GET" or kind not in ("drip", "endless", "oversize"):
+        if self.command != "GET" or kind not in ("drip", "bigclaim", "endless", "oversize"):
             return False
         data, first, last = self.ranged()
         if data is None:
@@ -137,8 +146,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.answer(206, big, {"Content-Range": f"bytes {first}-{first + len(big) - 1}/*"})
             return True
         rate = max(1, int(m[1]))
-        self.send_response(206)
-        self.send_header("Content-Length", str(len(piece)))
+        self.send_response(206 if "Range" in self.headers else 200)
+        self.send_header("Content-Length", str(10**15 if kind == "bigclaim" else len(piece)))
         self.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
         self.end_headers()
         try:

@@ -96,6 +96,28 @@ TEST_F(HostileS3Test, DripAboveTheLowSpeedLimitMeetsTheDeadline) {
   EXPECT_TRUE(IsOneLineError(r, {"deadline"})) << Describe(r);
 }
 
+// A Content-Length of 10^15 announced, then a trickle: an announced size buys no time.
+TEST_F(HostileS3Test, AnAnnouncedHugeLengthBuysNoTime) {
+  server_.SetMode("bigclaim 4000 /data/");
+  EXPECT_TRUE(IsOneLineError(Dsfs({"cat", url_, "/d1/f1"}, 120), {"deadline"}));
+  // The index (2 KB here) ends before any deadline: the claim is found out as a short body.
+  server_.SetMode("bigclaim 4000 dsfs-index");
+  EXPECT_TRUE(IsOneLineError(Dsfs({"ls", url_}, 120), {"deadline", "partial file"}));
+}
+
+// A multipart completion answered 200 with an error inside: its code escaped, one line.
+TEST_F(HostileS3Test, AFailedMultipartCompletionIsEscapedOnOneLine) {
+  const std::string src = dir_ / "src20";
+  WriteFile(src + "/large.bin", RandomBytes(20 << 20, 12));
+  const std::string store = dir_ / "s20.db";
+  ASSERT_EQ(Dsfs({"pack", "-q", "--backend", "lmdb", src, store}).exit_code, 0);
+  server_.SetMode("errcomplete \\x1b[31mEVIL\\nSECOND\\x07");
+  CommandResult r = Dsfs({"push", "-q", store, url_ + "20"}, 120);
+  EXPECT_TRUE(IsOneLineError(r, {"multipart complete"})) << Describe(r);
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << Printable(r.err);
+  EXPECT_EQ(r.err.find('\x07'), std::string::npos) << Printable(r.err);
+}
+
 TEST_F(HostileS3Test, EndlessAndOversizedBodiesAreCutAndMemoryStaysBounded) {
   for (const char* mode : {"endless /data/", "oversize /data/"}) {
     server_.SetMode(mode);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 #define XXH_INLINE_ALL
 #include <xxhash.h>
+#include <zstd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -99,6 +100,24 @@ TEST(S3IndexTest, EntriesBeyondTheLimitsOrTheirObjectAreRefused) {
   EXPECT_TRUE(ParseS3Index("x", bytes, &index).IsCorruption());
 }
 
+// A list of zeros claims gigabytes from a few kilobytes: refused before it is decompressed.
+TEST(S3IndexTest, ADecompressionBombIsRefusedBeforeItIsDecompressed) {
+  std::string bytes = fuzz::SampleS3Index(1, 5);
+  const std::string zeros(64 << 20, '\0');
+  std::string z(ZSTD_compressBound(zeros.size()), '\0');
+  z.resize(ZSTD_compress(z.data(), z.size(), zeros.data(), zeros.size(), 19));
+  ASSERT_LT(z.size(), 64u << 10);
+  bytes.resize(56 + 8);  // the header and the one object's size
+  bytes += z;
+  PutU64At(&bytes, 32, zeros.size() / 13);
+  PutU64At(&bytes, 40, zeros.size());
+  Repair(&bytes);
+  S3Index index;
+  Status s = ParseS3Index("x", bytes, &index);
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_NE(s.message().find("entry list size"), std::string::npos) << s.ToString();
+}
+
 TEST(S3IndexTest, TruncationsAndOtherBytesAreOneLine) {
   const std::string good = fuzz::SampleS3Index(12, 5);
   for (size_t n = 0; n < good.size(); n += 7) {
@@ -177,6 +196,39 @@ TEST(S3DiskCacheTest, DirectoriesOfOthersOrWritableByOthersAreRefused) {
   // A store directory others may write is refused.
   ASSERT_EQ(::chmod((d.cache + "/s3-a").c_str(), 0777), 0);
   EXPECT_TRUE(S3CacheRoot().Open(d.cache, "s3-a").code() == Status::Code::kInvalidArgument);
+}
+
+// The path to the cache directory: a link another user made, or a directory of theirs on the
+// way, could send root's cache anywhere. Refused.
+TEST(S3DiskCacheTest, APathThroughAnotherUsersDirectoryOrLinkIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "SKIPPED: needs root (chown)";
+  CacheDirs d;
+  const std::string evil = d.tmp / "evil";
+  MakeDir(evil);
+  ASSERT_EQ(::chown(evil.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::symlink(d.victim.c_str(), (evil + "/cache").c_str()), 0);
+  ASSERT_EQ(::lchown((evil + "/cache").c_str(), 65534, 65534), 0);
+  Status s = S3CacheRoot().Open(evil + "/cache", "s3-a");
+  EXPECT_TRUE(s.code() == Status::Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("another user"), std::string::npos) << s.ToString();
+  MakeDir(evil + "/real");
+  s = S3CacheRoot().Open(evil + "/real", "s3-a");
+  EXPECT_TRUE(s.code() == Status::Code::kInvalidArgument) << s.ToString();
+  s = S3CacheRoot().Open(evil + "/missing/cache", "s3-a");
+  EXPECT_TRUE(s.code() == Status::Code::kInvalidArgument) << s.ToString();
+  EXPECT_FALSE(std::filesystem::exists(d.victim + "/s3-a"));
+  d.ExpectVictimIntact();
+  // Another user's link in this user's directory (made before it was locked down).
+  ASSERT_EQ(::symlink(d.victim.c_str(), (d.tmp / "theirs").c_str()), 0);
+  ASSERT_EQ(::lchown((d.tmp / "theirs").c_str(), 65534, 65534), 0);
+  s = S3CacheRoot().Open(d.tmp / "theirs", "s3-a");
+  EXPECT_NE(s.message().find("symlink"), std::string::npos) << s.ToString();
+  // A link of this user's in a directory of this user's is the user's choice: followed.
+  const std::string mine = d.tmp / "mine";
+  MakeDir(mine);
+  ASSERT_EQ(::symlink((d.tmp / "target").c_str(), (mine + "/cache").c_str()), 0);
+  MakeDir(d.tmp / "target");
+  EXPECT_TRUE(S3CacheRoot().Open(mine + "/cache", "s3-a").ok());
 }
 
 TEST(S3DiskCacheTest, LinksInPlaceOfDataFilesOrTheIndexAreNotFollowed) {

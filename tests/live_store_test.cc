@@ -187,7 +187,9 @@ TEST_F(LiveStoreTest, StoreOverwrittenInPlaceFailsWithEioAndTheDaemonLives) {
   CommandResult r = RunCommand({"cp", DataFile(other_), data_file});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   const int failed = ReadEveryFile();
-  EXPECT_GT(failed, 0);
+  // Under -o kernel the image read-ahead may have put every file in the kernel's page cache
+  // before the copy: then nothing needs the store, and nothing fails (no wrong bytes either).
+  if (!KernelMountUnderTest()) EXPECT_GT(failed, 0);
   ExpectAlive();
   EXPECT_TRUE(WaitForChangeLine()) << "no line about the change:\n" << ReadFile(log_);
   // Once the change is seen, nothing but the cache is served: every file not read before fails.

@@ -101,14 +101,10 @@ TEST(FileWatchTest, WatchesOfOneFileAreIndependent) {
   EXPECT_EQ(first.load(), 0);
 }
 
-// In a sanitizer build the sanitizer's own handler takes the fault (it reports and exits 1):
-// the process still dies, which is what is checked there.
-bool DiedOfTheFault(int status) {
-  if (kSanitized) return !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  return WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS;
-}
-
 TEST(FileWatchDeathTest, FaultOutsideAGuardedMappingStillKills) {
+  // A sanitizer installs its own SIGBUS handler (it reports, and the CI counts the report as a
+  // finding): what is checked here is the default action, in normal builds.
+  if (kSanitized) GTEST_SKIP() << "SKIPPED: the sanitizer takes SIGBUS itself in this build";
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   TempDir dir;
   EXPECT_EXIT(
@@ -120,7 +116,7 @@ TEST(FileWatchDeathTest, FaultOutsideAGuardedMappingStillKills) {
         (void)unguarded.At(2 * kPage);
         _exit(0);
       },
-      DiedOfTheFault, "");
+      ::testing::KilledBySignal(SIGBUS), "");
 }
 
 }  // namespace

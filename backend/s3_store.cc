@@ -433,6 +433,12 @@ class S3Reader : public KvReader {
       }
       flight = slot;
     }
+    // The value checks out in the span (FetchSpan made sure the span is whole): the leader
+    // learns it before keeping the span on disk, a follower after the flight.
+    auto matches = [&] {
+      return XXH3_64bits(flight->bytes.data() + (e.offset - begin), e.length) == e.sum;
+    };
+    bool checked = false;
     if (leader) {
       // Whatever happens here (an error, bad_alloc, any exception), the flight completes: the
       // threads waiting on it must never wait for good.
@@ -440,10 +446,8 @@ class S3Reader : public KvReader {
         flight->status = FetchSpan(e.object, begin, end, &flight->bytes);
         // Kept on disk only if the value it was fetched for checks out (a server answering
         // other bytes fills no cache).
-        if (flight->status.ok() && disk_ && e.offset - begin + e.length <= flight->bytes.size() &&
-            XXH3_64bits(flight->bytes.data() + (e.offset - begin), e.length) == e.sum) {
-          disk_->Write(e.object, begin, flight->bytes);
-        }
+        checked = flight->status.ok() && matches();
+        if (checked && disk_) disk_->Write(e.object, begin, flight->bytes);
       } catch (const std::bad_alloc&) {
         flight->status = Status::IOError(url_.ToString() + ": out of memory fetching " +
                                          std::to_string(end - begin) + " bytes");
@@ -463,12 +467,12 @@ class S3Reader : public KvReader {
       flight->cv.wait(lock, [&] { return flight->done; });
     }
     DSFS_RETURN_IF_ERROR(flight->status);
-    *out = flight->bytes.substr(e.offset - begin, e.length);
-    if (XXH3_64bits(out->data(), out->size()) != e.sum) {
+    if (!checked && !matches()) {
       return Status::Corruption(url_.ToString() + ": data object " +
                                 DataKey(url_.prefix, index_.id, e.object) +
                                 " does not match its index (checksum)");
     }
+    *out = flight->bytes.substr(e.offset - begin, e.length);
     return Status::OK();
   }
 

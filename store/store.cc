@@ -200,8 +200,8 @@ Status Store::Init() {
       return Status::Corruption("name table size does not match the header");
     }
     auto will_need = [kv = kv_.get()](std::string_view range) { kv->WillNeed(range); };
-    DSFS_RETURN_IF_ERROR(inodes_.Init("inode", inode_value_.data(), inode_sums_.data(),
-                                      h.segment_bytes, will_need));
+    DSFS_RETURN_IF_ERROR(
+        inodes_.Init("inode", inode_value_.data(), inode_sums_.data(), h.segment_bytes, will_need));
     DSFS_RETURN_IF_ERROR(
         names_.Init("name", name_value_.data(), name_sums_.data(), h.segment_bytes, will_need));
   }
@@ -402,7 +402,7 @@ Status Store::WalkUp(uint32_t ino, uint32_t top,
 }
 
 Status Store::PathOf(uint32_t ino, uint32_t top, std::string* path) const {
-  std::vector<std::string_view> parts;  // last component first
+  std::vector<std::string_view> parts;        // last component first
   std::vector<SegmentedTable::Segment> pins;  // what they point into (version 3)
   bool reached = false;
   Status s = WalkUp(
@@ -679,14 +679,18 @@ void Store::NoteBackendRead(uint64_t bytes) const {
   }
 }
 
-Status Store::TimedDecode(const PayloadView& p, char* dst) const {
-  auto t0 = std::chrono::steady_clock::now();
-  Status s = ThreadDecoder().Decode(p, dict_.get(), dst);
+void Store::CountDecodeSince(std::chrono::steady_clock::time_point t0) const {
   auto ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
           .count();
   decoded_chunks_.fetch_add(1, std::memory_order_relaxed);
   decode_ns_.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+}
+
+Status Store::TimedDecode(const PayloadView& p, char* dst) const {
+  auto t0 = std::chrono::steady_clock::now();
+  Status s = ThreadDecoder().Decode(p, dict_.get(), dst);
+  CountDecodeSince(t0);
   return s;
 }
 
@@ -695,11 +699,7 @@ Status Store::TimedDecodePrefix(const PayloadView& p, char* dst,
                                 uint64_t* decoded) const {
   auto t0 = std::chrono::steady_clock::now();
   Status s = ThreadDecoder().DecodePrefix(p, dict_.get(), dst, need, decoded);
-  auto ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-          .count();
-  decoded_chunks_.fetch_add(1, std::memory_order_relaxed);
-  decode_ns_.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+  CountDecodeSince(t0);
   return s;
 }
 

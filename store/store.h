@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -67,8 +68,7 @@ class Store {
   static bool HasStoreHeader(const std::string& path);
   // Same, over an already opened key-value reader (tests use memory and fault-injecting ones).
   static Status Open(std::unique_ptr<KvReader> kv, std::unique_ptr<Store>* store,
-                     std::shared_ptr<ByteCache> cache = nullptr,
-                     uint64_t metadata_cache_bytes = 0);
+                     std::shared_ptr<ByteCache> cache = nullptr, uint64_t metadata_cache_bytes = 0);
 
   const StoreHeader& header() const { return header_; }
   std::string_view backend_name() const { return kv_->Name(); }
@@ -203,6 +203,8 @@ class Store {
   // before it.
   Status CheckGroupStart(char space, std::string_view group, uint64_t last_id) const;
   Status TimedDecode(const PayloadView& p, char* dst) const;
+  // Counts one decode that started at t0 (decoded_chunks_, decode_ns_).
+  void CountDecodeSince(std::chrono::steady_clock::time_point t0) const;
   // PayloadDecoder::DecodePrefix, timed like TimedDecode.
   Status TimedDecodePrefix(const PayloadView& p, char* dst,
                            const std::function<uint64_t(std::string_view)>& need,

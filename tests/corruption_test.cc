@@ -41,17 +41,7 @@ Status PackWith(const std::string& backend, const std::string& src, const std::s
 
 std::vector<BackendFactory> Backends() {
   return {{"lmdb", [](const std::string& path) { return path; }},
-          {"rocksdb", [](const std::string& path) {
-             std::string largest;
-             uintmax_t size = 0;
-             for (const auto& e : std::filesystem::directory_iterator(path)) {
-               if (e.path().extension() == ".sst" && e.file_size() > size) {
-                 size = e.file_size();
-                 largest = e.path().string();
-               }
-             }
-             return largest;
-           }}};
+          {"rocksdb", [](const std::string& path) { return PayloadFile(path); }}};
 }
 
 class CorruptionTest : public ::testing::TestWithParam<BackendFactory> {

@@ -94,6 +94,14 @@ std::string HostileS3::NewBucket() {
   return b;
 }
 
+void HostileS3::PackAndPush(const std::string& src, const std::string& store, std::string* url) {
+  CommandResult r = Dsfs({"pack", "-q", "--backend", "lmdb", src, store});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  *url = "s3://" + NewBucket() + "/s";
+  r = Dsfs({"push", "-q", store, *url});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+}
+
 void HostileS3::SetMode(const std::string& mode) {
   WriteFile(state_ / "mode.tmp", mode + "\n");
   ::rename((state_ / "mode.tmp").c_str(), (state_ / "mode").c_str());

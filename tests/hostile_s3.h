@@ -31,6 +31,9 @@ class HostileS3 {
   const std::string& endpoint() const { return endpoint_; }
   // A new bucket (created on the server).
   std::string NewBucket();
+  // Packs `src` into an LMDB store at `store` and pushes it to PREFIX s of a new bucket; the
+  // store's URL in *url. A fatal failure if either fails (call with ASSERT_NO_FATAL_FAILURE).
+  void PackAndPush(const std::string& src, const std::string& store, std::string* url);
   // The mode of every later request (see tests/hostile_s3.py): "normal", "drip 2 /data/",
   // "endless /data/", "oversize", "error 500 TEXT", "stall", "reset".
   void SetMode(const std::string& mode);

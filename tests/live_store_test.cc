@@ -65,21 +65,6 @@ class LiveStoreTest : public ::testing::Test {
     return path;
   }
 
-  // The file of store `path` that holds the payloads: the store itself (LMDB), or its largest
-  // table file (RocksDB).
-  static std::string DataFile(const std::string& path) {
-    if (!std::filesystem::is_directory(path)) return path;
-    std::string largest;
-    uintmax_t size = 0;
-    for (const auto& e : std::filesystem::directory_iterator(path)) {
-      if (e.path().extension() == ".sst" && e.file_size() > size) {
-        size = e.file_size();
-        largest = e.path().string();
-      }
-    }
-    return largest;
-  }
-
   // Mounts the store and reads the first files of each directory (`warm_`), so that the RAM
   // cache and the kernel's page cache hold them.
   void MountAndWarm(MountGuard* guard) {
@@ -165,7 +150,7 @@ class LiveStoreTest : public ::testing::Test {
 TEST_F(LiveStoreTest, TruncatedStoreFailsOnlyWhatIsGoneAndTheDaemonLives) {
   MountGuard guard(mp_);
   ASSERT_NO_FATAL_FAILURE(MountAndWarm(&guard));
-  const std::string data_file = DataFile(store_);
+  const std::string data_file = PayloadFile(store_);
   const uintmax_t size = std::filesystem::file_size(data_file);
   std::filesystem::resize_file(data_file, size / 4);
   const int failed = ReadEveryFile();
@@ -183,8 +168,8 @@ TEST_F(LiveStoreTest, StoreOverwrittenInPlaceFailsWithEioAndTheDaemonLives) {
   MountGuard guard(mp_);
   ASSERT_NO_FATAL_FAILURE(MountAndWarm(&guard));
   // As an admin would: cp over the mounted file (it truncates and rewrites the same inode).
-  const std::string data_file = DataFile(store_);
-  CommandResult r = RunCommand({"cp", DataFile(other_), data_file});
+  const std::string data_file = PayloadFile(store_);
+  CommandResult r = RunCommand({"cp", PayloadFile(other_), data_file});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   const int failed = ReadEveryFile();
   // Under -o kernel the image read-ahead may have put every file in the kernel's page cache
@@ -221,9 +206,9 @@ TEST_F(LiveStoreTest, StoreReplacedByRenameKeepsServingTheOldOne) {
   MountGuard guard(mp_);
   ASSERT_NO_FATAL_FAILURE(MountAndWarm(&guard));
   // `mv new.db mounted.db`: the daemon keeps the inode it opened, which nothing changes.
-  const std::string data_file = DataFile(store_);
+  const std::string data_file = PayloadFile(store_);
   const std::string next = data_file + ".new";
-  std::filesystem::copy_file(DataFile(other_), next);
+  std::filesystem::copy_file(PayloadFile(other_), next);
   std::filesystem::rename(next, data_file);
   EXPECT_EQ(ReadEveryFile(), 0);
   ExpectAlive();

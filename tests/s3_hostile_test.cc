@@ -40,11 +40,7 @@ class HostileS3Test : public ::testing::Test {
     }
     WriteFile(src_ + "/big.bin", RandomBytes(3 << 20, 3));
     store_ = dir_ / "store.db";
-    CommandResult r = Dsfs({"pack", "-q", "--backend", "lmdb", src_, store_});
-    ASSERT_EQ(r.exit_code, 0) << Describe(r);
-    url_ = "s3://" + server_.NewBucket() + "/s";
-    r = Dsfs({"push", "-q", store_, url_});
-    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    ASSERT_NO_FATAL_FAILURE(server_.PackAndPush(src_, store_, &url_));
   }
 
   HostileS3 server_;

@@ -70,6 +70,26 @@ ReadResult DirectRead(const std::string& path, off_t offset, size_t size) {
   return r;
 }
 
+// A buffered read(2) (EROFS serves it from the page cache or asks the image server).
+ReadResult BufferedRead(const std::string& path, off_t offset, size_t size) {
+  ReadResult r;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    r.error = errno;
+    return r;
+  }
+  r.bytes.resize(size);
+  ssize_t n = ::pread(fd, r.bytes.data(), size, offset);
+  if (n < 0) {
+    r.error = errno;
+    r.bytes.clear();
+  } else {
+    r.bytes.resize(static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return r;
+}
+
 // The stats file, read whole (it is never cached: each read is a request).
 ReadResult ReadStatsFile(const std::string& mp) {
   ReadResult r;
@@ -94,15 +114,66 @@ class HostileS3Tree : public ::testing::Test {
       WriteFile(src_ + "/cold/k" + std::to_string(i), RandomBytes(kColdBytes, 101 + i));
     }
     store_ = dir_ / "store.db";
-    CommandResult r = Dsfs({"pack", "-q", "--backend", "lmdb", src_, store_});
-    ASSERT_EQ(r.exit_code, 0) << Describe(r);
-    url_ = "s3://" + server_.NewBucket() + "/s";
-    r = Dsfs({"push", "-q", store_, url_});
-    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    ASSERT_NO_FATAL_FAILURE(server_.PackAndPush(src_, store_, &url_));
   }
 
   std::string Cached(int i) const { return "/cached/c" + std::to_string(i); }
   std::string Cold(int i) const { return "/cold/k" + std::to_string(i); }
+
+  using ReadFn = ReadResult (*)(const std::string& path, off_t offset, size_t size);
+
+  // Puts in memory what the stall must not hold: the cached files, read whole with `read`, and
+  // the cold files' metadata (looked up one by one: a listing would push their bytes into the
+  // page cache).
+  void ReadWhatStaysInMemory(const std::string& mp, ReadFn read) {
+    for (int i = 0; i < kCachedFiles; ++i) {
+      ReadResult c = read(mp + Cached(i), 0, 1 << 16);
+      ASSERT_EQ(c.error, 0) << Cached(i) << ": " << std::strerror(c.error);
+      ASSERT_EQ(c.bytes, ReadFile(src_ + Cached(i))) << Cached(i);
+    }
+    for (int i = 0; i < kColdFiles; ++i) {
+      struct stat st;
+      ASSERT_EQ(::stat((mp + Cold(i)).c_str(), &st), 0) << Cold(i) << ": " << std::strerror(errno);
+      ASSERT_EQ(static_cast<uint64_t>(st.st_size), kColdBytes);
+    }
+  }
+
+  // Stalls every GET of a data object and starts a read of each cold file with `read`; returns
+  // once they reach the server beyond what two threads could hold (a bounded wait).
+  std::vector<std::future<ReadResult>> StartStalledReads(const std::string& mp, ReadFn read) {
+    server_.SetMode("stall /data/");
+    const int stalled_before = server_.HostileRequests();
+    std::vector<std::future<ReadResult>> cold;
+    for (int i = 0; i < kColdFiles; ++i) {
+      cold.push_back(std::async(std::launch::async, [this, &mp, read, i] {
+        return read(mp + Cold(i), kColdOffset, kReadBytes);
+      }));
+    }
+    const auto wait_until = Clock::now() + kHangGuard;
+    while (server_.HostileRequests() < stalled_before + 3 && Clock::now() < wait_until) {
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    EXPECT_GE(server_.HostileRequests(), stalled_before + 3)
+        << "the cold reads did not reach the server at the same time";
+    return cold;
+  }
+
+  // Serves again; the stalled reads end within `wait` (EIO once the client's deadline passes),
+  // or were served (a block fetched before the stall): never wrong bytes.
+  void ExpectStalledReadsEnd(std::vector<std::future<ReadResult>>* cold,
+                             std::chrono::seconds wait) {
+    server_.SetMode("normal");
+    for (int i = 0; i < kColdFiles; ++i) {
+      ASSERT_EQ((*cold)[i].wait_for(wait), std::future_status::ready)
+          << Cold(i) << ": the stalled read never ended";
+      ReadResult cr = (*cold)[i].get();
+      if (cr.error != 0) {
+        EXPECT_EQ(cr.error, EIO) << Cold(i) << ": " << std::strerror(cr.error);
+      } else {
+        EXPECT_EQ(cr.bytes, ReadFile(src_ + Cold(i)).substr(kColdOffset, kReadBytes)) << Cold(i);
+      }
+    }
+  }
 
   HostileS3 server_;
   TempDir dir_;
@@ -130,19 +201,9 @@ TEST_P(HostileS3ThreadsTest, AStalledFetchHoldsNoRequestThread) {
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   const std::string mp = guard.mountpoint();
 
-  // In memory: the cached files (their group in the RAM cache), the cold files' metadata
-  // (looked up one by one: a listing would push their bytes into the page cache), the stats
-  // file.
-  for (int i = 0; i < kCachedFiles; ++i) {
-    ReadResult c = DirectRead(mp + Cached(i), 0, 1 << 16);
-    ASSERT_EQ(c.error, 0) << Cached(i) << ": " << std::strerror(c.error);
-    ASSERT_EQ(c.bytes, ReadFile(src_ + Cached(i))) << Cached(i);
-  }
-  for (int i = 0; i < kColdFiles; ++i) {
-    struct stat st;
-    ASSERT_EQ(::stat((mp + Cold(i)).c_str(), &st), 0) << Cold(i) << ": " << std::strerror(errno);
-    ASSERT_EQ(static_cast<uint64_t>(st.st_size), kColdBytes);
-  }
+  // In memory: the cached files (their group in the RAM cache), the cold files' metadata, the
+  // stats file.
+  ASSERT_NO_FATAL_FAILURE(ReadWhatStaysInMemory(mp, DirectRead));
   ReadResult stats = ReadStatsFile(mp);
   ASSERT_EQ(stats.error, 0);
   if (transport == "uring") {
@@ -153,20 +214,7 @@ TEST_P(HostileS3ThreadsTest, AStalledFetchHoldsNoRequestThread) {
 
   // Every GET of a data object stalls from here: the cold reads block, more of them than the
   // request threads.
-  server_.SetMode("stall /data/");
-  const int stalled_before = server_.HostileRequests();
-  std::vector<std::future<ReadResult>> cold;
-  for (int i = 0; i < kColdFiles; ++i) {
-    cold.push_back(std::async(
-        std::launch::async, [&, i] { return DirectRead(mp + Cold(i), kColdOffset, kReadBytes); }));
-  }
-  // They reach the server beyond what the two request threads could hold (a bounded wait).
-  const auto wait_until = Clock::now() + kHangGuard;
-  while (server_.HostileRequests() < stalled_before + 3 && Clock::now() < wait_until) {
-    std::this_thread::sleep_for(milliseconds(50));
-  }
-  EXPECT_GE(server_.HostileRequests(), stalled_before + 3)
-      << "the cold reads did not reach the server at the same time";
+  std::vector<std::future<ReadResult>> cold = StartStalledReads(mp, DirectRead);
 
   // Meanwhile what is in memory is answered, by the request threads.
   for (int round = 0; round < 3; ++round) {
@@ -193,19 +241,7 @@ TEST_P(HostileS3ThreadsTest, AStalledFetchHoldsNoRequestThread) {
     EXPECT_EQ(::stat((mp + Cold(round)).c_str(), &st), 0);  // metadata loaded: no fetch
   }
 
-  // The stalled reads end (EIO once the client's deadline passes), or were served (a block
-  // fetched before the stall); never wrong bytes. Then the endpoint serves again.
-  server_.SetMode("normal");
-  for (int i = 0; i < kColdFiles; ++i) {
-    ASSERT_EQ(cold[i].wait_for(std::chrono::seconds(4 * kStallTimeoutS)), std::future_status::ready)
-        << Cold(i) << ": the stalled read never ended";
-    ReadResult cr = cold[i].get();
-    if (cr.error != 0) {
-      EXPECT_EQ(cr.error, EIO) << Cold(i) << ": " << std::strerror(cr.error);
-    } else {
-      EXPECT_EQ(cr.bytes, ReadFile(src_ + Cold(i)).substr(kColdOffset, kReadBytes)) << Cold(i);
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectStalledReadsEnd(&cold, std::chrono::seconds(4 * kStallTimeoutS)));
   for (int i = 0; i < kColdFiles; ++i) {
     ReadResult cr = DirectRead(mp + Cold(i), kColdOffset, kReadBytes);
     ASSERT_EQ(cr.error, 0) << Cold(i) << ": " << std::strerror(cr.error);
@@ -213,26 +249,6 @@ TEST_P(HostileS3ThreadsTest, AStalledFetchHoldsNoRequestThread) {
   }
   guard.Release();
   EXPECT_FALSE(IsMounted(mp));
-}
-
-// A buffered read(2) (EROFS serves it from the page cache or asks the image server).
-ReadResult BufferedRead(const std::string& path, off_t offset, size_t size) {
-  ReadResult r;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    r.error = errno;
-    return r;
-  }
-  r.bytes.resize(size);
-  ssize_t n = ::pread(fd, r.bytes.data(), size, offset);
-  if (n < 0) {
-    r.error = errno;
-    r.bytes.clear();
-  } else {
-    r.bytes.resize(static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return r;
 }
 
 // -o kernel: EROFS over the image served by the daemon's image server (2 session threads).
@@ -268,33 +284,11 @@ TEST_F(HostileS3Tree, UnderKernelAStalledFetchHoldsNoSessionThread) {
     return sr;
   };
 
-  // Read whole: the cached files (in EROFS's page cache now), the cold files' metadata.
-  for (int i = 0; i < kCachedFiles; ++i) {
-    ReadResult c = BufferedRead(mp + Cached(i), 0, 1 << 16);
-    ASSERT_EQ(c.error, 0) << Cached(i) << ": " << std::strerror(c.error);
-    ASSERT_EQ(c.bytes, ReadFile(src_ + Cached(i))) << Cached(i);
-  }
-  for (int i = 0; i < kColdFiles; ++i) {
-    struct stat st;
-    ASSERT_EQ(::stat((mp + Cold(i)).c_str(), &st), 0) << Cold(i) << ": " << std::strerror(errno);
-    ASSERT_EQ(static_cast<uint64_t>(st.st_size), kColdBytes);
-  }
+  // The cached files (in EROFS's page cache now), the cold files' metadata.
+  ASSERT_NO_FATAL_FAILURE(ReadWhatStaysInMemory(mp, BufferedRead));
   ASSERT_EQ(read_stats().error, 0);
 
-  server_.SetMode("stall /data/");
-  const int stalled_before = server_.HostileRequests();
-  std::vector<std::future<ReadResult>> cold;
-  for (int i = 0; i < kColdFiles; ++i) {
-    cold.push_back(std::async(std::launch::async, [&, i] {
-      return BufferedRead(mp + Cold(i), kColdOffset, kReadBytes);
-    }));
-  }
-  const auto wait_until = Clock::now() + kHangGuard;
-  while (server_.HostileRequests() < stalled_before + 3 && Clock::now() < wait_until) {
-    std::this_thread::sleep_for(milliseconds(50));
-  }
-  EXPECT_GE(server_.HostileRequests(), stalled_before + 3)
-      << "the cold reads did not reach the server at the same time";
+  std::vector<std::future<ReadResult>> cold = StartStalledReads(mp, BufferedRead);
 
   for (int round = 0; round < 3; ++round) {
     auto s = std::async(std::launch::async, read_stats);
@@ -324,20 +318,9 @@ TEST_F(HostileS3Tree, UnderKernelAStalledFetchHoldsNoSessionThread) {
     }
   }
 
-  // The stalled reads end (EIO after the deadline) or were served; never wrong bytes. Then
-  // every file reads right.
-  server_.SetMode("normal");
-  for (int i = 0; i < kColdFiles; ++i) {
-    ASSERT_EQ(cold[i].wait_for(std::chrono::seconds(6 * kKernelStallTimeoutS)),
-              std::future_status::ready)
-        << Cold(i) << ": the stalled read never ended";
-    ReadResult cr = cold[i].get();
-    if (cr.error != 0) {
-      EXPECT_EQ(cr.error, EIO) << Cold(i) << ": " << std::strerror(cr.error);
-    } else {
-      EXPECT_EQ(cr.bytes, ReadFile(src_ + Cold(i)).substr(kColdOffset, kReadBytes)) << Cold(i);
-    }
-  }
+  // Then every file reads right.
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectStalledReadsEnd(&cold, std::chrono::seconds(6 * kKernelStallTimeoutS)));
   for (int i = 0; i < kColdFiles; ++i) {
     EXPECT_EQ(ReadFile(mp + Cold(i)), ReadFile(src_ + Cold(i))) << Cold(i);
   }

@@ -567,4 +567,17 @@ std::map<std::string, std::string> TreeListing(const std::string& dir) {
   return out;
 }
 
+std::string PayloadFile(const std::string& path) {
+  if (!std::filesystem::is_directory(path)) return path;
+  std::string largest;
+  uintmax_t size = 0;
+  for (const auto& e : std::filesystem::directory_iterator(path)) {
+    if (e.path().extension() == ".sst" && e.file_size() > size) {
+      size = e.file_size();
+      largest = e.path().string();
+    }
+  }
+  return largest;
+}
+
 }  // namespace dsfs::testing

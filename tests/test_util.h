@@ -12,10 +12,10 @@
 #include <string_view>
 #include <vector>
 
-#include "tests/fakes/mem_store.h"
 #include "common/status.h"
 #include "pack/packer.h"
 #include "store/store.h"
+#include "tests/fakes/mem_store.h"
 
 namespace dsfs::testing {
 
@@ -203,6 +203,10 @@ class ScopedEnableUring {
   bool exists_ = false;
   std::string saved_;
 };
+
+// The file of the store at `path` that holds its payloads, for tests that damage them: the
+// store itself (an LMDB file), or its largest table file (a RocksDB directory).
+std::string PayloadFile(const std::string& path);
 
 // Every path of the store (relative, sorted) with what it holds: file contents, "->target"
 // for a symlink, "<dir>" for a directory. Fails the test on any read error.

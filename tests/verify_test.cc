@@ -47,20 +47,6 @@ class VerifyTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(PackToBackend(src_, options_, GetParam(), store_, &s).ok());
   }
 
-  // The file whose bytes the trials damage: the store itself (LMDB) or its largest table file.
-  std::string DataFile() const {
-    if (!std::filesystem::is_directory(store_)) return store_;
-    std::string largest;
-    uintmax_t size = 0;
-    for (const auto& e : std::filesystem::directory_iterator(store_)) {
-      if (e.path().extension() == ".sst" && e.file_size() > size) {
-        size = e.file_size();
-        largest = e.path().string();
-      }
-    }
-    return largest;
-  }
-
   // The files `dsfs cat` fails on (a store opened for each, as the command does); every
   // other one must give its exact bytes.
   std::set<std::string> CatFailures() {
@@ -129,7 +115,7 @@ class VerifyTest : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(VerifyTest, NamesExactlyTheFilesReadsFailOn) {
-  const std::string target = DataFile();
+  const std::string target = PayloadFile(store_);
   ASSERT_FALSE(target.empty());
   const std::string pristine = ReadFile(target);
   // Damage: one byte, a zeroed 4 KiB run, three bytes at once; at spread positions.

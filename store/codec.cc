@@ -232,6 +232,13 @@ PayloadDecoder::PayloadDecoder() : dctx_(ZSTD_createDCtx()) {
 }
 PayloadDecoder::~PayloadDecoder() { ZSTD_freeDCtx(dctx_); }
 
+void PayloadDecoder::UseDictionary(const ZSTD_DDict* ddict) {
+  // A prefix decode stops mid-frame: until the session is reset, zstd refuses a new dictionary
+  // (stage_wrong) and would decode with the old one, which may be freed by now.
+  ZSTD_DCtx_reset(dctx_, ZSTD_reset_session_only);
+  ZSTD_DCtx_refDDict(dctx_, ddict);
+}
+
 Status PayloadDecoder::Decode(const PayloadView& p, const Dictionary* dict, char* dst) {
   size_t n;
   switch (p.codec) {
@@ -239,12 +246,12 @@ Status PayloadDecoder::Decode(const PayloadView& p, const Dictionary* dict, char
       std::memcpy(dst, p.stored.data(), p.raw_bytes);
       return Status::OK();
     case Codec::kZstd:
-      ZSTD_DCtx_refDDict(dctx_, nullptr);
+      UseDictionary(nullptr);
       n = ZSTD_decompressDCtx(dctx_, dst, p.raw_bytes, p.stored.data(), p.stored.size());
       break;
     case Codec::kZstdDict:
       if (!dict || !dict->ddict()) return Status::Corruption("payload needs a missing dictionary");
-      ZSTD_DCtx_refDDict(dctx_, dict->ddict());
+      UseDictionary(dict->ddict());
       n = ZSTD_decompressDCtx(dctx_, dst, p.raw_bytes, p.stored.data(), p.stored.size());
       break;
     default:
@@ -272,8 +279,7 @@ Status PayloadDecoder::DecodePrefix(const PayloadView& p, const Dictionary* dict
   if (p.codec == Codec::kZstdDict && (!dict || !dict->ddict())) {
     return Status::Corruption("payload needs a missing dictionary");
   }
-  ZSTD_DCtx_reset(dctx_, ZSTD_reset_session_only);
-  ZSTD_DCtx_refDDict(dctx_, p.codec == Codec::kZstdDict ? dict->ddict() : nullptr);
+  UseDictionary(p.codec == Codec::kZstdDict ? dict->ddict() : nullptr);
   ZSTD_inBuffer in{p.stored.data(), p.stored.size(), 0};
   ZSTD_outBuffer out{dst, 0, 0};
   size_t left = 1;  // what zstd says is left of the frame (0: it ended)

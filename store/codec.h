@@ -127,6 +127,8 @@ class PayloadDecoder {
                       uint64_t* decoded);
 
  private:
+  // Ends whatever frame the context was in and decodes with `ddict` (nullptr: none) from now on.
+  void UseDictionary(const ZSTD_DDict* ddict);
   ZSTD_DCtx* dctx_;
 };
 

@@ -211,6 +211,44 @@ TEST(CodecTest, PrefixDecodeGivesExactBytesAndStopsEarly) {
 }
 
 // A need() that grows as the prefix does (a group's index, then a record) is asked again.
+// A prefix decode stops mid-frame. The next decode on that decoder (the thread's, in a store
+// with another dictionary or none) must use its own dictionary: zstd refuses a new one until
+// the session is reset, and the old one may be freed by then (found by fuzz_store under ASan).
+TEST(CodecTest, ADecodeAfterAPrefixStoppedMidFrameUsesItsOwnDictionary) {
+  std::string bytes_a, bytes_b;
+  std::shared_ptr<Dictionary> a = TrainedDict(&bytes_a);
+  std::vector<std::string> samples;
+  for (uint32_t i = 0; i < 200; ++i) samples.push_back("OTHER-v2|" + TextBytes(600, 1000 + i));
+  ASSERT_TRUE(TrainDictionary(samples, 16384, &bytes_b).ok());
+  std::shared_ptr<Dictionary> b;
+  ASSERT_TRUE(Dictionary::Create(bytes_b, 3, &b).ok());
+  const std::string raw = TextBytes(300000, 9);
+  auto encode = [&](const std::shared_ptr<Dictionary>& d, bool use_dict) {
+    PayloadEncoder enc(3, d);
+    enc.SetMaxBlockBytes(1024);
+    std::string rec;
+    EXPECT_TRUE(enc.Encode(raw, use_dict, &rec).ok());
+    return rec;
+  };
+  const std::string with_a = encode(a, true), with_b = encode(b, true), plain = encode(b, false);
+  PayloadDecoder dec;
+  for (const std::string* next : {&with_b, &plain}) {
+    PayloadView pa, pn;
+    ASSERT_TRUE(ParsePayload(with_a, &pa).ok());
+    ASSERT_TRUE(ParsePayload(*next, &pn).ok());
+    std::string out(pa.raw_bytes, '\0');
+    uint64_t decoded = 0;
+    ASSERT_TRUE(dec.DecodePrefix(
+                       pa, a.get(), out.data(), [](std::string_view) { return 5000; }, &decoded)
+                    .ok());
+    ASSERT_LT(decoded, raw.size());  // stopped mid-frame
+    std::string got(pn.raw_bytes, '\0');
+    Status s = dec.Decode(pn, b.get(), got.data());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_TRUE(got == raw);
+  }
+}
+
 TEST(CodecTest, PrefixDecodeFollowsAGrowingNeed) {
   const std::string raw = TextBytes(200000, 3);
   PayloadEncoder enc(3, nullptr);

@@ -164,13 +164,15 @@ uint64_t MemoryGuardPolicy::Next(uint64_t used_bytes, uint64_t cache_bytes, Cloc
   // Calm: below the threshold by a second headroom.
   const bool calm = used_bytes + headroom_ < threshold_;
   if (pressure_ && calm) pressure_ = false;
-  if (!calm || capacity_ >= initial_ || now - last_pressure_ < kCalmBeforeRaise ||
-      now - last_raise_ < kRaiseEvery) {
-    return capacity_;
+  if (calm && capacity_ < initial_ && now - last_pressure_ >= kCalmBeforeRaise &&
+      now - last_raise_ >= kRaiseEvery) {
+    last_raise_ = now;
+    capacity_ = std::min(initial_, capacity_ + std::max<uint64_t>(initial_ / 16, 1));
   }
-  last_raise_ = now;
-  capacity_ = std::min(initial_, capacity_ + std::max<uint64_t>(initial_ / 16, 1));
-  return capacity_;
+  // Until the next sample the cache grows by at most the room left below the threshold: what
+  // it holds plus that room (never below the floor), so that a burst of inserts between two
+  // samples cannot carry the scope past its limit before the guard sees it.
+  return std::min(capacity_, std::max(floor_, cache_bytes + (threshold_ - used_bytes)));
 }
 
 MemoryGuard::MemoryGuard(ByteCache* cache, const MemoryLimit& limit)
@@ -213,18 +215,19 @@ void MemoryGuard::Run() {
     const uint64_t threshold = policy_.threshold_bytes();
     if (read && cache_ && cache_->capacity_bytes() > 0) {
       const uint64_t before = cache_->stats().bytes;
-      const uint64_t was = policy_.capacity();
+      const uint64_t budget = policy_.capacity();
+      const uint64_t was = capacity_.load(std::memory_order_relaxed);
       const uint64_t next = policy_.Next(used, before, MemoryGuardPolicy::Clock::now());
       if (next != was) {
         lock.unlock();
         cache_->SetCapacity(next);
-        if (next < was) {
-          const uint64_t after = cache_->stats().bytes;
-          shed_.fetch_add(before - std::min(before, after), std::memory_order_relaxed);
+        const uint64_t after = cache_->stats().bytes;
+        shed_.fetch_add(before - std::min(before, after), std::memory_order_relaxed);
+        if (policy_.capacity() < budget) {
           ::malloc_trim(0);  // what was evicted goes back to the system, not to malloc's lists
           Log()->info("memory pressure in {}: {} not reclaimable, more than {}: RAM cache {} -> {}",
                       watch_.Describe(), FormatBytes(used), FormatBytes(threshold),
-                      FormatBytes(was), FormatBytes(next));
+                      FormatBytes(budget), FormatBytes(policy_.capacity()));
         }
         lock.lock();
         capacity_.store(next, std::memory_order_relaxed);

@@ -10,7 +10,9 @@
 // passes the limit less a headroom (an eighth of the limit, at least 24 MiB, at most a
 // quarter), the RAM cache's capacity is halved and evicted down to at once
 // (ByteCache::SetCapacity), down to a floor of min(its capacity, 4 MiB), and the freed memory is
-// given back to the system (malloc_trim); each time pressure starts is one pressure event. Once
+// given back to the system (malloc_trim); each time pressure starts is one pressure event. Between
+// two samples the cache may grow only by the room left below the threshold at the last one (its
+// capacity is what it holds plus that room), so a burst of reads cannot outrun the guard. Once
 // used has stayed below the limit less twice the headroom for 5 s, the capacity is raised by a
 // 16th of the original every 2 s, never above it. One mechanism on every kind of limit:
 // reading two small files every 50 ms (every 200 ms while used is under half the limit) costs
@@ -52,8 +54,10 @@ class MemoryGuardPolicy {
   using Clock = std::chrono::steady_clock;
   MemoryGuardPolicy(uint64_t limit_bytes, uint64_t initial_capacity_bytes);
   // Given the used bytes sampled at `now` and the cache's current charge, the capacity to set
-  // (equal to the current one when nothing changes). Counts pressure events.
+  // until the next sample: the budget (capacity()), but no more than the cache holds plus the
+  // room left below the threshold. Counts pressure events.
   uint64_t Next(uint64_t used_bytes, uint64_t cache_bytes, Clock::time_point now);
+  // The budget: halved under pressure, raised back slowly.
   uint64_t capacity() const { return capacity_; }
   uint64_t threshold_bytes() const { return threshold_; }
   uint64_t pressure_events() const { return events_; }

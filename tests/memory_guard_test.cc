@@ -88,13 +88,32 @@ TEST(MemoryGuardPolicyTest, HalvesOnPressureDownToAFloorAndRaisesBackSlowly) {
   EXPECT_EQ(p.Next(100 * kMiB, 0, t + seconds(6)), MemoryGuardPolicy::kFloorBytes + cache / 16);
   EXPECT_EQ(p.Next(100 * kMiB, 0, t + seconds(7)), MemoryGuardPolicy::kFloorBytes + cache / 16);
   EXPECT_EQ(p.Next(100 * kMiB, 0, t + seconds(8)), MemoryGuardPolicy::kFloorBytes + cache / 8);
-  // Between the threshold and calm: held where it is.
-  EXPECT_EQ(p.Next(limit - limit / 8 - kMiB, 0, t + seconds(20)),
-            MemoryGuardPolicy::kFloorBytes + cache / 8);
+  // Between the threshold and calm: the budget is held where it is (and the cache may grow by
+  // the room left: 1 MiB, so the floor).
+  EXPECT_EQ(p.Next(limit - limit / 8 - kMiB, 0, t + seconds(20)), MemoryGuardPolicy::kFloorBytes);
+  EXPECT_EQ(p.capacity(), MemoryGuardPolicy::kFloorBytes + cache / 8);
   for (int i = 0; i < 40; ++i) p.Next(100 * kMiB, 0, t + seconds(30 + 2 * i));
   EXPECT_EQ(p.capacity(), cache);  // never above the original
   EXPECT_EQ(p.Next(250 * kMiB, cache, t + seconds(200)), cache / 2);
   EXPECT_EQ(p.pressure_events(), 2u);  // a second episode
+}
+
+TEST(MemoryGuardPolicyTest, TheCacheGrowsByNoMoreThanTheRoomBelowTheThreshold) {
+  // A cache_size= far above the limit (seen in CI: 47,107 of 48,000 reads failed after the
+  // daemon was OOM-killed, the cache having filled between two samples).
+  const uint64_t limit = 96 * kMiB, cache = 8192 * kMiB;
+  MemoryGuardPolicy p(limit, cache);
+  const uint64_t threshold = p.threshold_bytes();  // 72 MiB
+  Clock::time_point t = Clock::now();
+  EXPECT_EQ(p.Next(10 * kMiB, 0, t), threshold - 10 * kMiB);       // empty: the room
+  EXPECT_EQ(p.Next(50 * kMiB, 30 * kMiB, t), threshold - 20 * kMiB);  // holds 30, 22 to spare
+  EXPECT_EQ(p.Next(threshold, 40 * kMiB, t), 40 * kMiB);            // no room: what it holds
+  EXPECT_EQ(p.Next(threshold - kMiB, 0, t), MemoryGuardPolicy::kFloorBytes);  // never below
+  EXPECT_EQ(p.pressure_events(), 0u);
+  EXPECT_EQ(p.capacity(), cache);  // the budget is untouched: no pressure yet
+  // A small cache with room to spare keeps its own size.
+  MemoryGuardPolicy q(limit, 8 * kMiB);
+  EXPECT_EQ(q.Next(10 * kMiB, 0, t), 8 * kMiB);
 }
 
 TEST(MemoryGuardPolicyTest, SmallLimitsAndSmallCaches) {

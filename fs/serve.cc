@@ -90,6 +90,7 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
   to.mode = options.transport;
   to.classic_threads = std::max(1, options.threads);
   to.answer_ioctls = ops.ioctl == nullptr;
+  to.parallel_dirops = true;
   std::unique_ptr<FuseTransport> transport;
   Status ts = FuseTransport::Create(se, to, &transport);
   if (!ts.ok()) {

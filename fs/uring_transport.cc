@@ -239,6 +239,15 @@ ssize_t FuseTransport::Impl::AnswerInit(int fd, struct iovec* iov, int count) {
   std::memset(&patched, 0, sizeof(patched));
   std::vector<struct iovec> v(iov, iov + count);
   const size_t need = offsetof(fuse_init_out, flags2) + sizeof(patched.flags2);
+  if (count >= 2 && v[1].iov_len >= offsetof(fuse_init_out, flags) + sizeof(patched.flags)) {
+    // The reply as libfuse made it, written from `patched` from here on.
+    std::memcpy(&patched, v[1].iov_base, std::min(v[1].iov_len, sizeof(patched)));
+    v[1].iov_base = &patched;
+    v[1].iov_len = std::min(v[1].iov_len, sizeof(patched));
+    if (options_.parallel_dirops && (kernel_flags_ & FUSE_PARALLEL_DIROPS)) {
+      patched.flags |= FUSE_PARALLEL_DIROPS;
+    }
+  }
   if (options_.mode == TransportMode::kClassic) {
     reason = "requested with -o transport=classic";
   } else if (!early_reason_.empty()) {
@@ -252,7 +261,6 @@ ssize_t FuseTransport::Impl::AnswerInit(int fd, struct iovec* iov, int count) {
   } else if (count < 2 || v[1].iov_len < need) {
     reason = "libfuse's INIT reply is an error or has no flags2 field";
   } else {
-    std::memcpy(&patched, v[1].iov_base, std::min(v[1].iov_len, sizeof(patched)));
     // What the kernel will make of the reply: its largest request, which every payload
     // buffer must hold (dev_uring.c: max(FUSE_MIN_READ_BUFFER, max_write, max_pages pages)).
     size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
@@ -264,8 +272,6 @@ ssize_t FuseTransport::Impl::AnswerInit(int fd, struct iovec* iov, int count) {
     if (reason.empty()) {
       patched.flags |= FUSE_INIT_EXT;
       patched.flags2 |= static_cast<uint32_t>(abi::kOverIoUring >> 32);
-      v[1].iov_base = &patched;
-      v[1].iov_len = std::min(v[1].iov_len, sizeof(patched));
     }
   }
   ssize_t n = ::writev(fd, v.data(), count);

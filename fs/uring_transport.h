@@ -66,6 +66,12 @@ struct TransportOptions {
   // a libfuse request. Python's open() sends one per file (isatty); this took a tenth off
   // its round trip over io_uring (bench/results/roundtrip-20261202-0403.md).
   bool answer_ioctls = false;
+  // The session's filesystem serves lookups and readdirs of one directory concurrently (dsfs
+  // is read-only): the transport adds FUSE_PARALLEL_DIROPS to libfuse's INIT reply where the
+  // kernel offers it. libfuse 3.14 never sends it, whatever init() asks, and the kernel then
+  // takes the directory's lock around every lookup: one lookup stalled on a remote store held
+  // every other lookup in its directory, the stats file's in the root included.
+  bool parallel_dirops = false;
 };
 
 // Which transport serves, for `dsfs stats` and /.dsfs/stats.

@@ -3,7 +3,8 @@
 // answering what is in memory, the stats file and files in the RAM cache, over the classic
 // /dev/fuse loop and over io_uring. Hang guards only (std::async with generous waits), no
 // timed assertion. Under -o kernel the image server's reads wait on its own fetch threads
-// (fs/image_server.h), so its stats file answers while they stall.
+// (fs/image_server.h), so its stats file answers while they stall. A stalled lookup holds no
+// other lookup (the kernel's parallel dirops).
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <sys/stat.h>
@@ -246,6 +247,67 @@ TEST_P(HostileS3ThreadsTest, AStalledFetchHoldsNoRequestThread) {
     ReadResult cr = DirectRead(mp + Cold(i), kColdOffset, kReadBytes);
     ASSERT_EQ(cr.error, 0) << Cold(i) << ": " << std::strerror(cr.error);
     EXPECT_EQ(cr.bytes, ReadFile(src_ + Cold(i)).substr(kColdOffset, kReadBytes)) << Cold(i);
+  }
+  guard.Release();
+  EXPECT_FALSE(IsMounted(mp));
+}
+
+// A lookup that fetches (a cold directory's metadata, no disk cache) stalls: the kernel must not
+// hold other lookups behind it. Without FUSE_PARALLEL_DIROPS in the INIT reply (libfuse 3.14
+// never sends it: TransportOptions::parallel_dirops) it takes the directory's lock around each
+// lookup, and the stats file's path (/.dsfs in the root) waited for the stalled lookup of
+// /cold to end. The proof is the order: the stats file answers while that lookup still waits.
+TEST_P(HostileS3ThreadsTest, AStalledLookupHoldsNoOtherLookup) {
+  const std::string transport = GetParam();
+  std::unique_ptr<ScopedEnableUring> uring;
+  if (transport == "uring") {
+    if (::access(kEnableUringPath, F_OK) != 0) {
+      GTEST_SKIP() << "SKIPPED: this kernel has no FUSE over io_uring (no " << kEnableUringPath
+                   << ")";
+    }
+    uring = std::make_unique<ScopedEnableUring>(true);
+  }
+  constexpr int kLookupStallTimeoutS = 10;
+  ASSERT_EQ(::mkdir((dir_ / "mp").c_str(), 0755), 0) << std::strerror(errno);
+  MountGuard guard(dir_ / "mp");
+  CommandResult r = guard.MountBackground(
+      url_, {"-o", "cache_disk=0,threads=2,transport=" + transport +
+                       ",s3_attempts=1,s3_timeout=" + std::to_string(kLookupStallTimeoutS)});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const std::string mp = guard.mountpoint();
+
+  server_.SetMode("stall /data/");
+  const int stalled_before = server_.HostileRequests();
+  auto lookup = std::async(std::launch::async, [&] {
+    struct stat st;
+    return ::stat((mp + Cold(0)).c_str(), &st) == 0 ? 0 : errno;
+  });
+  const auto wait_until = Clock::now() + kHangGuard;
+  while (server_.HostileRequests() == stalled_before && Clock::now() < wait_until) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  ASSERT_GT(server_.HostileRequests(), stalled_before) << "the lookup fetched nothing";
+
+  auto s = std::async(std::launch::async, [&] { return ReadStatsFile(mp); });
+  if (s.wait_for(kHangGuard) != std::future_status::ready) {
+    server_.SetMode("normal");
+    FAIL() << "the stats file did not answer while a lookup was stalled";
+  }
+  const bool lookup_ended = lookup.wait_for(milliseconds(0)) == std::future_status::ready;
+  ReadResult sr = s.get();
+  EXPECT_EQ(sr.error, 0);
+  EXPECT_NE(sr.bytes.find("\"remote_gets\""), std::string::npos) << sr.bytes;
+  EXPECT_FALSE(lookup_ended) << "the stats file answered only once the stalled lookup ended";
+
+  // Then the lookup ends (EIO at the client's deadline, or served) and the tree reads right.
+  server_.SetMode("normal");
+  ASSERT_EQ(lookup.wait_for(std::chrono::seconds(6 * kLookupStallTimeoutS)),
+            std::future_status::ready)
+      << "the stalled lookup never ended";
+  const int err = lookup.get();
+  EXPECT_TRUE(err == 0 || err == EIO) << std::strerror(err);
+  for (int i = 0; i < kColdFiles; ++i) {
+    EXPECT_EQ(ReadFile(mp + Cold(i)), ReadFile(src_ + Cold(i))) << Cold(i);
   }
   guard.Release();
   EXPECT_FALSE(IsMounted(mp));

@@ -856,13 +856,18 @@ TEST(FstabOptionsTest, GenericOptionsAreSkippedAndRwIsRefused) {
             ignored.end());
   EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "cache_size=64M"), ignored.end());
 
-  for (const char* bad : {"rw", "ro,rw", "remount", "bind", "bogus", "cache_size=lots"}) {
+  for (const char* bad : {"remount", "bind", "bogus", "cache_size=lots", "rw=1"}) {
     MountConfig e;
     Status s = ParseFstabMountOptions(bad, false, &e, nullptr);
     EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
   }
-  Status rw = ParseFstabMountOptions("rw", false, &c, nullptr);
-  EXPECT_NE(rw.message().find("read-only"), std::string::npos) << rw.message();
+  // "rw" (fstab's defaults): passed over, the mount read-only all the same (the helper warns).
+  for (const char* rw : {"rw", "ro,rw", "defaults,rw", "rw,cache_size=8M"}) {
+    MountConfig e;
+    ignored.clear();
+    ASSERT_TRUE(ParseFstabMountOptions(rw, false, &e, &ignored).ok()) << rw;
+    EXPECT_NE(std::find(ignored.begin(), ignored.end(), "rw"), ignored.end()) << rw;
+  }
   // mount -s (sloppy): unknown options are skipped, malformed known ones still fail.
   MountConfig s;
   ignored.clear();
@@ -870,7 +875,6 @@ TEST(FstabOptionsTest, GenericOptionsAreSkippedAndRwIsRefused) {
   EXPECT_EQ(s.fuse.threads, 3);
   EXPECT_EQ(ignored, (std::vector<std::string>{"bogus", "other=1"}));
   EXPECT_FALSE(ParseFstabMountOptions("threads=x", true, &s, nullptr).ok());
-  EXPECT_FALSE(ParseFstabMountOptions("rw", true, &s, nullptr).ok());
 }
 
 // mount(8) runs `mount.fuse.dsfs SOURCE MOUNTPOINT [-s] [-f] [-n] [-v] [-o OPTIONS]`.
@@ -901,8 +905,6 @@ TEST(MountHelperTest, ParsesTheArgvOfMount) {
        std::vector<std::vector<std::string>>{{"s.db"},
                                              {"s.db", "mnt", "extra"},
                                              {"s.db", "mnt", "-o"},
-                                             {"s.db", "mnt", "-o", "rw"},
-                                             {"s.db", "mnt", "-w"},
                                              {"s.db", "mnt", "-t", "ext4"},
                                              {"s.db", "mnt", "-N", "/proc/1/ns/mnt"},
                                              {"s.db", "mnt", "-x"},
@@ -915,11 +917,10 @@ TEST(MountHelperTest, ParsesTheArgvOfMount) {
 TEST(MountHelperTest, ErrorsAreOneLineWithMountExitCodes) {
   TempDir dir;
   std::ostringstream out, err;
-  EXPECT_EQ(MountHelperMain("mount.fuse.dsfs", {dir / "s.db", dir.path(), "-o", "rw"}, out, err),
+  EXPECT_EQ(MountHelperMain("mount.fuse.dsfs", {dir / "s.db", dir.path(), "-o", "rw=2"}, out, err),
             1);
   EXPECT_EQ(LineCount(err.str()), 1) << err.str();
-  EXPECT_NE(err.str().find("dsfs: error: dsfs mounts are read-only"), std::string::npos)
-      << err.str();
+  EXPECT_NE(err.str().find("dsfs: error: "), std::string::npos) << err.str();
   // A store that is not there: the mount itself fails (mount(8)'s code 32).
   std::ostringstream out2, err2;
   EXPECT_EQ(

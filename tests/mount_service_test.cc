@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -450,7 +451,7 @@ TEST(MountHelperTest, HelperMountsWithFstabOptions) {
   guard.Forget(pid);
 
   // Bad input: one line, mount(8)'s exit codes, nothing mounted.
-  r = RunCommand({helper, s.store, s.mp, "-o", "rw"}, 60);
+  r = RunCommand({helper, s.store, s.mp, "-o", "rw=1"}, 60);
   EXPECT_TRUE(IsOneLineError(r, {"read-only"}, 1));
   r = RunCommand({helper, s.store, s.mp, "-o", "ro,log_level=chatty"}, 60);
   EXPECT_TRUE(IsOneLineError(r, {"log_level=chatty"}, 1));
@@ -518,11 +519,46 @@ TEST(MountHelperTest, MountCommandAndFstabLine) {
     EXPECT_EQ(r.exit_code, 0) << Describe(r);
     EXPECT_TRUE(WaitChild(pid, milliseconds(5000)));
     guard.Forget(pid);
-    // Without ro, mount(8) passes "rw": refused with a hint.
-    r = RunCommand({"mount", "-t", "fuse.dsfs", s.store, s.mp}, 60);
-    EXPECT_NE(r.exit_code, 0);
-    EXPECT_NE(r.err.find("-o ro"), std::string::npos) << Describe(r);
-    EXPECT_FALSE(IsMounted(s.mp));
+  }
+  // Without ro, mount(8) passes "rw" (and -w asks for it): mounted read-only, one warning line.
+  for (const std::vector<std::string>& how :
+       {std::vector<std::string>{"mount", "-t", "fuse.dsfs", s.store, s.mp},
+        std::vector<std::string>{"mount", "-w", "-t", "fuse.dsfs", s.store, s.mp}}) {
+    MountGuard guard(s.mp);
+    CommandResult r = RunCommand(how, 60);
+    guard.Adopt();
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_EQ(LineCount(r.err), 1) << Describe(r);
+    EXPECT_NE(r.err.find("warning: " + s.store + ": dsfs mounts are read-only"), std::string::npos)
+        << Describe(r);
+    struct statvfs sv;
+    ASSERT_EQ(::statvfs(s.mp.c_str(), &sv), 0);
+    EXPECT_TRUE(sv.f_flag & ST_RDONLY);
+    std::string data, error;
+    ASSERT_TRUE(ReadAll(s.mp + "/a.txt", &data, &error)) << error;
+    EXPECT_EQ(data, "small store\n");
+    EXPECT_NE(::open((s.mp + "/a.txt").c_str(), O_WRONLY), 0);
+    EXPECT_EQ(errno, EROFS);
+    r = RunCommand({"umount", s.mp}, 30);
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  }
+  {
+    // fstab's "defaults" (mount(8) passes rw), mounted by mount -a: read-only, one warning.
+    std::string fstab = s.dir / "fstab-defaults";
+    PutFile(fstab, s.store + " " + s.mp + " fuse.dsfs defaults 0 0\n");
+    MountGuard guard(s.mp);
+    CommandResult r = RunCommand({"mount", "-a", "-T", fstab}, 60);
+    guard.Adopt();
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_EQ(LineCount(r.err), 1) << Describe(r);
+    std::string data, error;
+    ASSERT_TRUE(ReadAll(s.mp + "/a.txt", &data, &error)) << error;
+    EXPECT_EQ(data, "small store\n");
+    struct statvfs sv;
+    ASSERT_EQ(::statvfs(s.mp.c_str(), &sv), 0);
+    EXPECT_TRUE(sv.f_flag & ST_RDONLY);
+    r = RunCommand({"umount", s.mp}, 30);
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
   }
   {
     // The fstab line from docs/service.md (mount -T reads another fstab than /etc/fstab).

@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <cstdio>
@@ -51,8 +52,8 @@ Status ParseSeconds(std::string_view key, std::string_view value, double min, do
 }
 
 // Options mount(8) passes to every helper (from fstab or -o) that mean nothing to a read-only
-// FUSE mount, or that mount(8) and systemd act on themselves. "rw" is not one of them: dsfs
-// refuses it (ParseMountOptions).
+// FUSE mount, or that mount(8) and systemd act on themselves. "rw" is not one of them: `dsfs
+// mount -o rw` is refused (ParseMountOptions); the helper mounts read-only and warns.
 bool IsGenericMountOption(std::string_view key) {
   static const std::string_view kGeneric[] = {
       "defaults", "ro",        "auto",       "noauto",      "nofail",        "user",
@@ -226,7 +227,9 @@ Status ParseFstabMountOptions(const std::string& list, bool sloppy, MountConfig*
     if (key == "remount" || key == "bind" || key == "rbind" || key == "move") {
       return Status::InvalidArgument("mount option '" + key + "' is not supported by dsfs");
     }
-    if (key != "ro" && IsGenericMountOption(key)) {
+    // "rw" too: fstab's "defaults" makes mount(8) pass it. Mounted read-only all the same, as
+    // squashfs and EROFS are (the helper says so in one line).
+    if ((key != "ro" && IsGenericMountOption(key)) || opt == "rw") {
       if (ignored) ignored->push_back(opt);
       continue;
     }
@@ -283,8 +286,9 @@ Status ParseMountHelperArgs(const std::vector<std::string>& args, MountHelperArg
           case 'n':
           case 'r':  // read-only: dsfs always is
             break;
-          case 'w':
-            return Status::InvalidArgument("dsfs mounts are read-only: -w is not supported");
+          case 'w':  // read-write: mounted read-only, with a warning (as "rw")
+            out->asked_rw = true;
+            break;
           default:
             return Status::InvalidArgument("unknown flag " + a);
         }
@@ -301,7 +305,11 @@ Status ParseMountHelperArgs(const std::vector<std::string>& args, MountHelperArg
   out->config.store_path = positional[0];
   out->config.mountpoint = positional[1];
   out->config.foreground = false;
-  return ParseFstabMountOptions(options, sloppy, &out->config, &out->ignored);
+  DSFS_RETURN_IF_ERROR(ParseFstabMountOptions(options, sloppy, &out->config, &out->ignored));
+  if (std::find(out->ignored.begin(), out->ignored.end(), "rw") != out->ignored.end()) {
+    out->asked_rw = true;
+  }
+  return Status::OK();
 }
 
 Status RunMount(const MountConfig& config_in) {

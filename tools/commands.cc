@@ -121,8 +121,8 @@ const char* kHelperUsage =
     "usage: mount.fuse.dsfs STORE MOUNTPOINT [-s] [-f] [-n] [-v] [-o OPTIONS]\n"
     "  as run by mount(8) for `mount -t fuse.dsfs STORE MOUNTPOINT -o OPTIONS` and fstab lines\n"
     "  of type fuse.dsfs. Generic options (defaults, noauto, nofail, _netdev, noatime, nosuid,\n"
-    "  x-systemd.*, ...) are ignored, rw is refused, -s skips unknown options, -f mounts\n"
-    "  nothing, -v logs at info level.\n";
+    "  x-systemd.*, ...) are ignored, rw (from defaults) mounts read-only with a warning, -s\n"
+    "  skips unknown options, -f mounts nothing, -v logs at info level.\n";
 
 }  // namespace
 
@@ -139,6 +139,10 @@ int MountHelperMain(const std::string& program, const std::vector<std::string>& 
     return 1;
   }
   if (h.verbose && h.config.log_level.empty()) SetLogLevel("info");
+  if (h.asked_rw) {
+    err << "dsfs: warning: " << h.config.store_path
+        << ": dsfs mounts are read-only: 'rw' is mounted read-only\n";
+  }
   if (h.fake) return 0;
   if (!h.ignored.empty() && h.verbose) {
     std::string list;

@@ -81,7 +81,8 @@ struct MountHelperArgs {
   bool fake = false;     // -f: parse and check, mount nothing
   bool verbose = false;  // -v: log at info level
   bool help = false;
-  std::vector<std::string> ignored;  // generic options skipped
+  std::vector<std::string> ignored;  // generic options skipped ("rw" among them)
+  bool asked_rw = false;             // "rw" or -w (fstab's "defaults"): read-only all the same
 };
 Status ParseMountHelperArgs(const std::vector<std::string>& args, MountHelperArgs* out);
 // Runs the helper (`program` is its argv[0], for messages). Mounts in the background and

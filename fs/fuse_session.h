@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/status.h"
 
 namespace dsfs {
 
@@ -48,6 +49,11 @@ void GuardRequest(fuse_req_t req, const char* prefix, const char* op, F&& body) 
     fuse_reply_err(req, EIO);
   }
 }
+
+// fuse_session_mount(se, target): on failure, IOError "WHAT: mount failed: REASON", where
+// REASON is libfuse's own last message of the attempt (e.g. "fuse: failed to open /dev/fuse:
+// Permission denied"), or the errno it left, or a hint when it said nothing.
+Status MountSession(struct fuse_session* se, const std::string& target, const std::string& what);
 
 // Serves `se` with libfuse's own loop on `threads` threads (at least 1, all kept idle-ready,
 // no cloned device fds) until the session ends; returns the loop's result.

@@ -280,10 +280,10 @@ Status ImageServer::Start(const std::string& dir) {
   static const fuse_lowlevel_ops ops = ImageServerOps::Make();
   se_ = fuse_session_new(args.get(), &ops, sizeof(ops), this);
   if (!se_) return Status::InvalidArgument("cannot create the image's FUSE session");
-  if (fuse_session_mount(se_, dir.c_str()) != 0) {
+  if (Status ms = MountSession(se_, dir, dir + " (the image's mount)"); !ms.ok()) {
     fuse_session_destroy(se_);
     se_ = nullptr;
-    return Status::IOError(dir + ": mount of the image failed (is /dev/fuse available?)");
+    return ms;
   }
   if (options_.readahead_bytes > 0) {
     readahead_ = std::make_unique<ImageReadahead>(

@@ -77,10 +77,10 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
   // the monitor runs, a SIGHUP is ignored rather than fatal.
   ::signal(SIGHUP, SIG_IGN);
   const std::string& target = options.mount_target.empty() ? mountpoint : options.mount_target;
-  if (fuse_session_mount(se, target.c_str()) != 0) {
+  if (Status ms = MountSession(se, target, mountpoint); !ms.ok()) {
     fuse_remove_signal_handlers(se);
     fuse_session_destroy(se);
-    return Status::IOError(mountpoint + ": mount failed (is /dev/fuse available?)");
+    return ms;
   }
   // As the session ends, this mount is unmounted, never what the mountpoint carries by then.
   const OwnMount own(mountpoint);

@@ -364,7 +364,7 @@ TEST_P(AddTest, ThroughASymlinkUpdatesTheStoreItNames) {
 TEST_P(AddTest, ReplacingADirectorySaysWhatItRemoved) {
   WriteFile(dir_ / "clash/dog", "a file named like a directory");
   testing::CommandResult r = testing::RunCommand(
-      {testing::DsfsBinary(), "add", "-q", "--replace", store_, dir_ / "clash"});
+      {testing::DsfsBinary(), "add", "--replace", store_, dir_ / "clash"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("added 1 files"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("replaced 1 entries of the store, removing the 1 entries below them"),

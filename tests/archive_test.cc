@@ -327,7 +327,7 @@ TEST_F(ArchiveTest, BadArchivesAreCleanErrors) {
 
 TEST_F(ArchiveTest, CliPacksFromStdin) {
   std::string cmd = "tar cf - -C " + (dir_ / "src") + " . | " + testing::DsfsBinary() +
-                    " pack -q - " + (dir_ / "s.db");
+                    " pack - " + (dir_ / "s.db");
   auto r = RunCommand({"sh", "-c", cmd});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("packed 205 files"), std::string::npos) << r.out;
@@ -415,7 +415,7 @@ TEST_F(ArchiveTest, TreesDeeperThanVerifyTakesAreRefused) {
   ASSERT_TRUE(PackArchive(dir_ / "max.tar", options_, w.get(), nullptr, nullptr).ok());
   w.reset();
   std::ostringstream out;
-  Status s = RunVerify(dir_ / "max.db", out);
+  Status s = RunVerify(dir_ / "max.db", /*quiet=*/false, out, std::cerr);
   EXPECT_TRUE(s.ok()) << s.ToString() << out.str();
   std::unique_ptr<Store> store;
   // 100,000 levels in one entry's path (200 KB, a pax header): refused, not a crash.
@@ -476,7 +476,7 @@ TEST_F(ArchiveTest, DirectoryTreesAsDeepAsTheStoreTakesPack) {
     }
     ASSERT_TRUE(s.ok()) << levels << ": " << s.ToString().substr(0, 200);
     std::ostringstream out;
-    s = RunVerify(db, out);
+    s = RunVerify(db, /*quiet=*/false, out, std::cerr);
     EXPECT_TRUE(s.ok()) << s.ToString().substr(0, 200) << out.str();
     std::unique_ptr<Store> store;
     ASSERT_TRUE(Store::Open(db, StoreOptions{}, &store).ok());
@@ -522,7 +522,7 @@ TEST_F(ArchiveTest, ReplacedEntriesAreCounted) {
   }
   // The summary says so.
   WriteTar(dir_ / "dup.tar", {{"x", "", "", true}, {"x/y", "y", ""}, {"x", "file", ""}});
-  auto r = RunCommand({testing::DsfsBinary(), "pack", "-q", dir_ / "dup.tar", dir_ / "dup.db"});
+  auto r = RunCommand({testing::DsfsBinary(), "pack", dir_ / "dup.tar", dir_ / "dup.db"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("1 archive entries replaced by later ones of the same path, 1 entries "
                        "below them dropped"),

@@ -91,7 +91,7 @@ TEST_F(CliTest, AddConvertAndBackendErrorsAreOneLine) {
   EXPECT_FALSE(std::filesystem::exists(dir_ / "x.db"));
   EXPECT_FALSE(std::filesystem::exists(dir_ / "y.db"));
   // The store is unchanged and still adds (and converts) fine.
-  CliRun r = Dsfs({"add", "-q", "--replace", store_, dir_ / "more"});
+  CliRun r = Dsfs({"add", "--replace", store_, dir_ / "more"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("added 1 files"), std::string::npos) << r.out;
   r = Dsfs({"convert", store_, dir_ / "r.db", "--backend", "rocksdb"});
@@ -102,7 +102,7 @@ TEST_F(CliTest, AddConvertAndBackendErrorsAreOneLine) {
 }
 
 TEST_F(CliTest, PackPrintsOneSummaryLine) {
-  CliRun r = Dsfs({"pack", "-q", "--force", "--level", "3", "--dict-size", "8K", "--chunk-size",
+  CliRun r = Dsfs({"pack", "--force", "--level", "3", "--dict-size", "8K", "--chunk-size",
                    "64K", "-j", "1", dir_ / "src", store_});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(LineCount(r.out), 1);
@@ -110,6 +110,81 @@ TEST_F(CliTest, PackPrintsOneSummaryLine) {
   EXPECT_NE(r.out.find("ratio"), std::string::npos);
   EXPECT_NE(r.out.find("files/s"), std::string::npos);
   EXPECT_TRUE(r.err.empty()) << r.err;
+}
+
+// -q, the subcommand's or dsfs's own, before or after the subcommand: nothing on success.
+TEST_F(CliTest, QuietPrintsNothingOnSuccess) {
+  WriteFile(dir_ / "more/x.txt", "x");
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{
+           {"pack", "-q", "-f", dir_ / "src", store_},
+           {"-q", "pack", "-f", dir_ / "src", store_},
+           {"pack", "-f", dir_ / "src", store_, "--quiet"},
+           {"add", "-q", store_, dir_ / "more"},
+           {"convert", "-q", store_, dir_ / "r.db", "--backend", "rocksdb"},
+           {"verify", "-q", store_},
+           {"-q", "verify", store_},
+           {"verify", store_, "-q"}}) {
+    CliRun r = Dsfs(args);
+    EXPECT_EQ(r.code, 0) << args[0] << " " << args[1] << ": " << r.err;
+    EXPECT_EQ(r.out, "") << args[0] << " " << args[1];
+    EXPECT_EQ(r.err, "") << args[0] << " " << args[1];
+  }
+  // Without -q the same commands say what they did.
+  CliRun r = Dsfs({"verify", store_});
+  EXPECT_NE(r.out.find("verified 104 files"), std::string::npos) << r.out;
+  // A failure under -q is still its one error line.
+  r = Dsfs({"pack", "-q", dir_ / "missing", dir_ / "m.db"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(LineCount(r.err), 1) << r.err;
+}
+
+// --log-level, -v and -q are taken after the subcommand as before it; what neither knows is
+// one usage error line.
+TEST_F(CliTest, GlobalOptionsAreTakenAfterTheSubcommand) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"ls", store_, "--log-level", "debug"},
+           {"ls", store_, "/cat", "--log-level=info"},
+           {"--log-level", "error", "ls", store_},
+           {"ls", "-v", store_},
+           {"info", store_, "--verbose"}}) {
+    CliRun r = Dsfs(args);
+    EXPECT_EQ(r.code, 0) << args[0] << " " << args[1] << " " << args.back() << ": " << r.err;
+    EXPECT_FALSE(r.out.empty());
+  }
+  CliRun r = Dsfs({"ls", store_, "--log-level", "loud"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "dsfs: error: unknown log level 'loud'\n");
+  r = Dsfs({"ls", store_, "--loud"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(LineCount(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("--loud"), std::string::npos) << r.err;
+  // DsfsMain leaves the log level as it found it (the tests run it in-process).
+  ASSERT_TRUE(SetLogLevel("warn"));
+  EXPECT_EQ(Dsfs({"ls", store_, "--log-level", "trace"}).code, 0);
+  EXPECT_EQ(Log()->level(), spdlog::level::warn);
+}
+
+// One version (CMake's project(VERSION)) from --version, -V and the mount helper; dsfs info
+// names the dsfs that read the store.
+TEST_F(CliTest, EveryEntryPointShowsTheOneVersion) {
+  const std::string version = DSFS_VERSION;
+  EXPECT_FALSE(version.empty());
+  for (const char* flag : {"--version", "-V"}) {
+    CliRun r = Dsfs({flag});
+    EXPECT_EQ(r.code, 0) << flag;
+    EXPECT_EQ(r.out, "dsfs " + version + "\n") << flag;
+    std::ostringstream out, err;
+    EXPECT_EQ(MountHelperMain("/sbin/mount.fuse.dsfs", {flag}, out, err), 0) << err.str();
+    EXPECT_EQ(out.str(), "mount.fuse.dsfs (dsfs " + version + ")\n") << flag;
+  }
+  CliRun r = Dsfs({"info", store_});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("dsfs " + version), std::string::npos) << r.out;
+  r = Dsfs({"info", "--json", store_});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["dsfs_version"], version) << r.out;
 }
 
 TEST_F(CliTest, UndecodableImagesAreLoggedUpToALimit) {
@@ -120,7 +195,7 @@ TEST_F(CliTest, UndecodableImagesAreLoggedUpToALimit) {
   }
   std::string log = dir_ / "pack.log";
   ASSERT_TRUE(LogToFile(log).ok());
-  CliRun r = Dsfs({"pack", "-q", dir_ / "fake", dir_ / "fake.db"});
+  CliRun r = Dsfs({"pack", dir_ / "fake", dir_ / "fake.db"});
   LogToStderr();
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("30 served as they are (the first 20 logged)"), std::string::npos) << r.out;

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <iostream>
 #include <functional>
 #include <map>
 #include <random>
@@ -137,7 +138,7 @@ TEST_P(CorruptionTest, FlippedBytesAreRefusedOrFailOnlyTheDamagedFiles) {
     }
     // dsfs verify names exactly the files that failed (or the metadata, when that is hit).
     std::ostringstream report;
-    Status v = RunVerify(damaged_path, report);
+    Status v = RunVerify(damaged_path, /*quiet=*/false, report, std::cerr);
     if (failed.empty()) {
       // Damage in unused space (free pages, padding) or a part no file needs.
       if (v.ok()) ++o.intact;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <iostream>
 #include <sstream>
 
 #include "backend/kv_store.h"
@@ -217,7 +218,7 @@ TEST_F(LimitsTest, VeryDeepTreeIsRefusedByTheWalkAndTheTensorView) {
   for (const auto& [k, v] : table_->data) ASSERT_TRUE(w->Put(k, v).ok());
   ASSERT_TRUE(w->Commit().ok());
   std::ostringstream out;
-  Status s = RunVerify(path, out);
+  Status s = RunVerify(path, /*quiet=*/false, out, std::cerr);
   EXPECT_TRUE(s.IsCorruption()) << s.ToString();
   EXPECT_NE(out.str().find("deeper than"), std::string::npos) << out.str();
   std::ostringstream listing;

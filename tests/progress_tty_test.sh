@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The progress of dsfs pack, add and convert (tools/progress.h) as a user sees it: on a terminal
-# (a pty from util-linux's script) a line redrawn in place with the rate and the time left, then
-# the summary; elsewhere the summary line alone and nothing on stderr.
+# The progress of dsfs pack, add, convert and verify (tools/progress.h) as a user sees it: on a
+# terminal (a pty from util-linux's script) a line redrawn in place with the rate and the time
+# left, then the summary; elsewhere the summary line alone and nothing on stderr; with -q nothing.
 # Usage: progress_tty_test.sh DSFS_BINARY
 set -euo pipefail
 dsfs=$1
@@ -28,10 +28,19 @@ check "add on a tty: the summary" "$tmp/add.tty" 'added 1 files, .* files/s'
 on_tty "'$dsfs' convert '$tmp/s.db' '$tmp/r.db' --backend rocksdb" "$tmp/convert.tty"
 check "convert on a tty: a redrawn line with the time left" "$tmp/convert.tty" $'\r''(copying|finishing) .* left'
 check "convert on a tty: the summary" "$tmp/convert.tty" 'converted .* records, .* in [0-9.]+ s, .*/s'
-# -q on a terminal: the summary alone.
-on_tty "'$dsfs' pack -q -f '$tmp/src' '$tmp/s.db'" "$tmp/quiet.tty"
-if grep -q ' left' "$tmp/quiet.tty"; then echo "FAILED: pack -q drew a progress line"; fail=1; else
-  echo "ok: pack -q on a tty: no progress line"; fi
+on_tty "'$dsfs' verify '$tmp/s.db'" "$tmp/verify.tty"
+check "verify on a tty: a redrawn line" "$tmp/verify.tty" $'\r''verifying [0-9]+/201 files.* left'
+check "verify on a tty: the summary" "$tmp/verify.tty" 'verified 201 files .*: all OK'
+# -q (of the command or of dsfs, before or after the command) on a terminal: nothing at all.
+for cmd in "pack -q -f '$tmp/src' '$tmp/s.db'" "-q pack -f '$tmp/src' '$tmp/s.db'" \
+           "pack -f '$tmp/src' '$tmp/s.db' --quiet" "add -q '$tmp/s.db' '$tmp/more'" \
+           "convert -q -f '$tmp/s.db' '$tmp/r.db' --backend rocksdb" "verify -q '$tmp/s.db'" \
+           "-q verify '$tmp/s.db'"; do
+  on_tty "'$dsfs' $cmd" "$tmp/quiet.tty"
+  if [[ -s $tmp/quiet.tty ]]; then echo "FAILED: dsfs $cmd printed:"; cat -A "$tmp/quiet.tty"; fail=1
+  else echo "ok: dsfs $cmd on a tty: nothing printed"; fi
+  [[ $cmd != add* ]] || "$dsfs" pack -q -f "$tmp/src" "$tmp/s.db"  # the next add adds again
+done
 # Not a terminal: one summary line on stdout, nothing on stderr.
 "$dsfs" pack -f "$tmp/src" "$tmp/s.db" >"$tmp/pack.out" 2>"$tmp/pack.err"
 "$dsfs" convert -f "$tmp/s.db" "$tmp/r.db" --backend rocksdb >"$tmp/convert.out" 2>"$tmp/convert.err"

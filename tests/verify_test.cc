@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <random>
 #include <set>
@@ -97,7 +98,7 @@ class VerifyTest : public ::testing::TestWithParam<std::string> {
   // The files verify names BAD; *metadata if it calls the metadata damaged instead.
   std::set<std::string> VerifyNames(bool* metadata) {
     std::ostringstream report;
-    Status v = RunVerify(store_, report);
+    Status v = RunVerify(store_, /*quiet=*/false, report, std::cerr);
     *metadata = report.str().find("BAD metadata") != std::string::npos;
     std::set<std::string> named;
     std::istringstream lines(report.str());

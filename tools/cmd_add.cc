@@ -49,6 +49,7 @@ Status RunAdd(const AddCommand& cmd, std::ostream& out, std::ostream& err) {
       static_cast<unsigned long long>(stats.files), static_cast<unsigned long long>(stats.dirs),
       static_cast<unsigned long long>(stats.symlinks), FormatBytes(stats.bytes_in).c_str(),
       FormatBytes(stats.payload_bytes).c_str(), stats.seconds, rate);
+  if (cmd.quiet) return Status::OK();  // -q: nothing on success
   out << line;
   if (stats.replaced) {
     out << "replaced " << stats.replaced << " entries of the store";
@@ -109,6 +110,7 @@ Status RunConvert(const ConvertCommand& cmd, std::ostream& out, std::ostream& er
   DSFS_RETURN_IF_ERROR(s);
   writer.reset();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (cmd.quiet) return Status::OK();
   char rate[96];
   std::snprintf(
       rate, sizeof(rate), " in %.1f s, %s/s", seconds,

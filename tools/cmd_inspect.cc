@@ -1,6 +1,8 @@
 // dsfs ls, cat, info, verify: reading a store without mounting it.
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +18,7 @@
 #include "fs/views.h"
 #include "store/store.h"
 #include "tools/commands.h"
+#include "tools/progress.h"
 
 namespace dsfs {
 namespace {
@@ -198,7 +201,8 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
         {"metadata_raw_bytes", meta.inode_bytes + meta.name_bytes},
         {"metadata_segments", meta.segments},
         {"memory_limit_bytes", ProcessMemoryLimit().bytes},
-        {"memory_limit_source", ProcessMemoryLimit().source}};
+        {"memory_limit_source", ProcessMemoryLimit().source},
+        {"dsfs_version", DSFS_VERSION}};
     nlohmann::ordered_json& tensor = j["tensor"];
     tensor = {{"path", path}, {"available", t.available}};
     if (t.available) {
@@ -217,7 +221,7 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
   std::snprintf(
       buf, sizeof(buf),
       "store:        %s (%s)\n"
-      "format:       dsfs v%u, created %s UTC\n"
+      "format:       %u, created %s UTC; read by dsfs %s\n"
       "entries:      %llu (%llu files, %llu directories, %llu symlinks)\n"
       "file bytes:   %s\n"
       "store bytes:  %s (ratio %.3f; payloads %s in %llu records)\n"
@@ -225,7 +229,7 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
       "compression:  zstd level %d, dictionary %s, chunks of %s, %s\n"
       "images:       %llu decodable by the views; decoded pixels stored: %s\n",
       store_path.c_str(), std::string(store->backend_name()).c_str(), h.version,
-      TimeString(static_cast<int64_t>(h.created_unix_s)).c_str(),
+      TimeString(static_cast<int64_t>(h.created_unix_s)).c_str(), DSFS_VERSION,
       static_cast<unsigned long long>(h.inode_count),
       static_cast<unsigned long long>(h.file_count), static_cast<unsigned long long>(h.dir_count),
       static_cast<unsigned long long>(h.symlink_count), FormatBytes(h.file_bytes).c_str(),
@@ -257,7 +261,7 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
   return Status::OK();
 }
 
-Status RunVerify(const std::string& store_path, std::ostream& out) {
+Status RunVerify(const std::string& store_path, bool quiet, std::ostream& out, std::ostream& err) {
   constexpr uint64_t kMaxBadListed = 100;
   std::unique_ptr<Store> store;
   DSFS_RETURN_IF_ERROR(OpenStore(store_path, &store));
@@ -267,6 +271,12 @@ Status RunVerify(const std::string& store_path, std::ostream& out) {
     return Status::Corruption(store_path + ": metadata is damaged");
   }
   uint64_t files = 0, bytes = 0, bad = 0;
+  // On a terminal: "verifying N/TOTAL files ..." redrawn a few times a second.
+  ProgressLine bar(err, !quiet && ::isatty(STDERR_FILENO));
+  PackProgress progress;
+  progress.phase = "verifying";
+  progress.files_total = store->header().file_count;
+  std::chrono::steady_clock::time_point last_draw{};  // the first check draws
   Status s = Walk(*store, Store::kRootIno, "", true,
                   [&](const InodeRecord& r, std::string_view, const std::string& path) -> Status {
                     if (!IsReg(r)) return Status::OK();
@@ -275,11 +285,23 @@ Status RunVerify(const std::string& store_path, std::ostream& out) {
                     Status fs = store->VerifyFile(r);
                     if (!fs.ok()) {
                       // Every damaged file counts; the first ones are named.
-                      if (++bad <= kMaxBadListed)
-                        out << "BAD " << path << ": " << fs.message() << "\n";
+                      if (++bad <= kMaxBadListed) {
+                        bar.Clear();
+                        out << "BAD " << path << ": " << fs.message() << "\n" << std::flush;
+                      }
+                    }
+                    if (bar.enabled()) {
+                      auto now = std::chrono::steady_clock::now();
+                      if (now - last_draw >= std::chrono::milliseconds(200)) {
+                        last_draw = now;
+                        progress.files_done = files;
+                        progress.bytes_done = bytes;
+                        bar.Update(progress);
+                      }
                     }
                     return Status::OK();
                   });
+  bar.Clear();
   if (!s.ok()) {
     out << "BAD metadata: " << s.message() << "\n";
     return Status::Corruption(store_path + ": metadata is damaged");
@@ -289,7 +311,7 @@ Status RunVerify(const std::string& store_path, std::ostream& out) {
     return Status::Corruption(store_path + ": " + std::to_string(bad) + " of " +
                               std::to_string(files) + " files are damaged");
   }
-  out << "verified " << files << " files (" << FormatBytes(bytes) << "): all OK\n";
+  if (!quiet) out << "verified " << files << " files (" << FormatBytes(bytes) << "): all OK\n";
   return Status::OK();
 }
 

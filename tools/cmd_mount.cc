@@ -270,6 +270,8 @@ Status ParseMountHelperArgs(const std::vector<std::string>& args, MountHelperArg
       return Status::InvalidArgument("mounting in another namespace (-N) is not supported");
     } else if (a == "-h" || a == "--help") {
       out->help = true;
+    } else if (a == "-V" || a == "--version") {
+      out->version = true;
     } else if (a.size() >= 2 && a[0] == '-' && a != "-") {
       // mount(8) passes -s (sloppy), -f (fake), -n (no mtab), -v (verbose), possibly grouped.
       for (size_t k = 1; k < a.size(); ++k) {

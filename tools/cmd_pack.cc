@@ -54,6 +54,7 @@ Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err) {
   DSFS_RETURN_IF_ERROR(s);
   writer.reset();
   WarnIfControlDirStored(stats);
+  if (cmd.quiet) return Status::OK();  // -q: nothing on success
   uint64_t store_bytes = StoreBytes(cmd.dst);
   char line[400];
   double ratio =

@@ -51,6 +51,7 @@ Status RunPush(const PushCommand& cmd, std::ostream& out, std::ostream& err) {
   DSFS_RETURN_IF_ERROR(writer->Commit());
   writer.reset();
   bar.Clear();
+  if (cmd.quiet) return Status::OK();  // -q: nothing on success
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out << "pushed " << cmd.src << " -> " << url.ToString() << ": " << records << " records, "
       << FormatBytes(bytes) << " in " << FormatDuration(s) << ", "

@@ -119,6 +119,7 @@ constexpr const char* kServiceHelp = R"(Running as a service:
 
 const char* kHelperUsage =
     "usage: mount.fuse.dsfs STORE MOUNTPOINT [-s] [-f] [-n] [-v] [-o OPTIONS]\n"
+    "       mount.fuse.dsfs -V|--version\n"
     "  as run by mount(8) for `mount -t fuse.dsfs STORE MOUNTPOINT -o OPTIONS` and fstab lines\n"
     "  of type fuse.dsfs. Generic options (defaults, noauto, nofail, _netdev, noatime, nosuid,\n"
     "  x-systemd.*, ...) are ignored, rw (from defaults) mounts read-only with a warning, -s\n"
@@ -132,6 +133,10 @@ int MountHelperMain(const std::string& program, const std::vector<std::string>& 
   Status s = ParseMountHelperArgs(args, &h);
   if (h.help) {
     out << kHelperUsage << kMountOptionsHelp << "\n";
+    return 0;
+  }
+  if (h.version) {
+    out << "mount.fuse.dsfs (dsfs " << DSFS_VERSION << ")\n";
     return 0;
   }
   if (!s.ok()) {
@@ -162,10 +167,18 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
                "dsfs"};
   app.require_subcommand(1);
   app.footer(kServiceHelp);
-  app.set_version_flag("--version", std::string("dsfs ") + DSFS_VERSION);
+  app.set_version_flag("-V,--version", std::string("dsfs ") + DSFS_VERSION);
+  // The options of dsfs itself are also taken after the subcommand (dsfs ls S --log-level
+  // debug): a subcommand hands what it does not know to dsfs.
+  app.fallthrough();
   std::string log_level = "warn";
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
-      ->capture_default_str();
+  auto* log_level_opt =
+      app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+          ->capture_default_str();
+  bool verbose = false, quiet = false;
+  app.add_flag("-v,--verbose", verbose, "log at info level (as --log-level info)");
+  app.add_flag("-q,--quiet", quiet,
+               "print nothing on success: no progress, no summary, errors only");
   SizeValidator size_validator;
 
   PackCommand pack;
@@ -267,6 +280,8 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   info_cmd->add_flag("--json", json, "machine-readable output");
   auto* verify_cmd = app.add_subcommand("verify", "check every payload of STORE");
   verify_cmd->add_option("STORE", store_path)->required();
+  bool verify_quiet = false;
+  verify_cmd->add_flag("-q,--quiet", verify_quiet, "no progress line, no summary");
 
   std::string stats_point;
   bool stats_json = false;
@@ -295,6 +310,16 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     err << "dsfs: error: " << what << " (see dsfs --help)\n";
     return 2;
   }
+  // -q (of dsfs or of the subcommand): errors only, unless --log-level says otherwise.
+  quiet = quiet || pack.quiet || add.quiet || convert.quiet || push.quiet || verify_quiet;
+  pack.quiet = add.quiet = convert.quiet = push.quiet = verify_quiet = quiet;
+  if (log_level_opt->count() == 0) log_level = quiet ? "error" : verbose ? "info" : "warn";
+  // As found on return: the tests run DsfsMain in-process, one command after another.
+  const spdlog::level::level_enum level_before = Log()->level();
+  struct RestoreLevel {
+    spdlog::level::level_enum level;
+    ~RestoreLevel() { Log()->set_level(level); }
+  } restore{level_before};
   if (!SetLogLevel(log_level)) {
     err << "dsfs: error: unknown log level '" << log_level << "'\n";
     return 2;
@@ -347,7 +372,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   } else if (*stats_cmd) {
     s = RunStats(stats_point, stats_json, out);
   } else if (*verify_cmd) {
-    s = RunVerify(store_path, out);
+    s = RunVerify(store_path, verify_quiet, out, err);
   }
   out.flush();
   if (!s.ok()) {

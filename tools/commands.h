@@ -23,7 +23,7 @@ struct PackCommand {
   std::string src, dst;
   std::string backend = "lmdb";  // "lmdb" (one file) or "rocksdb" (a directory)
   bool force = false;
-  bool quiet = false;
+  bool quiet = false;  // -q: no progress line, no summary (errors only)
   PackOptions options;
 };
 Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err);
@@ -49,7 +49,8 @@ struct ConvertCommand {
 };
 // dsfs convert SRC DST --backend NAME: copies every record of SRC, byte for byte (payloads
 // are not decompressed), into a new store of another (or the same) backend. On a terminal
-// (stderr) and without `quiet`, a progress line on `err`; one summary line on `out`.
+// (stderr) and without `quiet`, a progress line on `err`; one summary line on `out` (none
+// when `quiet`).
 Status RunConvert(const ConvertCommand& cmd, std::ostream& out, std::ostream& err);
 // For convert and push: the records of store `src`, read once front to back, after checking
 // that `src` is a readable dsfs store (before anything is created at the destination).
@@ -81,6 +82,7 @@ struct MountHelperArgs {
   bool fake = false;     // -f: parse and check, mount nothing
   bool verbose = false;  // -v: log at info level
   bool help = false;
+  bool version = false;  // -V, --version
   std::vector<std::string> ignored;  // generic options skipped ("rw" among them)
   bool asked_rw = false;             // "rw" or -w (fstab's "defaults"): read-only all the same
 };
@@ -102,7 +104,8 @@ Status RunCat(const std::string& store, const std::string& path, std::ostream& o
 Status RunInfo(const std::string& store, const std::string& path, bool json, std::ostream& out);
 // Prints the live counters of the dsfs mount at `mountpoint` (its /.dsfs/stats file).
 Status RunStats(const std::string& mountpoint, bool json, std::ostream& out);
-// Checks every payload; lists the damaged files on `out`. Corruption if any is damaged.
-Status RunVerify(const std::string& store, std::ostream& out);
+// Checks every payload; lists the damaged files on `out`, a progress line on `err` when it is a
+// terminal (not `quiet`), "verified N files" unless `quiet`. Corruption if any is damaged.
+Status RunVerify(const std::string& store, bool quiet, std::ostream& out, std::ostream& err);
 
 }  // namespace dsfs

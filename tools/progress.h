@@ -1,6 +1,6 @@
-// How long: the progress line of dsfs pack, add and convert. On a terminal (stderr a tty, no
-// -q) one line redrawn in place with the phase, the counts, the rate and the time left; else
-// nothing until the command's own summary line.
+// How long: the progress line of dsfs pack, add, convert, push and verify. On a terminal (stderr a
+// tty, no -q) one line redrawn in place with the phase, the counts, the rate and the time left;
+// else nothing until the command's own summary line.
 #pragma once
 
 #include <chrono>

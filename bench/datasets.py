@@ -20,6 +20,12 @@
       aspect 1 to 4/3 either way round (the shorter side at least MIN), resampled with LANCZOS,
       mirrored half of the time, saved as baseline 4:2:0 JPEG of QUALITY. For the resized views.
 
+  smooth-crops OUT [--count N] [--size 32] [--seed S]
+      N synthetic JPEGs of SIZE x SIZE in 100 class directories (OUT/class_XXX/img_XXXXXXX.jpg)
+      for machines without the wallpaper packages: a random 3x3 to 8x8 colour grid upscaled
+      bicubically (smooth gradients), plus Gaussian noise of sigma 2-10, saved at quality 85-92
+      (about 1 KB each at 32x32, like the photo crops). File i depends only on (seed, i).
+
   blob OUT --from DIR [--from DIR ...] [--size 1G] [--seed S]
       One large file OUT/shard_000.bin of SIZE bytes: the files under the DIRs (e.g. the photo32
       JPEGs and Fashion-MNIST PNGs), concatenated in a new shuffled order on each round until
@@ -38,6 +44,7 @@ kept as it is. An OUT without a stamp is not touched unless --force is given.
 """
 import argparse
 import gzip
+import io
 import json
 import math
 import multiprocessing as mp
@@ -434,6 +441,36 @@ def cmd_blob(a):
     finish(a.out, partial, params, 1, written, t0)
 
 
+def make_smooth(seed, i, size):
+    rng = np.random.default_rng([seed, i])
+    k = int(rng.integers(3, 9))
+    grid = rng.integers(0, 256, (k, k, 3), dtype=np.uint8)
+    im = np.asarray(Image.fromarray(grid).resize((size, size), Image.BICUBIC)).astype(np.int16)
+    im = im + rng.normal(0, float(rng.uniform(2, 10)), im.shape).astype(np.int16)
+    out = io.BytesIO()
+    Image.fromarray(np.clip(im, 0, 255).astype(np.uint8)).save(
+        out, "JPEG", quality=int(rng.integers(85, 93)))
+    return out.getvalue()
+
+
+def cmd_smooth_crops(a):
+    params = {"kind": "smooth-crops", "count": a.count, "size": a.size, "seed": a.seed,
+              "version": 1}
+    t0 = time.monotonic()
+    partial = begin(a.out, params, a.force)
+    if partial is None:
+        return
+    for c in range(N_CLASSES):
+        os.makedirs(os.path.join(partial, f"class_{c:03d}"))
+    nbytes = 0
+    for i in range(a.count):
+        data = make_smooth(a.seed, i, a.size)
+        nbytes += len(data)
+        with open(os.path.join(partial, f"class_{i % N_CLASSES:03d}", f"img_{i:07d}.jpg"), "wb") as f:
+            f.write(data)
+    finish(a.out, partial, params, a.count, nbytes, t0)
+
+
 def cmd_random_files(a):
     fsize = parse_size(a.file_size)
     params = {"kind": "random-files", "count": a.count, "file_size": fsize, "seed": a.seed,
@@ -475,6 +512,12 @@ def main():
     b.add_argument("--size", default="1G")
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--force", action="store_true", help="rebuild even if complete")
+    sc = sub.add_parser("smooth-crops", help="synthetic ~1 KB JPEGs (no photographs needed)")
+    sc.add_argument("out")
+    sc.add_argument("--count", type=int, default=50000)
+    sc.add_argument("--size", type=int, default=32)
+    sc.add_argument("--seed", type=int, default=1)
+    sc.add_argument("--force", action="store_true", help="rebuild even if complete")
     r = sub.add_parser("random-files", help="many files of random bytes")
     r.add_argument("out")
     r.add_argument("--count", type=int, default=11000)
@@ -489,7 +532,7 @@ def main():
     a = ap.parse_args()
     {"fashion-mnist": cmd_fashion_mnist, "photo-crops": cmd_photo_crops, "photos": cmd_photos,
      "sources": cmd_sources,
-     "blob": cmd_blob, "random-files": cmd_random_files}[a.cmd](a)
+     "blob": cmd_blob, "random-files": cmd_random_files, "smooth-crops": cmd_smooth_crops}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,9 @@
   /usr/bin/python3 bench/plot.py [--results bench/results] [FILE.jsonl ...]
 
 For every results file of a kind it knows (core-*, views-*, kernel-*, backends-*,
-sample-costs-*, gpu-*) it writes FILE.svg next to FILE.jsonl; it also writes headline.svg, the chart
-the README shows (the newest full core run and the newest views run, photo32). With FILE
-arguments only those files' charts (and the headline) are drawn. Every chart names the machine,
+sample-costs-*, gpu-*, memory-*) it writes FILE.svg next to FILE.jsonl; it also writes
+headline.svg, the chart the README shows (the newest full core run and the newest views run,
+photo32). With FILE arguments only those files' charts (and the headline) are drawn. Every chart names the machine,
 the data set, the date and, where the run recorded one, the commit, taken from the results
 (the .md report written beside each .jsonl holds the machine and the build).
 
@@ -444,8 +444,53 @@ def plot_gpu(path):
     return out
 
 
+def plot_memory(path):
+    """bench/memory_bench.py: files/s of passes 2..N by memory limit, one panel per thread count."""
+    rows = load(path)
+    setup_row = next(r for r in rows if r["kind"] == "setup")
+    reads = [r for r in rows if r["kind"] == "read" and not r["reader"].startswith("hot_")]
+    limits = list(dict.fromkeys(r["limit"] for r in reads))
+    readers = list(dict.fromkeys(r["reader"] for r in reads))
+    threads = sorted({r["threads"] for r in reads})
+    names = {"ext4": "ext4", "classic": "dsfs classic", "classic_small": "classic, small groups",
+             "kernel": "dsfs -o kernel", "kernel_small": "-o kernel, small groups",
+             "kernel_loop": "-o kernel=loop", "squashfuse": "squashfuse_ll",
+             "erofs": "EROFS, loop"}
+
+    def rate(r):
+        if r.get("failed") or any(r["errors"]) or len(r["files_per_s"]) < 2:
+            return None
+        return statistics.mean(r["files_per_s"][1:])
+
+    fig, axes = plt.subplots(len(threads), 1, figsize=(11, 3.6 * len(threads)), squeeze=False)
+    for i, t in enumerate(threads):
+        ax = axes[i][0]
+        series = []
+        for key in readers:
+            vals = []
+            for lim in limits:
+                r = next((x for x in reads if x["reader"] == key and x["limit"] == lim
+                          and x["threads"] == t), None)
+                vals.append(rate(r) if r else None)
+            series.append((names.get(key, key), vals))
+        mb = setup_row["limits"]
+        bars(ax, [f"limit {l}\n{mb[l] / 1e6:.0f} MB" for l in limits], series,
+             unit="files/s, passes 2-3")
+        ax.set_title(f"shuffled open+read+close inside a memory cgroup, {t} thread"
+                     f"{'s' if t > 1 else ''} (n/a: failed reads or mount)", fontsize=9)
+        ax.legend(fontsize=6.5, frameon=False, ncol=4, loc="upper right")
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    out = path[:-len(".jsonl")] + ".svg"
+    what = (f"{setup_row['files']:,} files, {setup_row['bytes'] / 1e6:.0f} MB, page-cache "
+            f"footprint {setup_row['footprint'] / 1e6:.0f} MB, dsfs store "
+            f"{setup_row['sizes']['default'] / 1e6:.0f} MB")
+    save(fig, out, [path], caption([path], [what]))
+    return out
+
+
 KINDS = [("core-", plot_core), ("views-", plot_views), ("kernel-", plot_kernel),
-         ("backends-", plot_backends), ("sample-costs-", plot_sample_costs), ("gpu-", plot_gpu)]
+         ("backends-", plot_backends), ("sample-costs-", plot_sample_costs), ("gpu-", plot_gpu),
+         ("memory-", plot_memory)]
 
 
 def main():

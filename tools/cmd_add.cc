@@ -40,6 +40,7 @@ Status RunAdd(const AddCommand& cmd, std::ostream& out, std::ostream& err) {
   DSFS_RETURN_IF_ERROR(s);
   writer.reset();
   WarnIfControlDirStored(stats);
+  if (cmd.quiet) return Status::OK();  // -q: nothing on success
   char line[300];
   double rate = stats.seconds > 0 ? static_cast<double>(stats.files) / stats.seconds : 0.0;
   std::snprintf(
@@ -49,7 +50,6 @@ Status RunAdd(const AddCommand& cmd, std::ostream& out, std::ostream& err) {
       static_cast<unsigned long long>(stats.files), static_cast<unsigned long long>(stats.dirs),
       static_cast<unsigned long long>(stats.symlinks), FormatBytes(stats.bytes_in).c_str(),
       FormatBytes(stats.payload_bytes).c_str(), stats.seconds, rate);
-  if (cmd.quiet) return Status::OK();  // -q: nothing on success
   out << line;
   if (stats.replaced) {
     out << "replaced " << stats.replaced << " entries of the store";
@@ -83,19 +83,15 @@ Status RunConvert(const ConvertCommand& cmd, std::ostream& out, std::ostream& er
   PackProgress prog;
   prog.phase = "copying";
   prog.bytes_total = wo.expected_bytes;
-  auto start = std::chrono::steady_clock::now(), last = start;
+  const auto start = std::chrono::steady_clock::now();
   uint64_t records = 0, bytes = 0;
   Status s = ForEachRecord(reader.get(), "", [&](std::string_view key, std::string_view value) {
     ++records;
     bytes += value.size();
-    if (bar.enabled() && (records & 255) == 0) {
-      auto now = std::chrono::steady_clock::now();
-      if (now - last >= std::chrono::milliseconds(200)) {
-        last = now;
-        prog.files_done = records;
-        prog.bytes_done = std::min(bytes, prog.bytes_total);
-        bar.Update(prog);
-      }
+    if ((records & 255) == 0 && bar.Due()) {
+      prog.files_done = records;
+      prog.bytes_done = std::min(bytes, prog.bytes_total);
+      bar.Update(prog);
     }
     return writer->Put(key, value);
   });

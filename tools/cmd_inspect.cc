@@ -2,7 +2,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -276,7 +275,6 @@ Status RunVerify(const std::string& store_path, bool quiet, std::ostream& out, s
   PackProgress progress;
   progress.phase = "verifying";
   progress.files_total = store->header().file_count;
-  std::chrono::steady_clock::time_point last_draw{};  // the first check draws
   Status s = Walk(*store, Store::kRootIno, "", true,
                   [&](const InodeRecord& r, std::string_view, const std::string& path) -> Status {
                     if (!IsReg(r)) return Status::OK();
@@ -290,14 +288,10 @@ Status RunVerify(const std::string& store_path, bool quiet, std::ostream& out, s
                         out << "BAD " << path << ": " << fs.message() << "\n" << std::flush;
                       }
                     }
-                    if (bar.enabled()) {
-                      auto now = std::chrono::steady_clock::now();
-                      if (now - last_draw >= std::chrono::milliseconds(200)) {
-                        last_draw = now;
-                        progress.files_done = files;
-                        progress.bytes_done = bytes;
-                        bar.Update(progress);
-                      }
+                    if (bar.Due()) {
+                      progress.files_done = files;
+                      progress.bytes_done = bytes;
+                      bar.Update(progress);
                     }
                     return Status::OK();
                   });

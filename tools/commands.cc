@@ -207,7 +207,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       ->capture_default_str();
   pack_cmd->add_option("-j,--threads", pack.options.threads, "compression threads (0 = all cores)")
       ->capture_default_str();
-  pack_cmd->add_flag("-q,--quiet", pack.quiet, "no progress bar");
+  pack_cmd->add_flag("-q,--quiet", quiet, "no progress bar");
   pack_cmd->add_flag("--predecode", pack.options.predecode,
                      "also store every image's decoded pixels, so the bmp/npy/tensor views "
                      "never decode");
@@ -222,7 +222,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   add_cmd->add_flag("--replace", add.options.replace, "replace entries that exist");
   add_cmd->add_option("-j,--threads", add.options.threads, "compression threads (0 = all cores)")
       ->capture_default_str();
-  add_cmd->add_flag("-q,--quiet", add.quiet, "no progress bar");
+  add_cmd->add_flag("-q,--quiet", quiet, "no progress bar");
 
   ConvertCommand convert;
   auto* convert_cmd = app.add_subcommand(
@@ -231,7 +231,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   convert_cmd->add_option("DST", convert.dst, "store to create")->required();
   convert_cmd->add_option("--backend", convert.backend, "lmdb, rocksdb or s3 (DST s3://BUCKET/PREFIX)")->required();
   convert_cmd->add_flag("-f,--force", convert.force, "overwrite DST if it exists");
-  convert_cmd->add_flag("-q,--quiet", convert.quiet, "no progress line");
+  convert_cmd->add_flag("-q,--quiet", quiet, "no progress line");
 
   PushCommand push;
   auto* push_cmd = app.add_subcommand(
@@ -239,7 +239,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   push_cmd->add_option("SRC", push.src, "existing store")->required();
   push_cmd->add_option("DST", push.dst, "s3://BUCKET/PREFIX")->required();
   push_cmd->add_flag("-f,--force", push.force, "replace a store already at DST");
-  push_cmd->add_flag("-q,--quiet", push.quiet, "no progress");
+  push_cmd->add_flag("-q,--quiet", quiet, "no progress");
   push_cmd->footer(
       "Credentials and endpoint the AWS way: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,\n"
       "AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL, AWS_PROFILE and ~/.aws/credentials\n"
@@ -280,8 +280,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   info_cmd->add_flag("--json", json, "machine-readable output");
   auto* verify_cmd = app.add_subcommand("verify", "check every payload of STORE");
   verify_cmd->add_option("STORE", store_path)->required();
-  bool verify_quiet = false;
-  verify_cmd->add_flag("-q,--quiet", verify_quiet, "no progress line, no summary");
+  verify_cmd->add_flag("-q,--quiet", quiet, "no progress line, no summary");
 
   std::string stats_point;
   bool stats_json = false;
@@ -310,9 +309,9 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     err << "dsfs: error: " << what << " (see dsfs --help)\n";
     return 2;
   }
-  // -q (of dsfs or of the subcommand): errors only, unless --log-level says otherwise.
-  quiet = quiet || pack.quiet || add.quiet || convert.quiet || push.quiet || verify_quiet;
-  pack.quiet = add.quiet = convert.quiet = push.quiet = verify_quiet = quiet;
+  // -q (of dsfs or of the subcommand, all one flag): errors only, unless --log-level says
+  // otherwise.
+  pack.quiet = add.quiet = convert.quiet = push.quiet = quiet;
   if (log_level_opt->count() == 0) log_level = quiet ? "error" : verbose ? "info" : "warn";
   // As found on return: the tests run DsfsMain in-process, one command after another.
   const spdlog::level::level_enum level_before = Log()->level();
@@ -372,7 +371,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   } else if (*stats_cmd) {
     s = RunStats(stats_point, stats_json, out);
   } else if (*verify_cmd) {
-    s = RunVerify(store_path, verify_quiet, out, err);
+    s = RunVerify(store_path, quiet, out, err);
   }
   out.flush();
   if (!s.ok()) {

@@ -81,6 +81,11 @@ void ProgressLine::Update(const PackProgress& p) {
   drawn_ = true;
 }
 
+bool ProgressLine::Due() const {
+  return enabled_ &&
+         (!drawn_ || std::chrono::steady_clock::now() - prev_ >= std::chrono::milliseconds(200));
+}
+
 void ProgressLine::Clear() {
   if (!drawn_) return;
   err_ << "\r\033[K" << std::flush;

@@ -31,6 +31,9 @@ class ProgressLine {
   ProgressLine& operator=(const ProgressLine&) = delete;
 
   bool enabled() const { return enabled_; }
+  // True when enabled and the line is not drawn or was drawn 200 ms ago or more: callers of a
+  // busy loop update only then.
+  bool Due() const;
   // Redraws the line. The rate is measured from the update before the first one of the
   // "compressing", "copying" or "finishing" phase (scanning and training say how far they are,
   // not how fast).

@@ -255,9 +255,9 @@ struct Variant {
 };
 
 const Variant kVariants[] = {
-    {"DefaultChunks", {"-q"}, {}},
+    {"DefaultChunks", {}, {}},
     // Small chunks: every large read crosses many chunk boundaries; several FUSE threads.
-    {"Chunk64K", {"-q", "--chunk-size", "64K", "--dict-size", "0", "-l", "3"}, {"-o", "threads=4"}},
+    {"Chunk64K", {"--chunk-size", "64K", "--dict-size", "0", "-l", "3"}, {"-o", "threads=4"}},
 };
 
 }  // namespace

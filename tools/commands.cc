@@ -178,7 +178,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   bool verbose = false, quiet = false;
   app.add_flag("-v,--verbose", verbose, "log at info level (as --log-level info)");
   app.add_flag("-q,--quiet", quiet,
-               "print nothing on success: no progress, no summary, errors only");
+               "print nothing on success: no progress, no summary (warnings stay)");
   SizeValidator size_validator;
 
   PackCommand pack;
@@ -309,10 +309,9 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     err << "dsfs: error: " << what << " (see dsfs --help)\n";
     return 2;
   }
-  // -q (of dsfs or of the subcommand, all one flag): errors only, unless --log-level says
-  // otherwise.
+  // -q (of dsfs or of the subcommand, all one flag): no progress, no summary; warnings stay.
   pack.quiet = add.quiet = convert.quiet = push.quiet = quiet;
-  if (log_level_opt->count() == 0) log_level = quiet ? "error" : verbose ? "info" : "warn";
+  if (log_level_opt->count() == 0) log_level = verbose ? "info" : "warn";
   // As found on return: the tests run DsfsMain in-process, one command after another.
   const spdlog::level::level_enum level_before = Log()->level();
   struct RestoreLevel {

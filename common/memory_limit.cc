@@ -264,6 +264,7 @@ MemoryBudgets BudgetsFor(uint64_t limit_bytes) {
   // The kernel's page cache, which serves every repeated read, keeps what these leave (and
   // reclaims pushed pages like any others); the reader's own memory comes out of it too.
   b.cache_bytes = l / 8;
+  b.tight_cache_bytes = l / 8 * 3;
   b.push_bytes = l / 4;
   b.metadata_readahead_bytes = l / 8;
   b.metadata_cache_bytes = std::max(l / 32, std::min<uint64_t>(32ull << 20, l / 8));
@@ -271,6 +272,12 @@ MemoryBudgets BudgetsFor(uint64_t limit_bytes) {
   b.pack_held_bytes = std::min<uint64_t>(32ull << 20, l / 16);
   b.pack_pipeline_bytes = l / 4;
   return b;
+}
+
+uint64_t CacheBytesFor(const MemoryBudgets& b, uint64_t limit_bytes, uint64_t footprint_bytes,
+                       uint64_t hold_all_bytes) {
+  if (footprint_bytes <= limit_bytes / 2) return b.cache_bytes;
+  return std::max(b.cache_bytes, std::min(b.tight_cache_bytes, hold_all_bytes));
 }
 
 const MemoryBudgets& DefaultBudgets() {

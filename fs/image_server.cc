@@ -285,6 +285,16 @@ Status ImageServer::Start(const std::string& dir) {
     se_ = nullptr;
     return ms;
   }
+  // Before anything reads from the session: the transport must see the kernel's INIT.
+  TransportOptions to;
+  to.mode = options_.transport;
+  to.classic_threads = std::max(1, options_.threads);
+  to.answer_ioctls = true;  // the image has no ioctls
+  if (Status ts = FuseTransport::Create(se_, to, &transport_); !ts.ok()) {
+    Log()->warn("image FUSE transport: classic /dev/fuse loop: {}", ts.message());
+    no_transport_ = "classic (" + ts.message() + ")";
+    transport_.reset();
+  }
   if (options_.readahead_bytes > 0) {
     readahead_ = std::make_unique<ImageReadahead>(
         image_, options_.readahead_bytes, [this](uint64_t offset, std::string_view data) {
@@ -302,8 +312,11 @@ Status ImageServer::Start(const std::string& dir) {
     if (options_.fetch_threads > 0) {
       fetchers_ = std::make_unique<RequestWorkers>("dsfs-img-fetch", options_.fetch_threads);
     }
-    int rc = RunFuseLoop(se_, options_.threads);
-    if (rc != 0) Log()->debug("image FUSE session loop returned {}", rc);
+    if (transport_) {
+      if (Status sv = transport_->Serve(); !sv.ok()) Log()->warn("image FUSE transport: {}", sv.message());
+    } else if (int rc = RunFuseLoop(se_, options_.threads); rc != 0) {
+      Log()->debug("image FUSE session loop returned {}", rc);
+    }
     ended_.store(true);
     if (on_ended_) on_ended_();
   });
@@ -325,8 +338,13 @@ void ImageServer::Stop() {
   readahead_.reset();
   // Closes the device; unmounts nothing that is already gone (the device reports POLLERR).
   fuse_session_unmount(se_);
+  transport_.reset();  // the readahead's stores went through it until here
   fuse_session_destroy(se_);
   se_ = nullptr;
+}
+
+std::string ImageServer::transport() const {
+  return transport_ ? transport_->info().Describe() : no_transport_;
 }
 
 }  // namespace dsfs

@@ -35,11 +35,16 @@
 #include "erofs/image.h"
 #include "fs/image_readahead.h"
 #include "fs/request_workers.h"
+#include "fs/uring_transport.h"
 
 namespace dsfs {
 
 struct ImageServerOptions {
-  int threads = 2;  // session loop threads
+  // What serves the session (`-o transport=`, fs/uring_transport.h). Over io_uring a read that
+  // EROFS misses costs about half a classic round trip: inside a memory limit smaller than the
+  // tree, where EROFS's page cache cannot hold the files, that is every other read (issue 29).
+  TransportMode transport = TransportMode::kAuto;
+  int threads = 2;  // classic loop threads
   // Their nice value (FuseOptions::nice): a first read of a file waits on one image read.
   int nice = -10;
   bool debug = false;  // libfuse request tracing to stderr
@@ -95,6 +100,8 @@ class ImageServer {
     return readahead_on_.load() ? readahead_.get() : nullptr;
   }
   uint64_t open_images() const { return open_images_.load(); }
+  // What serves the session ("io_uring, 2 queues x 8 entries ..." or "classic (why)").
+  std::string transport() const;
 
  private:
   friend struct ImageServerOps;
@@ -104,6 +111,9 @@ class ImageServer {
   std::function<void()> on_image_closed_, on_ended_;
   std::string dir_;
   struct fuse_session* se_ = nullptr;
+  // Null where the classic loop serves; the session outlives it (its custom I/O).
+  std::unique_ptr<FuseTransport> transport_;
+  std::string no_transport_;  // why not, for transport()
   std::unique_ptr<ImageReadahead> readahead_;
   // Null without options.fetch_threads; made by the loop thread before the session threads,
   // destroyed in Stop once the session loop has ended (no more Submit) and before the session

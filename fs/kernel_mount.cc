@@ -207,6 +207,7 @@ std::string KernelStatsJson(const Filesystem* fs, const erofs::Image& image,
                                    {"directio", directio ? 1 : 0}};
   if (server) {
     const ImageServer::Counters& c = server->counters();
+    kernel["transport"] = server->transport();
     kernel["image_reads"] = c.reads.load(std::memory_order_relaxed);
     kernel["image_bytes_read"] = c.bytes_read.load(std::memory_order_relaxed);
     kernel["image_read_errors"] = c.errors.load(std::memory_order_relaxed);
@@ -255,7 +256,6 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
     std::string moot;
     if (fuse.timeout_s != plain.timeout_s) moot += " timeout";
     if (fuse.zero_message_open != plain.zero_message_open) moot += " zero_open";
-    if (fuse.transport != plain.transport) moot += " transport";
     if (!moot.empty()) {
       Log()->warn("-o kernel: EROFS caches entries and opens itself; ignored:{}", moot);
     }
@@ -348,6 +348,7 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
   std::string loop;
   std::atomic<bool> directio{false};  // set once EROFS is mounted with it (the stats read it)
   ImageServerOptions so;
+  so.transport = fuse.transport;
   so.threads = fuse.threads;
   so.nice = fuse.nice;
   so.debug = fuse.debug;

@@ -157,12 +157,17 @@ uint64_t MemoryGuardPolicy::Next(uint64_t used_bytes, uint64_t cache_bytes, Cloc
     if (!pressure_) ++events_;
     pressure_ = true;
     last_pressure_ = now;
-    // Half of what the cache holds now (a capacity far above its contents frees nothing).
-    capacity_ = std::max(floor_, std::min(capacity_, cache_bytes) / 2);
+    // What is over the threshold and half a headroom more, off what the cache holds now (a
+    // capacity far above its contents frees nothing); the next sample sheds again if that was
+    // not enough. Halving instead left a 103 MiB limit's cache at the floor for good: the
+    // rest of the scope (the reader, the kernel's inodes) never fell a whole headroom below.
+    const uint64_t over = used_bytes - threshold_ + headroom_ / 2;
+    const uint64_t held = std::min(capacity_, cache_bytes);
+    capacity_ = std::max(floor_, held > over ? held - over : 0);
     return capacity_;
   }
-  // Calm: below the threshold by a second headroom.
-  const bool calm = used_bytes + headroom_ < threshold_;
+  // Calm: below the threshold by half a headroom, where shedding aims.
+  const bool calm = used_bytes + headroom_ / 2 < threshold_;
   if (pressure_ && calm) pressure_ = false;
   if (calm && capacity_ < initial_ && now - last_pressure_ >= kCalmBeforeRaise &&
       now - last_raise_ >= kRaiseEvery) {

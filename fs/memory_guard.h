@@ -8,13 +8,13 @@
 // total_active_file and total_inactive_file; v2 memory.current less active_file and
 // inactive_file), or MemTotal less MemAvailable where the limit is physical memory. When used
 // passes the limit less a headroom (an eighth of the limit, at least 24 MiB, at most a
-// quarter), the RAM cache's capacity is halved and evicted down to at once
-// (ByteCache::SetCapacity), down to a floor of min(its capacity, 4 MiB), and the freed memory is
-// given back to the system (malloc_trim); each time pressure starts is one pressure event. Between
-// two samples the cache may grow only by the room left below the threshold at the last one (its
-// capacity is what it holds plus that room), so a burst of reads cannot outrun the guard. Once
-// used has stayed below the limit less twice the headroom for 5 s, the capacity is raised by a
-// 16th of the original every 2 s, never above it. One mechanism on every kind of limit:
+// quarter), the RAM cache's capacity is lowered by what is over and half a headroom more, and
+// evicted down to at once (ByteCache::SetCapacity), down to a floor of min(its capacity,
+// 4 MiB), and the freed memory is given back to the system (malloc_trim); each time pressure
+// starts is one pressure event. Between two samples the cache may grow only by the room left
+// below the threshold at the last one (its capacity is what it holds plus that room), so a
+// burst of reads cannot outrun the guard. Once used has stayed half a headroom below the
+// threshold for 5 s, the capacity is raised by a 16th of the original every 2 s, never above it. One mechanism on every kind of limit:
 // reading two small files every 50 ms (every 200 ms while used is under half the limit) costs
 // tens of microseconds.
 //
@@ -57,7 +57,7 @@ class MemoryGuardPolicy {
   // until the next sample: the budget (capacity()), but no more than the cache holds plus the
   // room left below the threshold. Counts pressure events.
   uint64_t Next(uint64_t used_bytes, uint64_t cache_bytes, Clock::time_point now);
-  // The budget: halved under pressure, raised back slowly.
+  // The budget: lowered under pressure, raised back slowly.
   uint64_t capacity() const { return capacity_; }
   uint64_t threshold_bytes() const { return threshold_; }
   uint64_t pressure_events() const { return events_; }

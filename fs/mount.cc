@@ -185,13 +185,14 @@ Status Serve(const MountConfig& config, const std::function<void()>& on_mounted)
   // Defaults from the memory this process is given, not the host's (common/memory_limit.h):
   // the RAM cache (readahead and a hot set) and the pushes into the page cache.
   const MemoryBudgets& budgets = DefaultBudgets();
+  const bool default_cache = config.cache_bytes == MountConfig::kDefaultCache;
+  // A default cache is made at its most and lowered once the store says how much page cache
+  // its files need (CacheBytesFor); its capacity never rises above what it was made with.
   uint64_t cache_bytes =
-      config.cache_bytes == MountConfig::kDefaultCache ? budgets.cache_bytes : config.cache_bytes;
+      default_cache ? std::max(budgets.cache_bytes, budgets.tight_cache_bytes) : config.cache_bytes;
   FuseOptions fo = config.fuse;
   fo.push_bytes =
       config.push_bytes == MountConfig::kDefaultCache ? budgets.push_bytes : config.push_bytes;
-  Log()->debug("memory limit {}: cache {}, push {}", ProcessMemoryLimit().ToString(),
-               FormatBytes(cache_bytes), FormatBytes(fo.push_bytes));
   // The mount's one RAM cache: the store keeps decompressed chunks in it, the views what they
   // render, each client in a namespace of its own; readahead and preload fill it.
   if (!store_options.cache && cache_bytes > 0) {
@@ -200,6 +201,10 @@ Status Serve(const MountConfig& config, const std::function<void()>& on_mounted)
   std::shared_ptr<ByteCache> cache = store_options.cache;
   std::unique_ptr<Store> store;
   DSFS_RETURN_IF_ERROR(Store::Open(config.store_path, store_options, &store));
+  if (cache && default_cache) cache->SetCapacity(DefaultMountCacheBytes(*store));
+  Log()->debug("memory limit {}: files {} as page cache, cache {}, push {}",
+               ProcessMemoryLimit().ToString(), FormatBytes(store->PageCacheFootprintBytes()),
+               FormatBytes(cache ? cache->capacity_bytes() : 0), FormatBytes(fo.push_bytes));
   FsOptions fs_options = config.fs;
   // The views decode an image once and serve it from the cache: what cannot fit an entry of
   // the cache is served as its original bytes (fs/views.h, ViewRenders).

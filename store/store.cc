@@ -468,6 +468,16 @@ Status Store::ReadPixels(const InodeRecord& rec, std::string* rgb) const {
   return Status::OK();
 }
 
+uint64_t DefaultMountCacheBytes(const Store& store) {
+  return CacheBytesFor(DefaultBudgets(), ProcessMemoryLimit().bytes,
+                       store.PageCacheFootprintBytes(), store.CacheBytesToHoldAll());
+}
+
+uint64_t Store::PageCacheFootprintBytes() const {
+  constexpr uint64_t kPage = 4096;
+  return std::max(header_.file_bytes, header_.file_count * kPage);
+}
+
 Status Store::ReadSolid(char space, uint64_t id, uint64_t expected, ByteCache* cache,
                         ByteCache::Value* pin, std::string_view* out) const {
   if (cache) {
@@ -518,8 +528,7 @@ Status Store::ReadSolid(char space, uint64_t id, uint64_t expected, ByteCache* c
       constexpr uint64_t kNeighbourGroups = 64;
       const uint64_t capacity = cache->capacity_bytes();
       const bool room = capacity >= kNeighbourGroups * p.raw_bytes;
-      const bool holds_all =
-          space == kPayloadSpace && capacity >= header_.file_bytes + header_.file_bytes / 4;
+      const bool holds_all = space == kPayloadSpace && capacity >= CacheBytesToHoldAll();
       bool whole = false, decided = false;
       auto need = [&](std::string_view pre) -> uint64_t {
         if (whole) return p.raw_bytes;

@@ -75,6 +75,16 @@ class Store {
   // The backend's own counters (KvReader::Counters): empty for local stores.
   std::vector<std::pair<std::string, uint64_t>> backend_counters() const { return kv_->Counters(); }
   uint64_t inode_count() const { return header_.inode_count; }
+  // The page cache the files fill when read as files, at least: a page for each (4 KiB) or
+  // their bytes, whichever is more.
+  uint64_t PageCacheFootprintBytes() const;
+  // A RAM cache of this capacity keeps every file once read (their bytes, the cache's charge
+  // for each entry, an eighth to spare for its shards' unevenness): a miss then decompresses a
+  // whole group, whose records all stay until they are read.
+  uint64_t CacheBytesToHoldAll() const {
+    return header_.file_bytes + header_.file_bytes / 8 +
+           header_.file_count * ByteCache::kEntryOverhead;
+  }
 
   // True for a store in object storage (KvReader::remote()): what is not in memory is fetched
   // over the network, and may take as long as the backend's deadline.
@@ -233,6 +243,10 @@ class Store {
   // Bytes of payload read from the backend since it last released its cached memory.
   mutable std::atomic<uint64_t> read_since_release_{0};
 };
+
+// The RAM cache a mount of `store` gets by default inside this process's memory limit:
+// CacheBytesFor (common/memory_limit.h) of the store's footprint.
+uint64_t DefaultMountCacheBytes(const Store& store);
 
 // True for the file types a store holds.
 inline bool IsDir(const InodeRecord& r) { return (r.mode & 0170000) == 0040000; }

@@ -203,6 +203,40 @@ TEST_F(KernelMountTest, ViewsAreTheirOwnTreesWithTheClassicViewsBytes) {
   }
 }
 
+// The image's reads (every read EROFS misses) are served over io_uring where the kernel allows
+// it, as a classic mount's requests are; transport=classic and a kernel that says no get the
+// /dev/fuse loop. The bytes are the same either way.
+TEST_F(KernelMountTest, TheImageIsServedOverIoUringWhereTheKernelAllows) {
+  BuildTree(src_);
+  Pack();
+  const auto want = Expected(src_, 0, 0, 0);
+  struct Case {
+    bool enable;
+    std::string option, serving;
+  };
+  for (const Case& c : {Case{true, "", "uring ("}, Case{true, "transport=classic", "classic ("},
+                        Case{false, "", "classic ("}}) {
+    SCOPED_TRACE(std::string("enable_uring=") + (c.enable ? "Y " : "N ") + c.option);
+    ScopedEnableUring enable(c.enable);
+    if (c.enable && !enable.exists()) {
+      GTEST_SKIP() << "SKIPPED: this kernel has no FUSE over io_uring (no " << kEnableUringPath
+                   << ")";
+    }
+    KernelMount km(mp_);
+    CommandResult r = km.Mount(store_, c.option);
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    ExpectSameTree(want, Walk(mp_));
+    r = Dsfs({"stats", "--json", mp_});
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_NE(r.out.find("\"transport\": \"" + c.serving), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("\"image_read_errors\": 0"), r.out.find("\"image_read_errors\"")) << r.out;
+    r = Dsfs({"umount", mp_});
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+    km.WaitDaemon();
+    EXPECT_TRUE(LayersGone(mp_, km.prefix()));
+  }
+}
+
 TEST_F(KernelMountTest, BogusKernelValueIsRefusedWithOneLine) {
   Put(src_ + "/a", "a\n");
   Pack();

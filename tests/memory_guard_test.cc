@@ -70,18 +70,24 @@ TEST(MemoryWatchTest, UsedIsUsageLessFilePages) {
       (MemoryWatch{MemoryWatch::Kind::kCgroupV2, root.path() + "/none"}.ReadUsedBytes(&used)));
 }
 
-TEST(MemoryGuardPolicyTest, HalvesOnPressureDownToAFloorAndRaisesBackSlowly) {
+TEST(MemoryGuardPolicyTest, ShedsWhatIsOverDownToAFloorAndRaisesBackSlowly) {
   const uint64_t limit = 256 * kMiB, cache = 64 * kMiB;
   MemoryGuardPolicy p(limit, cache);
-  EXPECT_EQ(p.threshold_bytes(), limit - limit / 8);
+  EXPECT_EQ(p.threshold_bytes(), limit - limit / 8);  // 224 MiB, a headroom of 32
   Clock::time_point t = Clock::now();
   EXPECT_EQ(p.Next(100 * kMiB, 60 * kMiB, t), cache);  // no pressure: unchanged
   EXPECT_EQ(p.pressure_events(), 0u);
-  EXPECT_EQ(p.Next(240 * kMiB, 60 * kMiB, t), 30 * kMiB);  // half of what it holds
+  // 4 MiB over: that and half a headroom off what it holds.
+  EXPECT_EQ(p.Next(228 * kMiB, 60 * kMiB, t), 40 * kMiB);
   EXPECT_EQ(p.pressure_events(), 1u);
-  EXPECT_EQ(p.Next(240 * kMiB, 30 * kMiB, t), 15 * kMiB);  // still: halved again, same event
+  EXPECT_EQ(p.Next(226 * kMiB, 40 * kMiB, t), 22 * kMiB);  // still over: again, same event
   EXPECT_EQ(p.pressure_events(), 1u);
+  // Shed only from what it holds, whatever the budget was.
+  EXPECT_EQ(p.Next(225 * kMiB, 20 * kMiB, t), MemoryGuardPolicy::kFloorBytes);  // 20 - 17
   for (int i = 0; i < 10; ++i) p.Next(250 * kMiB, p.capacity(), t);
+  EXPECT_EQ(p.capacity(), MemoryGuardPolicy::kFloorBytes);
+  // At the level shedding aims at (half a headroom below the threshold) it is not calm yet.
+  EXPECT_EQ(p.Next(208 * kMiB, 0, t), MemoryGuardPolicy::kFloorBytes);
   EXPECT_EQ(p.capacity(), MemoryGuardPolicy::kFloorBytes);
   // Calm, but not for long enough yet; then a 16th of the original each kRaiseEvery.
   EXPECT_EQ(p.Next(100 * kMiB, 0, t + seconds(1)), MemoryGuardPolicy::kFloorBytes);
@@ -94,7 +100,7 @@ TEST(MemoryGuardPolicyTest, HalvesOnPressureDownToAFloorAndRaisesBackSlowly) {
   EXPECT_EQ(p.capacity(), MemoryGuardPolicy::kFloorBytes + cache / 8);
   for (int i = 0; i < 40; ++i) p.Next(100 * kMiB, 0, t + seconds(30 + 2 * i));
   EXPECT_EQ(p.capacity(), cache);  // never above the original
-  EXPECT_EQ(p.Next(250 * kMiB, cache, t + seconds(200)), cache / 2);
+  EXPECT_EQ(p.Next(250 * kMiB, cache, t + seconds(200)), cache - 42 * kMiB);
   EXPECT_EQ(p.pressure_events(), 2u);  // a second episode
 }
 

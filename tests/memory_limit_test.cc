@@ -296,6 +296,19 @@ TEST(MemoryLimitTest, BudgetsAreFractionsOfTheLimit) {
   EXPECT_EQ(d.cache_bytes, ProcessMemoryLimit().bytes / 8);
 }
 
+TEST(MemoryLimitTest, TheCacheTakesThePlaceOfAPageCacheTooSmallForTheFiles) {
+  const uint64_t l = 256 * kMiB;
+  const MemoryBudgets b = BudgetsFor(l);
+  EXPECT_EQ(b.tight_cache_bytes, l / 8 * 3);
+  // Files the page cache can keep (half the limit or less): an eighth.
+  EXPECT_EQ(CacheBytesFor(b, l, l / 2, 400 * kMiB), l / 8);
+  EXPECT_EQ(CacheBytesFor(b, l, 10 * kMiB, 12 * kMiB), l / 8);
+  // More: as much as holds them all, up to three eighths, never below an eighth.
+  EXPECT_EQ(CacheBytesFor(b, l, l / 2 + 1, 400 * kMiB), l / 8 * 3);
+  EXPECT_EQ(CacheBytesFor(b, l, 4 * l, 50 * kMiB), 50 * kMiB);
+  EXPECT_EQ(CacheBytesFor(b, l, 4 * l, 10 * kMiB), l / 8);
+}
+
 TEST(MemoryLimitTest, PackPipelineWithinItsBudget) {
   // Batches of up to 8 MiB raw and as much encoded: 16 MiB each.
   EXPECT_EQ(BatchesInFlight(2, 1ull << 30), 8u);    // 4 per thread at most
@@ -344,13 +357,33 @@ TEST(MemoryLimitTest, RealV1CgroupSeenByDsfsInfo) {
     r = testing::RunCommand(cg.Inside({testing::DsfsBinary(), "info", dir / "s.dsfs"}));
     ASSERT_EQ(r.exit_code, 0) << testing::Describe(r);
     EXPECT_NE(
-        r.out.find("memory limit: 167.8 MB (cgroup v1 " + file + "); a mount's cache 21.0 MB\n"),
+        r.out.find("memory limit: 167.8 MB (cgroup v1 " + file +
+                   "); a mount's cache 21.0 MB (the files fill 4.1 kB of page cache)\n"),
         std::string::npos)
         << r.out;
     // And outside it, not that limit.
     r = testing::Dsfs({"info", "--json", dir / "s.dsfs"});
     EXPECT_EQ(r.out.find(file), std::string::npos) << r.out;
   }
+  // 10,000 files of 3,000 bytes fill 41 MB of page cache, more than half a 64 MiB limit: the
+  // cache takes their place, up to three eighths of it (all of them would need 34.7 MB).
+  for (int i = 0; i < 10000; ++i) {
+    WriteFile(dir / ("many/d" + std::to_string(i % 50) + "/f" + std::to_string(i)),
+              std::string(3000, static_cast<char>('a' + i % 26)));
+  }
+  r = testing::Dsfs({"pack", "-q", dir / "many", dir / "many.dsfs"});
+  ASSERT_EQ(r.exit_code, 0) << testing::Describe(r);
+  testing::TestCgroup cg(mount, "info-many");
+  if (!cg.made()) GTEST_SKIP() << cg.error();
+  ASSERT_TRUE(cg.SetLimit(64 * kMiB));
+  r = testing::RunCommand(cg.Inside({testing::DsfsBinary(), "info", dir / "many.dsfs"}));
+  ASSERT_EQ(r.exit_code, 0) << testing::Describe(r);
+  EXPECT_NE(r.out.find("; a mount's cache 25.2 MB (the files fill 41.0 MB of page cache)\n"),
+            std::string::npos)
+      << r.out;
+  r = testing::RunCommand(cg.Inside({testing::DsfsBinary(), "info", "--json", dir / "many.dsfs"}));
+  EXPECT_NE(r.out.find("\"mount_cache_bytes\": " + std::to_string(24 * kMiB)), std::string::npos)
+      << r.out;
 }
 
 }  // namespace

@@ -201,6 +201,8 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
         {"metadata_segments", meta.segments},
         {"memory_limit_bytes", ProcessMemoryLimit().bytes},
         {"memory_limit_source", ProcessMemoryLimit().source},
+        {"page_cache_footprint_bytes", store->PageCacheFootprintBytes()},
+        {"mount_cache_bytes", DefaultMountCacheBytes(*store)},
         {"dsfs_version", DSFS_VERSION}};
     nlohmann::ordered_json& tensor = j["tensor"];
     tensor = {{"path", path}, {"available", t.available}};
@@ -248,7 +250,8 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
   out << buf;
   // What a mount here would size its defaults from (common/memory_limit.h).
   out << "memory limit: " << ProcessMemoryLimit().ToString() << "; a mount's cache "
-      << FormatBytes(DefaultBudgets().cache_bytes) << "\n";
+      << FormatBytes(DefaultMountCacheBytes(*store)) << " (the files fill "
+      << FormatBytes(store->PageCacheFootprintBytes()) << " of page cache)\n";
   if (t.available) {
     // Its files are no more readable than its members (fs/views.h, ReadAccess).
     out << "tensor view:  " << path << ": " << t.images.size() << " images of " << t.width << "x"

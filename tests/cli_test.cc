@@ -18,6 +18,7 @@
 
 #include "backend/kv_store.h"
 #include "common/log.h"
+#include "common/version.h"
 #include "store/format.h"
 #include "pack/packer.h"
 #include "tests/test_util.h"
@@ -169,7 +170,7 @@ TEST_F(CliTest, GlobalOptionsAreTakenAfterTheSubcommand) {
 // One version (CMake's project(VERSION)) from --version, -V and the mount helper; dsfs info
 // names the dsfs that read the store.
 TEST_F(CliTest, EveryEntryPointShowsTheOneVersion) {
-  const std::string version = DSFS_VERSION;
+  const std::string version = DsfsVersion();
   EXPECT_FALSE(version.empty());
   for (const char* flag : {"--version", "-V"}) {
     CliRun r = Dsfs({flag});

@@ -1,16 +1,23 @@
 #!/usr/bin/python3
 """The man pages render and document every option the binary's help lists.
 
-  man_test.py DSFS_BINARY MAN_DIR
+  man_test.py DSFS_BINARY MAN_DIR USAGE_MD
 
 MAN_DIR holds dsfs.1 and mount.fuse.dsfs.8 as the build made them (pandoc, from
-docs/man/*.md). Each is rendered with `man -l` (groff when man-db is missing); then:
+docs/man/*.md), USAGE_MD is docs/usage.md. Each page is rendered with `man -l` (groff when
+man-db is missing); then:
   - every option of `dsfs --help` is in dsfs(1);
   - every command of `dsfs --help` has its section in dsfs(1) ("dsfs COMMAND ..."), and every
     option of `dsfs COMMAND --help` is in that section;
   - every -o option of `dsfs mount --help` is a definition in mount.fuse.dsfs(8), and named in
     dsfs(1)'s mount section;
-  - every flag of `mount.fuse.dsfs --help` is in mount.fuse.dsfs(8).
+  - every flag of `mount.fuse.dsfs --help` is in mount.fuse.dsfs(8);
+  - docs/usage.md's command reference (its "## Commands" block) has a "dsfs COMMAND" entry for
+    every command, naming every option of `dsfs COMMAND --help` there, and every -o option of
+    `dsfs mount --help` in the mount entry;
+  - and the other way: every option that dsfs(1)'s command sections and usage.md's entries
+    name exists in that command's --help (or the global one), and every mount option that
+    mount.fuse.dsfs(8) or usage.md defines exists in `dsfs mount --help`.
 One line per problem; exit status 1 if any, 77 (skipped) when the pages were not built.
 """
 import os
@@ -78,11 +85,92 @@ def has_definition(text, name):
     return re.search(r"^\s+(?:\S+, )*" + re.escape(name) + r"(?:[=\[,\s]|$)", text, re.M)
 
 
+OPTION = re.compile(r"(?<![\w$./=-])(--?[A-Za-z][\w-]*)")
+
+
+def named_options(text):
+    """The options a text names (-f, --force), not words with dashes (bmp-N, 1K-4M), nor the
+    -o of mount options it refers to ("the EROFS mount of -o kernel")."""
+    return set(OPTION.findall(text)) - {"-o"}
+
+
+def defined_mount_options(helper8):
+    """The terms of mount.fuse.dsfs(8)'s MOUNT OPTIONS list: lines at the list's indent (7)
+    whose first word is an option (name, name=VALUE, name[=VALUE], "uid=N, gid=N"), alone or
+    followed by its description after two spaces, the description going on at 14."""
+    m = re.search(r"^MOUNT OPTIONS\n(.*?)(?=^[A-Z])", helper8, re.M | re.S)
+    lines = (m.group(1) if m else "").splitlines() + [""]
+    names = set()
+    for i, line in enumerate(lines[:-1]):
+        t = re.match(r"^ {7}(\S+(?:, \S+)*)(?: +\S.*)?$", line)
+        opt = r"[a-z][a-z0-9_]*(?:=\S*|\[=\S*\])?"
+        if not t or not re.fullmatch(opt + r"(?:, " + opt + r")*", t.group(1)):
+            continue
+        term, follows = t.group(1), lines[i + 1]
+        if "=" in term or re.match(r"^ {14}\S", follows) or not follows.strip():
+            names |= {re.split(r"[=\[]", x.strip())[0] for x in term.split(",") if x.strip()}
+    return names
+
+
+def usage_entries(usage_md):
+    """docs/usage.md's "## Commands" code block, split into its entries: {command: text}, with
+    the global lines ("dsfs --log-level ...", "dsfs -V ...") together under ''."""
+    m = re.search(r"^## Commands\n+```\n(.*?)^```", usage_md, re.M | re.S)
+    entries, current = {}, None
+    for line in (m.group(1) if m else "").splitlines():
+        h = re.match(r"^dsfs (-)?(\S+)", line)
+        if h:
+            current = "" if h.group(1) else h.group(2)
+        if current is not None:
+            entries[current] = entries.get(current, "") + line + "\n"
+    return entries
+
+
+def check_usage(dsfs, usage_md, top, problems):
+    entries = usage_entries(usage_md)
+    if not entries:
+        problems.append("docs/usage.md: no '## Commands' block")
+        return
+    global_opts = set(cli_options(top))
+    for o in named_options(entries.get("", "")):
+        if o not in global_opts:
+            problems.append(f"docs/usage.md: global option {o} is not in dsfs --help")
+    for cmd in commands(top):
+        text = entries.get(cmd)
+        if text is None:
+            problems.append(f"docs/usage.md: no entry for command {cmd}")
+            continue
+        _, sub, _ = run([dsfs, cmd, "--help"])
+        opts = set(cli_options(sub))
+        for opt in opts - {"-h", "--help"}:
+            if not has_word(text, opt):
+                problems.append(f"docs/usage.md: option {opt} of dsfs {cmd} --help is not in "
+                                "its entry")
+        for o in named_options(text):
+            if o not in opts | global_opts:
+                problems.append(f"docs/usage.md: dsfs {cmd} {o} is documented, but dsfs {cmd} "
+                                "--help has no such option")
+        if cmd == "mount":
+            names = set(mount_options(sub))
+            documented = {re.split(r"[=\[]", x)[0]
+                          for o in re.findall(r"^  -o (\S+)", text, re.M) for x in o.split(",")}
+            for name in sorted(names - documented):
+                problems.append(f"docs/usage.md: mount option {name} is not in the mount entry")
+            for name in sorted(documented - names):
+                problems.append(f"docs/usage.md: -o {name} is documented, but dsfs mount --help "
+                                "has no such option")
+    for cmd in entries:
+        if cmd and cmd not in commands(top):
+            problems.append(f"docs/usage.md: dsfs {cmd} is documented, but is no command")
+
+
 def main():
-    if len(sys.argv) != 3:
-        print("usage: man_test.py DSFS_BINARY MAN_DIR", file=sys.stderr)
+    if len(sys.argv) != 4:
+        print("usage: man_test.py DSFS_BINARY MAN_DIR USAGE_MD", file=sys.stderr)
         return 2
     dsfs, man_dir = sys.argv[1], sys.argv[2]
+    with open(sys.argv[3]) as f:
+        usage_md = f.read()
     pages = {n: os.path.join(man_dir, n) for n in ("dsfs.1", "mount.fuse.dsfs.8")}
     missing = [p for p in pages.values() if not os.path.exists(p)]
     if missing:
@@ -118,10 +206,17 @@ def main():
             if not has_word(bodies[cmd], opt):
                 problems.append(f"dsfs(1): option {opt} of dsfs {cmd} --help is not documented "
                                 "in its section")
+        for o in named_options(bodies[cmd]):
+            if o not in set(cli_options(sub)) | set(cli_options(top)):
+                problems.append(f"dsfs(1): dsfs {cmd} {o} is documented, but dsfs {cmd} --help "
+                                "has no such option")
         if cmd == "mount":
             names = mount_options(sub)
             if not names:
                 problems.append("dsfs mount --help lists no mount options")
+            for name in sorted(defined_mount_options(helper8) - set(names)):
+                problems.append(f"mount.fuse.dsfs(8): mount option {name} is documented, but "
+                                "dsfs mount --help has no such option")
             for name in names:
                 if not has_definition(helper8, name):
                     problems.append(f"mount.fuse.dsfs(8): mount option {name} of dsfs mount "
@@ -141,10 +236,11 @@ def main():
         if not has_definition(helper8, flag):
             problems.append(f"mount.fuse.dsfs(8): flag {flag} of mount.fuse.dsfs --help is not "
                             "documented")
+    check_usage(dsfs, usage_md, top, problems)
     for p in problems:
         print(p)
     if not problems:
-        print("man_test: ok (dsfs.1, mount.fuse.dsfs.8)")
+        print("man_test: ok (dsfs.1, mount.fuse.dsfs.8, docs/usage.md)")
     return 1 if problems else 0
 
 

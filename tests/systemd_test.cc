@@ -23,6 +23,9 @@ using testing::TempDir;
 
 const std::string kBuildDir = DSFS_BUILD_DIR;
 const std::string kUnit = kBuildDir + "/systemd/dsfs@.service";
+// For a store in S3: the same unit with the network (CMakeLists.txt, configure_dsfs_units).
+const std::string kS3Unit = kBuildDir + "/systemd/dsfs-s3@.service";
+const std::vector<std::string> kUnits = {kUnit, kS3Unit};
 
 // The unit's settings (KEY=VALUE lines, comments and sections dropped), in order.
 std::vector<std::pair<std::string, std::string>> Settings(const std::string& text) {
@@ -56,7 +59,9 @@ TEST(SystemdUnitTest, VerifyReportsNothing) {
   // A template is verified through an instance; the instance name is an escaped mountpoint.
   TempDir dir;
   std::filesystem::copy_file(kUnit, dir / "dsfs@.service");
-  for (const std::string unit : {"dsfs@.service", "dsfs@mnt-imagenet.service"}) {
+  std::filesystem::copy_file(kS3Unit, dir / "dsfs-s3@.service");
+  for (const std::string unit : {"dsfs@.service", "dsfs@mnt-imagenet.service", "dsfs-s3@.service",
+                                 "dsfs-s3@mnt-imagenet.service"}) {
     SCOPED_TRACE(unit);
     CommandResult r = RunCommand({"systemd-analyze", "verify", "--man=no", dir / unit}, 60);
     EXPECT_EQ(r.exit_code, 0) << Describe(r);
@@ -65,8 +70,67 @@ TEST(SystemdUnitTest, VerifyReportsNothing) {
   }
 }
 
+// The one difference of the two units: a local store's has no network at all; a store in S3
+// starts once the network is up and may reach it.
+TEST(SystemdUnitTest, OnlyTheS3UnitReachesTheNetwork) {
+  const std::string local = ReadFile(kUnit), s3 = ReadFile(kS3Unit);
+  EXPECT_EQ(Get(local, "After"), "local-fs.target");
+  EXPECT_EQ(Get(local, "Wants"), "");
+  EXPECT_EQ(Get(local, "RestrictAddressFamilies"), "AF_UNIX");
+  EXPECT_EQ(Get(local, "IPAddressDeny"), "any");
+  EXPECT_EQ(Get(s3, "After"), "network-online.target local-fs.target");
+  EXPECT_EQ(Get(s3, "Wants"), "network-online.target");
+  EXPECT_EQ(Get(s3, "RestrictAddressFamilies"), "AF_UNIX AF_INET AF_INET6");
+  EXPECT_EQ(Get(s3, "IPAddressDeny"), "");
+  // Everything else is the same, line for line.
+  auto rest = [](const std::string& text) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& kv : Settings(text)) {
+      if (kv.first != "After" && kv.first != "Wants" && kv.first != "RestrictAddressFamilies" &&
+          kv.first != "IPAddressDeny") {
+        out.push_back(kv);
+      }
+    }
+    return out;
+  };
+  EXPECT_EQ(rest(local), rest(s3));
+  EXPECT_NE(local.find("dsfs-s3@.service"), std::string::npos) << "the local unit names the other";
+}
+
+// transport=uring needs io_uring_setup, _enter and _register: the unit's SystemCallFilter must
+// allow them (they are in @aio, which @system-service holds), or the transport would fall back.
+TEST(SystemdUnitTest, TheSystemCallFilterAllowsIoUring) {
+  if (!HaveSystemdAnalyze()) {
+    GTEST_SKIP() << "SKIPPED: systemd-analyze is not installed (tools/setup.sh installs systemd)";
+  }
+  for (const std::string& path : kUnits) {
+    SCOPED_TRACE(path);
+    std::string allowed;
+    std::istringstream given(Get(ReadFile(path), "SystemCallFilter"));
+    std::vector<std::string> groups;
+    for (std::string g; given >> g;) groups.push_back(g);
+    // A group lists the groups it holds ("    @aio"): those are expanded too.
+    for (size_t i = 0; i < groups.size() && i < 64; ++i) {
+      CommandResult r =
+          RunCommand({"systemd-analyze", "syscall-filter", "--no-pager", groups[i]}, 60);
+      ASSERT_EQ(r.exit_code, 0) << Describe(r);
+      allowed += r.out;
+      std::istringstream lines(r.out);
+      for (std::string line; std::getline(lines, line);) {
+        if (line.rfind("    @", 0) == 0) groups.push_back(line.substr(4));
+      }
+    }
+    for (const char* call : {"io_uring_setup", "io_uring_enter", "io_uring_register", "mount",
+                             "umount2", "ioctl"}) {
+      EXPECT_NE(allowed.find(std::string("    ") + call + "\n"), std::string::npos) << call;
+    }
+  }
+}
+
 TEST(SystemdUnitTest, NotifyServiceThatUnmountsAndRestarts) {
-  std::string unit = ReadFile(kUnit);
+  for (const std::string& path : kUnits) {
+  SCOPED_TRACE(path);
+  std::string unit = ReadFile(path);
   EXPECT_EQ(Get(unit, "Type"), "notify");
   EXPECT_EQ(Get(unit, "NotifyAccess"), "main");
   EXPECT_EQ(Get(unit, "Restart"), "on-failure");
@@ -77,12 +141,15 @@ TEST(SystemdUnitTest, NotifyServiceThatUnmountsAndRestarts) {
   EXPECT_EQ(Get(unit, "ExecStop"), "-" + kBuildDir + "/dsfs umount %f");
   EXPECT_NE(Get(unit, "ExecStopPost").find("umount --lazy"), std::string::npos);
   EXPECT_EQ(Get(unit, "ExecReload"), "/bin/kill -HUP $MAINPID");
+  }
 }
 
 // A FUSE mount made inside a private mount namespace is invisible outside it: no directive
 // that creates one may be set. The ones that are set must leave /dev/fuse and mount(2).
 TEST(SystemdUnitTest, HardeningKeepsTheHostMountNamespace) {
-  std::string unit = ReadFile(kUnit);
+  for (const std::string& path : kUnits) {
+  SCOPED_TRACE(path);
+  std::string unit = ReadFile(path);
   for (const char* key : {"ProtectSystem",
                           "ProtectHome",
                           "PrivateTmp",
@@ -118,13 +185,16 @@ TEST(SystemdUnitTest, HardeningKeepsTheHostMountNamespace) {
   EXPECT_NE(calls.find("@system-service"), std::string::npos) << calls;
   // Every directive is explained where it is set.
   EXPECT_NE(unit.find("# Hardening."), std::string::npos);
+  }
 }
 
 // -o kernel attaches a loop device and mounts EROFS on it: the device policy must allow both.
 TEST(SystemdUnitTest, LoopDevicesAllowedForKernelMounts) {
-  std::string unit = ReadFile(kUnit);
-  EXPECT_NE(unit.find("\nDeviceAllow=/dev/loop-control rw\n"), std::string::npos);
-  EXPECT_NE(unit.find("\nDeviceAllow=block-loop rw\n"), std::string::npos);
+  for (const std::string& path : kUnits) {
+    std::string unit = ReadFile(path);
+    EXPECT_NE(unit.find("\nDeviceAllow=/dev/loop-control rw\n"), std::string::npos) << path;
+    EXPECT_NE(unit.find("\nDeviceAllow=block-loop rw\n"), std::string::npos) << path;
+  }
 }
 
 // `cmake --install` into a staging directory: the binary, the mount helper link (mount(8)
@@ -143,12 +213,17 @@ TEST(InstallTest, InstallsBinaryHelperUnitsAndExample) {
   std::string helper = root + "/sbin/mount.fuse.dsfs";
   ASSERT_TRUE(std::filesystem::is_symlink(helper)) << helper;
   EXPECT_EQ(std::filesystem::read_symlink(helper).string(), "/opt/dsfs-test/bin/dsfs");
-  std::string unit_path = root + "/opt/dsfs-test/lib/systemd/system/dsfs@.service";
-  ASSERT_TRUE(std::filesystem::exists(unit_path)) << r.out;
-  std::string unit = ReadFile(unit_path);
-  EXPECT_EQ(Get(unit, "ExecStart"),
-            "/opt/dsfs-test/bin/dsfs mount --foreground ${STORE} %f -o ro,${OPTIONS}");
-  EXPECT_EQ(unit.find(kBuildDir), std::string::npos) << "the build directory leaked into it";
+  for (const char* name : {"dsfs@.service", "dsfs-s3@.service"}) {
+    std::string unit_path = root + "/opt/dsfs-test/lib/systemd/system/" + name;
+    ASSERT_TRUE(std::filesystem::exists(unit_path)) << r.out;
+    std::string unit = ReadFile(unit_path);
+    EXPECT_EQ(Get(unit, "ExecStart"),
+              "/opt/dsfs-test/bin/dsfs mount --foreground ${STORE} %f -o ro,${OPTIONS}");
+    EXPECT_EQ(unit.find(kBuildDir), std::string::npos) << "the build directory leaked into it";
+  }
+  EXPECT_TRUE(std::filesystem::exists(
+      root + "/opt/dsfs-test/share/bash-completion/completions/dsfs")) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(root + "/opt/dsfs-test/share/doc/dsfs/copyright")) << r.out;
   EXPECT_TRUE(std::filesystem::exists(root + "/opt/dsfs-test/share/doc/dsfs/dsfs.conf.example"))
       << r.out;
   // The man pages, where pandoc built them (tests/man_test.py checks what they say).

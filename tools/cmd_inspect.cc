@@ -13,6 +13,7 @@
 #include "common/memory_limit.h"
 #include "common/path.h"
 #include "common/units.h"
+#include "common/version.h"
 #include "fs/stats.h"
 #include "fs/views.h"
 #include "store/store.h"
@@ -203,7 +204,7 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
         {"memory_limit_source", ProcessMemoryLimit().source},
         {"page_cache_footprint_bytes", store->PageCacheFootprintBytes()},
         {"mount_cache_bytes", DefaultMountCacheBytes(*store)},
-        {"dsfs_version", DSFS_VERSION}};
+        {"dsfs_version", DsfsVersion()}};
     nlohmann::ordered_json& tensor = j["tensor"];
     tensor = {{"path", path}, {"available", t.available}};
     if (t.available) {
@@ -230,7 +231,7 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
       "compression:  zstd level %d, dictionary %s, chunks of %s, %s\n"
       "images:       %llu decodable by the views; decoded pixels stored: %s\n",
       store_path.c_str(), std::string(store->backend_name()).c_str(), h.version,
-      TimeString(static_cast<int64_t>(h.created_unix_s)).c_str(), DSFS_VERSION,
+      TimeString(static_cast<int64_t>(h.created_unix_s)).c_str(), DsfsVersion(),
       static_cast<unsigned long long>(h.inode_count),
       static_cast<unsigned long long>(h.file_count), static_cast<unsigned long long>(h.dir_count),
       static_cast<unsigned long long>(h.symlink_count), FormatBytes(h.file_bytes).c_str(),

@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "common/units.h"
+#include "common/version.h"
 #include "pack/packer.h"
 
 namespace dsfs {
@@ -67,7 +68,8 @@ struct SizeValidator : public CLI::Validator {
 };
 
 constexpr const char* kMountOptionsHelp = R"(Mount options (-o, comma-separated; the same in fstab):
-  cache_size=SIZE       RAM cache of decompressed data (default: 1/8 of the memory limit)
+  cache_size=SIZE       RAM cache of decompressed data (default: 1/8 of the memory limit; up
+                        to 3/8 where the files would fill more than half of it as page cache)
   push=SIZE             push listed directories' files into the page cache, up to SIZE
                         (default: 1/4 of the memory limit; 0 = off)
   cache_dir=DIR         a store in S3 (s3://BUCKET/PREFIX): keep what was fetched under DIR
@@ -113,9 +115,10 @@ constexpr const char* kServiceHelp = R"(Running as a service:
             like `dsfs mount`; `mount /mnt/ds`, `umount /mnt/ds` and systemd .mount units work)
   systemd:  dsfs@.service, instance = the escaped mountpoint (systemd-escape -p /mnt/ds), reads
             STORE= and OPTIONS= from /etc/dsfs/INSTANCE.conf; systemctl start dsfs@mnt-ds
+            (a store in S3: dsfs-s3@.service, the same with the network)
   by hand:  mount -t fuse.dsfs -o ro,cache_size=8G /data/ds.db /mnt/ds
-  cmake --install puts bin/dsfs, /sbin/mount.fuse.dsfs (mount(8) looks in /sbin only) and
-  lib/systemd/system/dsfs@.service in place. See docs/service.md.)";
+  The Debian package (cpack -G DEB) and cmake --install put bin/dsfs, /sbin/mount.fuse.dsfs
+  (mount(8) looks in /sbin only) and the units in lib/systemd/system. See docs/service.md.)";
 
 const char* kHelperUsage =
     "usage: mount.fuse.dsfs STORE MOUNTPOINT [-s] [-f] [-n] [-v] [-o OPTIONS]\n"
@@ -136,7 +139,7 @@ int MountHelperMain(const std::string& program, const std::vector<std::string>& 
     return 0;
   }
   if (h.version) {
-    out << "mount.fuse.dsfs (dsfs " << DSFS_VERSION << ")\n";
+    out << "mount.fuse.dsfs (dsfs " << DsfsVersion() << ")\n";
     return 0;
   }
   if (!s.ok()) {
@@ -167,7 +170,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
                "dsfs"};
   app.require_subcommand(1);
   app.footer(kServiceHelp);
-  app.set_version_flag("-V,--version", std::string("dsfs ") + DSFS_VERSION);
+  app.set_version_flag("-V,--version", std::string("dsfs ") + DsfsVersion());
   // The options of dsfs itself are also taken after the subcommand (dsfs ls S --log-level
   // debug): a subcommand hands what it does not know to dsfs.
   app.fallthrough();

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The Debian package (packaging/package.cmake) as an operator gets it: `cpack -G DEB` in the
+# build directory makes dsfs_VERSION_ARCH.deb, whose Depends name runtime libraries only (from
+# dpkg-shlibdeps; none of what building or testing needs), which holds the binary, the mount
+# helper, the systemd units, the man pages, bash completion, the example config, NEWS.md and
+# the licence, and whose binary, unpacked into a scratch root, runs and shows the one version.
+# Usage: package_test.sh BUILD_DIR DSFS_BINARY
+set -euo pipefail
+build=$1
+dsfs=$2
+for t in cpack dpkg-deb dpkg-shlibdeps; do
+  command -v "$t" >/dev/null || { echo "SKIPPED: $t is not installed (tools/setup.sh)"; exit 77; }
+done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() {  # check WHAT COMMAND...: the command succeeds
+  local what=$1; shift
+  if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; fail=1; fi
+}
+version=$("$dsfs" --version | sed -n 's/^dsfs //p')
+[[ -n $version ]] || { echo "FAILED: no version from $dsfs --version"; exit 1; }
+(cd "$build" && cpack -G DEB -B "$tmp/out" >"$tmp/cpack.log" 2>&1) ||
+  { echo "FAILED: cpack -G DEB"; cat "$tmp/cpack.log"; exit 1; }
+arch=$(dpkg --print-architecture)
+deb="$tmp/out/dsfs_${version}_${arch}.deb"
+[[ -f $deb ]] || { echo "FAILED: no $deb; made: $(ls "$tmp/out")"; exit 1; }
+echo "ok: $(basename "$deb"), $(du -k "$deb" | cut -f1) KiB"
+
+field() { dpkg-deb -f "$deb" "$1"; }
+check "Package: dsfs" test "$(field Package)" = dsfs
+check "Version: $version" test "$(field Version)" = "$version"
+depends=$(field Depends)
+echo "Depends: $depends"
+for want in 'libfuse3-3' 'liblmdb0' 'librocksdb' 'libzstd1' 'libcurl' 'libarchive13' 'fuse3'; do
+  check "Depends names $want" grep -q "$want" <<<"$depends"
+done
+# Nothing that only building, testing or benchmarking needs.
+for bad in ceph radosgw clang llvm torch python numpy gtest gmock googletest pandoc -dev \
+           squashfs erofs-utils build-essential cmake ninja; do
+  if grep -qi -- "$bad" <<<"$depends"; then echo "FAILED: Depends names $bad"; fail=1; fi
+done
+
+root="$tmp/root"
+dpkg-deb -x "$deb" "$root"
+for f in usr/bin/dsfs sbin/mount.fuse.dsfs usr/lib/systemd/system/dsfs@.service \
+         usr/lib/systemd/system/dsfs-s3@.service usr/share/man/man1/dsfs.1 \
+         usr/share/man/man8/mount.fuse.dsfs.8 usr/share/bash-completion/completions/dsfs \
+         usr/share/doc/dsfs/copyright usr/share/doc/dsfs/NEWS.md \
+         usr/share/doc/dsfs/dsfs.conf.example; do
+  check "holds /$f" test -e "$root/$f" -o -L "$root/$f"
+done
+check "the helper is a link to /usr/bin/dsfs" test "$(readlink "$root/sbin/mount.fuse.dsfs")" = /usr/bin/dsfs
+check "the unit runs /usr/bin/dsfs" grep -q '^ExecStart=/usr/bin/dsfs mount' \
+  "$root/usr/lib/systemd/system/dsfs@.service"
+check "the licence is Apache-2.0, Debian's text" grep -q /usr/share/common-licenses/Apache-2.0 \
+  "$root/usr/share/doc/dsfs/copyright"
+check "NEWS.md names $version" grep -q "$version" "$root/usr/share/doc/dsfs/NEWS.md"
+check "nothing of the build directory" test -z "$(dpkg-deb -c "$deb" | grep -E 'tests/|CMakeFiles|\.o$|\.a$')"
+check "the binary is stripped" sh -c "! file -L '$root/usr/bin/dsfs' | grep -q 'not stripped'"
+out=$("$root/usr/bin/dsfs" --version)
+check "the installed dsfs --version: $out" test "$out" = "dsfs $version"
+out=$("$root/usr/bin/dsfs" -V)
+check "the installed dsfs -V" test "$out" = "dsfs $version"
+exit $fail

@@ -290,11 +290,7 @@ Status ImageServer::Start(const std::string& dir) {
   to.mode = options_.transport;
   to.classic_threads = std::max(1, options_.threads);
   to.answer_ioctls = true;  // the image has no ioctls
-  if (Status ts = FuseTransport::Create(se_, to, &transport_); !ts.ok()) {
-    Log()->warn("image FUSE transport: classic /dev/fuse loop: {}", ts.message());
-    no_transport_ = "classic (" + ts.message() + ")";
-    transport_.reset();
-  }
+  transport_ = CreateTransportOrClassic(se_, to, "image ", &no_transport_);
   if (options_.readahead_bytes > 0) {
     readahead_ = std::make_unique<ImageReadahead>(
         image_, options_.readahead_bytes, [this](uint64_t offset, std::string_view data) {
@@ -312,9 +308,7 @@ Status ImageServer::Start(const std::string& dir) {
     if (options_.fetch_threads > 0) {
       fetchers_ = std::make_unique<RequestWorkers>("dsfs-img-fetch", options_.fetch_threads);
     }
-    if (transport_) {
-      if (Status sv = transport_->Serve(); !sv.ok()) Log()->warn("image FUSE transport: {}", sv.message());
-    } else if (int rc = RunFuseLoop(se_, options_.threads); rc != 0) {
+    if (int rc = ServeFuseSession(se_, transport_.get(), options_.threads, "image "); rc != 0) {
       Log()->debug("image FUSE session loop returned {}", rc);
     }
     ended_.store(true);

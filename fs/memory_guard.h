@@ -14,9 +14,9 @@
 // starts is one pressure event. Between two samples the cache may grow only by the room left
 // below the threshold at the last one (its capacity is what it holds plus that room), so a
 // burst of reads cannot outrun the guard. Once used has stayed half a headroom below the
-// threshold for 5 s, the capacity is raised by a 16th of the original every 2 s, never above it. One mechanism on every kind of limit:
-// reading two small files every 50 ms (every 200 ms while used is under half the limit) costs
-// tens of microseconds.
+// threshold for 5 s, the capacity is raised by a 16th of the original every 2 s, never above
+// it. One mechanism on every kind of limit: reading two small files every 50 ms (every 200 ms
+// while used is under half the limit) costs tens of microseconds.
 //
 // Thread safety: stats() and Running() from any thread; the guard's own thread is the only one
 // that changes the cache's capacity.

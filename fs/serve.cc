@@ -91,15 +91,9 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
   to.classic_threads = std::max(1, options.threads);
   to.answer_ioctls = ops.ioctl == nullptr;
   to.parallel_dirops = true;
-  std::unique_ptr<FuseTransport> transport;
-  Status ts = FuseTransport::Create(se, to, &transport);
-  if (!ts.ok()) {
-    // Nothing was changed: libfuse's own loop serves the session as before the transport.
-    Log()->warn("FUSE transport: classic /dev/fuse loop: {}", ts.message());
-    transport.reset();
-  }
+  std::string no_transport;
+  std::unique_ptr<FuseTransport> transport = CreateTransportOrClassic(se, to, "", &no_transport);
   FuseTransport* tp = transport.get();
-  std::string no_transport = "classic (" + ts.message() + ")";
   fs->SetTransportStats([tp, no_transport] {
     Filesystem::TransportStats st;
     if (!tp) {
@@ -164,13 +158,7 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
     fetchers = std::make_unique<RequestWorkers>("dsfs-fetch", kFetchThreads);
   }
   ctx.fetchers = fetchers.get();
-  int rc = 0;
-  if (transport) {
-    Status serve = transport->Serve();
-    if (!serve.ok()) Log()->warn("FUSE transport: {}", serve.message());
-  } else {
-    rc = RunFuseLoop(se, options.threads);
-  }
+  const int rc = ServeFuseSession(se, transport.get(), options.threads, "");
   // Before the session goes: every request handed over is answered (a fetch still queued
   // with EIO, a decode by running it; or the reply fails on the closed connection). A fetch
   // under way ends within the backend's deadline.

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "fs/fuse_session.h"
 #include "fs/fuse_uring_abi.h"
 #include "fs/uring_transport_impl.h"
 
@@ -436,5 +437,25 @@ Status FuseTransport::Create(fuse_session* se, const TransportOptions& options,
 Status FuseTransport::Serve() { return impl_->Serve(); }
 
 TransportInfo FuseTransport::info() const { return impl_->Info(); }
+
+std::unique_ptr<FuseTransport> CreateTransportOrClassic(fuse_session* se,
+                                                        const TransportOptions& options,
+                                                        std::string_view who, std::string* classic) {
+  std::unique_ptr<FuseTransport> transport;
+  Status s = FuseTransport::Create(se, options, &transport);
+  if (s.ok()) return transport;
+  // Nothing was changed: libfuse's own loop serves the session as before the transport.
+  Log()->warn("{}FUSE transport: classic /dev/fuse loop: {}", who, s.message());
+  *classic = "classic (" + s.message() + ")";
+  return nullptr;
+}
+
+int ServeFuseSession(fuse_session* se, FuseTransport* transport, int threads,
+                     std::string_view who) {
+  if (!transport) return RunFuseLoop(se, threads);
+  Status s = transport->Serve();
+  if (!s.ok()) Log()->warn("{}FUSE transport: {}", who, s.message());
+  return 0;
+}
 
 }  // namespace dsfs

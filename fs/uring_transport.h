@@ -119,4 +119,16 @@ class FuseTransport {
   std::unique_ptr<Impl> impl_;
 };
 
+// What a mount's session is served by: FuseTransport::Create, or null where libfuse refuses
+// the custom I/O, which is then one warning line ("<who>FUSE transport: classic /dev/fuse loop:
+// why") and *classic = "classic (why)" for the stats. Serve() or, for null, libfuse's loop:
+// ServeFuseSession.
+std::unique_ptr<FuseTransport> CreateTransportOrClassic(fuse_session* se,
+                                                        const TransportOptions& options,
+                                                        std::string_view who, std::string* classic);
+// Serves `se` until it is unmounted: over `transport`, else libfuse's classic loop of `threads`
+// threads. Returns the classic loop's status (0 over the transport, whose failure is logged).
+int ServeFuseSession(fuse_session* se, FuseTransport* transport, int threads,
+                     std::string_view who);
+
 }  // namespace dsfs

@@ -223,6 +223,8 @@ void MemoryGuard::Run() {
       const uint64_t budget = policy_.capacity();
       const uint64_t was = capacity_.load(std::memory_order_relaxed);
       const uint64_t next = policy_.Next(used, before, MemoryGuardPolicy::Clock::now());
+      // Before the cache is shed: a reader of stats() never sees a shed cache without its event.
+      events_.store(policy_.pressure_events(), std::memory_order_relaxed);
       if (next != was) {
         lock.unlock();
         cache_->SetCapacity(next);

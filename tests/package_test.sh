@@ -44,8 +44,8 @@ done
 root="$tmp/root"
 dpkg-deb -x "$deb" "$root"
 for f in usr/bin/dsfs sbin/mount.fuse.dsfs usr/lib/systemd/system/dsfs@.service \
-         usr/lib/systemd/system/dsfs-s3@.service usr/share/man/man1/dsfs.1 \
-         usr/share/man/man8/mount.fuse.dsfs.8 usr/share/bash-completion/completions/dsfs \
+         usr/lib/systemd/system/dsfs-s3@.service usr/share/man/man1/dsfs.1.gz \
+         usr/share/man/man8/mount.fuse.dsfs.8.gz usr/share/bash-completion/completions/dsfs \
          usr/share/doc/dsfs/copyright usr/share/doc/dsfs/NEWS.md \
          usr/share/doc/dsfs/dsfs.conf.example; do
   check "holds /$f" test -e "$root/$f" -o -L "$root/$f"
@@ -55,6 +55,8 @@ check "the unit runs /usr/bin/dsfs" grep -q '^ExecStart=/usr/bin/dsfs mount' \
   "$root/usr/lib/systemd/system/dsfs@.service"
 check "the licence is Apache-2.0, Debian's text" grep -q /usr/share/common-licenses/Apache-2.0 \
   "$root/usr/share/doc/dsfs/copyright"
+check "the man pages are gzip, and man reads them" sh -c \
+  "gzip -t '$root/usr/share/man/man1/dsfs.1.gz' && zcat '$root/usr/share/man/man1/dsfs.1.gz' | grep -q '^\\.TH'"
 check "NEWS.md names $version" grep -q "$version" "$root/usr/share/doc/dsfs/NEWS.md"
 check "nothing of the build directory" test -z "$(dpkg-deb -c "$deb" | grep -E 'tests/|CMakeFiles|\.o$|\.a$')"
 check "the binary is stripped" sh -c "! file -L '$root/usr/bin/dsfs' | grep -q 'not stripped'"

@@ -228,9 +228,9 @@ TEST(InstallTest, InstallsBinaryHelperUnitsAndExample) {
       << r.out;
   // The man pages, where pandoc built them (tests/man_test.py checks what they say).
   if (std::filesystem::exists(std::string(kBuildDir) + "/man/dsfs.1")) {
-    EXPECT_TRUE(std::filesystem::exists(root + "/opt/dsfs-test/share/man/man1/dsfs.1")) << r.out;
+    EXPECT_TRUE(std::filesystem::exists(root + "/opt/dsfs-test/share/man/man1/dsfs.1.gz")) << r.out;
     EXPECT_TRUE(
-        std::filesystem::exists(root + "/opt/dsfs-test/share/man/man8/mount.fuse.dsfs.8"))
+        std::filesystem::exists(root + "/opt/dsfs-test/share/man/man8/mount.fuse.dsfs.8.gz"))
         << r.out;
   }
 }

@@ -1,4 +1,4 @@
-// The cost of one FUSE round trip, by transport (fs/uring_transport.h): isatty() (ioctl TCGETS,
+// The cost of one FUSE round trip, by transport (fuse/uring_transport.h): isatty() (ioctl TCGETS,
 // which FUSE always forwards; Python's open() calls it) and stat() (one GETATTR: the file's
 // attributes are never cached) on a file of a mount, against the same calls on ext4, idle and
 // beside N busy processes. docs/kernel.md says why the round trip matters.
@@ -46,7 +46,7 @@
 #include <thread>
 #include <vector>
 
-#include "fs/uring_transport.h"
+#include "fuse/uring_transport.h"
 
 namespace {
 
@@ -107,7 +107,7 @@ void OpIoctl(fuse_req_t req, fuse_ino_t, unsigned int, void*, struct fuse_file_i
   if (!se || fuse_session_mount(se, dir.c_str()) != 0) _exit(2);
   std::unique_ptr<dsfs::FuseTransport> t;
   if (!dsfs::FuseTransport::Create(se, options, &t).ok()) _exit(3);
-  // dsfs's serving threads run at nice -10 (fs/fuse_ops.h); they inherit it from here.
+  // dsfs's serving threads run at nice -10 (fuse/fuse_ops.h); they inherit it from here.
   ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), -10);
   std::thread reporter([&] {
     struct stat st;

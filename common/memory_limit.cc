@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "common/system.h"
 #include "common/units.h"
 
 namespace dsfs {
@@ -27,16 +28,6 @@ std::string Join(const std::string& root, const std::string& path) {
   std::string r = root;
   while (r.size() > 1 && r.back() == '/') r.pop_back();
   return r + path;
-}
-
-// Up to `max_bytes` of the file at `path`; false if it cannot be opened.
-bool ReadFileHead(const std::string& path, size_t max_bytes, std::string* out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  out->assign(max_bytes, '\0');
-  f.read(out->data(), static_cast<std::streamsize>(max_bytes));
-  out->resize(static_cast<size_t>(std::max<std::streamsize>(f.gcount(), 0)));
-  return true;
 }
 
 std::vector<std::string> Lines(const std::string& text) {
@@ -160,14 +151,14 @@ class Finder {
   void Consider(const std::string& path, std::string_view version) {
     std::string text;
     uint64_t v;
-    if (ReadFileHead(Join(root_, path), kMaxValueFileBytes, &text) && ParseLimit(text, &v)) {
+    if (ReadSmallFile(Join(root_, path), &text, kMaxValueFileBytes) && ParseLimit(text, &v)) {
       Take(v, std::string(version) + " " + path);
     }
   }
   // hierarchical_memory_limit in the v1 memory.stat at `path`.
   void ConsiderStat(const std::string& path) {
     std::string text;
-    if (!ReadFileHead(Join(root_, path), kMaxValueFileBytes, &text)) return;
+    if (!ReadSmallFile(Join(root_, path), &text, kMaxValueFileBytes)) return;
     for (const std::string& line : Lines(text)) {
       std::string_view l = line;
       constexpr std::string_view kKey = "hierarchical_memory_limit ";
@@ -213,8 +204,8 @@ MemoryLimit FindMemoryLimit(const std::string& root, uint64_t physical_bytes) {
   if (physical_bytes == 0) physical_bytes = PhysicalMemoryBytes();
   Finder finder(root);
   std::string cgroup_text, mountinfo_text;
-  if (ReadFileHead(Join(root, "/proc/self/cgroup"), kMaxListFileBytes, &cgroup_text) &&
-      ReadFileHead(Join(root, "/proc/self/mountinfo"), kMaxListFileBytes, &mountinfo_text)) {
+  if (ReadSmallFile(Join(root, "/proc/self/cgroup"), &cgroup_text, kMaxListFileBytes) &&
+      ReadSmallFile(Join(root, "/proc/self/mountinfo"), &mountinfo_text, kMaxListFileBytes)) {
     const std::vector<std::string> mountinfo = Lines(mountinfo_text);
     for (const std::string& line : Lines(cgroup_text)) {
       // "ID:CONTROLLERS:PATH"; the path may hold colons itself.

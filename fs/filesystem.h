@@ -1,4 +1,4 @@
-// Filesystem: the FUSE-free core of the mounted tree. Callbacks in fs/fuse_ops.cc unpack their
+// Filesystem: the FUSE-free core of the mounted tree. Callbacks in fuse/fuse_ops.cc unpack their
 // arguments, call one method here and reply once; everything here is unit-tested without
 // /dev/fuse.
 //
@@ -76,6 +76,7 @@ class Filesystem : public PushSource {
              std::shared_ptr<ByteCache> cache = nullptr);
 
   const Store& store() const { return *store_; }
+  const FsOptions& options() const { return options_; }
   const InodeSpace& inode_space() const { return space_; }
   // Reads are reported to `prefetcher` (readahead) while it is set; null detaches it.
   // REQUIRES: no request is being served while it changes.

@@ -21,10 +21,10 @@
 #include <sstream>
 #include <thread>
 
-#include "tests/fakes/mem_store.h"
-#include "store/format.h"
 #include "pack/packer.h"
+#include "store/format.h"
 #include "store/store.h"
+#include "tests/fakes/mem_store.h"
 #include "tests/test_util.h"
 #include "tools/commands.h"
 

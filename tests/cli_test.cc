@@ -19,8 +19,8 @@
 #include "backend/kv_store.h"
 #include "common/log.h"
 #include "common/version.h"
-#include "store/format.h"
 #include "pack/packer.h"
+#include "store/format.h"
 #include "tests/test_util.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
@@ -389,25 +389,25 @@ TEST(MountOptionsTest, ParsesEveryOption) {
   EXPECT_EQ(p.cache_bytes, MountConfig::kDefaultCache);
   EXPECT_TRUE(p.fuse.zero_message_open);
   EXPECT_TRUE(p.store.random_access);
-  EXPECT_EQ(c.fuse.threads, 4);
+  EXPECT_EQ(c.fuse.session.threads, 4);
   EXPECT_TRUE(c.fuse.allow_other);
   EXPECT_EQ(c.fs.uid, 7u);
   EXPECT_EQ(c.fs.gid, 8u);
   EXPECT_EQ(c.fs.umask, 027u);
   MountConfig d;
   ASSERT_TRUE(ParseMountOptions("", &d).ok());
-  EXPECT_EQ(d.fuse.threads, 2);
+  EXPECT_EQ(d.fuse.session.threads, 2);
   EXPECT_EQ(d.fs.uid, ::getuid());
   EXPECT_EQ(d.fs.umask, 0u);
   ASSERT_TRUE(ParseMountOptions("debug", &d).ok());
-  EXPECT_TRUE(d.fuse.debug);
-  EXPECT_EQ(d.fuse.transport, TransportMode::kAuto);
+  EXPECT_TRUE(d.fuse.session.debug);
+  EXPECT_EQ(d.fuse.session.transport, TransportMode::kAuto);
   ASSERT_TRUE(ParseMountOptions("transport=uring", &d).ok());
-  EXPECT_EQ(d.fuse.transport, TransportMode::kUring);
+  EXPECT_EQ(d.fuse.session.transport, TransportMode::kUring);
   ASSERT_TRUE(ParseMountOptions("transport=classic", &d).ok());
-  EXPECT_EQ(d.fuse.transport, TransportMode::kClassic);
+  EXPECT_EQ(d.fuse.session.transport, TransportMode::kClassic);
   ASSERT_TRUE(ParseMountOptions("transport=auto", &d).ok());
-  EXPECT_EQ(d.fuse.transport, TransportMode::kAuto);
+  EXPECT_EQ(d.fuse.session.transport, TransportMode::kAuto);
   SetLogLevel("warn");
   for (const char* bad :
        {"threads=0", "threads=x", "threads=", "uid=-1", "rw", "nonsense", "allow_other=1",
@@ -948,7 +948,7 @@ TEST(FstabOptionsTest, GenericOptionsAreSkippedAndRwIsRefused) {
   MountConfig s;
   ignored.clear();
   ASSERT_TRUE(ParseFstabMountOptions("bogus,threads=3,other=1", true, &s, &ignored).ok());
-  EXPECT_EQ(s.fuse.threads, 3);
+  EXPECT_EQ(s.fuse.session.threads, 3);
   EXPECT_EQ(ignored, (std::vector<std::string>{"bogus", "other=1"}));
   EXPECT_FALSE(ParseFstabMountOptions("threads=x", true, &s, nullptr).ok());
 }
@@ -964,7 +964,7 @@ TEST(MountHelperTest, ParsesTheArgvOfMount) {
   EXPECT_EQ(h.config.mountpoint, "/mnt/ds");
   EXPECT_FALSE(h.config.foreground) << "the helper returns once the daemon serves";
   EXPECT_EQ(h.config.cache_bytes, 8ull << 30);
-  EXPECT_EQ(h.config.fuse.threads, 3);
+  EXPECT_EQ(h.config.fuse.session.threads, 3);
   EXPECT_TRUE(h.verbose);
   EXPECT_FALSE(h.fake);
   EXPECT_EQ(h.ignored, std::vector<std::string>{"nofail"});

@@ -94,7 +94,7 @@ TEST_P(CorruptionTest, FlippedBytesAreRefusedOrFailOnlyTheDamagedFiles) {
   // Positions: an even spread over the whole file (every page, headers included) and random
   // ones; the flipped bit varies with the trial.
   std::vector<size_t> positions;
-  const int kSpread = 1200, kRandom = 800;
+  const int kSpread = SweepTrials(1200), kRandom = SweepTrials(800);
   for (int i = 0; i < kSpread; ++i) positions.push_back(pristine.size() * i / kSpread + i % 7);
   std::mt19937_64 rng(11);
   for (int i = 0; i < kRandom; ++i) positions.push_back(rng() % pristine.size());

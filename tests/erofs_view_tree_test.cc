@@ -1,4 +1,4 @@
-// ViewTree (fs/view_tree.h): each view of a packed store as an EROFS image, extracted by
+// ViewTree (kernel/view_tree.h): each view of a packed store as an EROFS image, extracted by
 // fsck.erofs and compared with what Filesystem serves for that view, byte for byte. No mount.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -8,7 +8,7 @@
 #include <map>
 #include <string>
 
-#include "fs/view_tree.h"
+#include "kernel/view_tree.h"
 #include "tests/erofs_test_util.h"
 #include "tests/test_util.h"
 

@@ -1,5 +1,5 @@
 // Where -o kernel cannot be served by EROFS, dsfs mounts with FUSE and says why in one log
-// line (fs/kernel_mount.h). Tested for real without touching the host: `dsfs mount -f -o
+// line (kernel/kernel_mount.h). Tested for real without touching the host: `dsfs mount -f -o
 // kernel=loop` runs inside a private mount namespace (unshare -m) whose /dev is a fresh tmpfs
 // holding only fuse and null, so there are no loop devices there. Everything the namespace
 // mounts goes away with its last process; the host's /dev is never changed.

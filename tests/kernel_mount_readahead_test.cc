@@ -1,4 +1,4 @@
-// The readahead of `dsfs mount -o kernel` (fs/image_readahead.h): a file-backed EROFS mount
+// The readahead of `dsfs mount -o kernel` (kernel/image_readahead.h): a file-backed EROFS mount
 // reads the image through its page cache, where the daemon stores a touched directory's
 // children; over a loop device (direct I/O) there is none. Checked through `dsfs stats`
 // (kernel.readahead.*), and that what it stores is never a wrong byte, also around a damaged

@@ -1,4 +1,4 @@
-// Teardown and crashes of `dsfs mount -o kernel` (fs/kernel_mount.h), over the backing under
+// Teardown and crashes of `dsfs mount -o kernel` (kernel/kernel_mount.h), over the backing under
 // test (kernel_mount_util.h): dsfs umount, umount(8), a killed daemon, a busy mount and
 // --lazy, the mount helper, a foreground daemon's signal, and what dsfs umount must refuse.
 // After every test no EROFS mount, loop device, private mount or directory of its
@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "fs/kernel_mount.h"
+#include "kernel/kernel_mount.h"
 #include "tests/kernel_mount_util.h"
 
 namespace dsfs::testing {

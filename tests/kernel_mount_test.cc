@@ -1,5 +1,5 @@
 // Real-mount tests of `dsfs mount -o kernel`: the tree served by EROFS over the image file of
-// a private dsfs FUSE mount (fs/kernel_mount.h), read by the kernel directly (file-backed, the
+// a private dsfs FUSE mount (kernel/kernel_mount.h), read by the kernel directly (file-backed, the
 // default) or through a loop device (-o kernel=loop): ctest runs this suite once per backing
 // (kernel_mount_util.h). The dsfs binary runs as a subprocess, as a user runs it; the tests
 // compare what the kernel serves with the source (and the views with the classic mount's
@@ -7,7 +7,7 @@
 // kernel_mount_teardown_test.cc, the readahead and damaged records in
 // kernel_mount_readahead_test.cc, the fallback to FUSE in kernel_mount_fallback_test.cc.
 
-#include "fs/kernel_mount.h"
+#include "kernel/kernel_mount.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -16,16 +16,20 @@ check() {
     echo "ok: $what"
   fi
 }
-check "store/ and cache/ include nothing of fs/, pack/ or tools/" 'fs/|pack/|tools/' store cache
+above_store='fs/|fuse/|kernel/|mount/|pack/|tools/'
+check "store/ and cache/ include nothing above them" "$above_store" store cache
 check "cache/ includes nothing of store/" 'store/' cache
-check "common/ includes no other layer" 'backend/|image/|cache/|store/|pack/|erofs/|fs/|tools/' common
-check "backend/ includes only common/" 'image/|cache/|store/|pack/|erofs/|fs/|tools/' backend
-check "pack/ and erofs/ include nothing of fs/ or tools/" 'fs/|tools/' pack erofs
-check "fs/ includes nothing of pack/ or tools/" 'pack/|tools/' fs
-srcs=(common image cache store pack erofs fs tools bench)
+check "common/ includes no other layer" 'backend/|image/|cache/|store/|pack/|erofs/|fs/|fuse/|kernel/|mount/|tools/' common
+check "backend/ includes only common/" 'image/|cache/|store/|pack/|erofs/|fs/|fuse/|kernel/|mount/|tools/' backend
+check "pack/ and erofs/ include nothing above them" 'fs/|fuse/|kernel/|mount/|tools/' pack erofs
+check "fs/ (the core) includes nothing of fuse/, kernel/, mount/, pack/ or tools/" 'fuse/|kernel/|mount/|pack/|tools/' fs
+check "fuse/ includes nothing of kernel/, mount/, pack/ or tools/" 'kernel/|mount/|pack/|tools/' fuse
+check "kernel/ includes nothing of mount/, pack/ or tools/" 'mount/|pack/|tools/' kernel
+check "mount/ includes nothing of pack/ or tools/" 'pack/|tools/' mount
+srcs=(common image cache store pack erofs fs fuse kernel mount tools bench)
 check "nothing outside backend/ includes lmdb_store.h or rocksdb_store.h" \
   'backend/(lmdb|rocksdb)_store\.h' "${srcs[@]}" tests
-check "libfuse only in fs/ (and the tests and benchmarks of it)" 'fuse' common backend image cache store pack erofs tools
-check "libarchive only in pack/" 'archive' common backend image cache store erofs fs tools
-check "the test fakes only in tests/" 'tests/' common backend image cache store pack erofs fs tools bench
+check "libfuse only in fuse/ and kernel/ (and the tests and benchmarks of them)" 'fuse[_.0-9]*[a-z_]*\.h>' common backend image cache store pack erofs fs mount tools
+check "libarchive only in pack/" 'archive' common backend image cache store erofs fs fuse kernel mount tools
+check "the test fakes only in tests/" 'tests/' common backend image cache store pack erofs fs fuse kernel mount tools bench
 exit $fail

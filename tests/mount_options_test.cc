@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "fs/kernel_mount.h"
+#include "kernel/kernel_mount.h"
 #include "tests/mount_util.h"
 
 namespace dsfs::testing {

@@ -249,7 +249,7 @@ TEST(ServiceTest, SighupReopensTheLogFile) {
 
 // The background daemon stays in the session of whoever mounted (so in the same scheduler
 // autogroup: a reader in another task group is woken on the other CPU after every round trip,
-// fs/mount.cc) but in a process group of its own, which the shell's job control never signals.
+// mount/mount.cc) but in a process group of its own, which the shell's job control never signals.
 TEST(ServiceTest, BackgroundDaemonKeepsTheCallersSessionInAProcessGroupOfItsOwn) {
   SKIP_UNLESS_CAN_MOUNT();
   SmallStore s;

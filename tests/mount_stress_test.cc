@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "fs/kernel_mount.h"
+#include "kernel/kernel_mount.h"
 #include "tests/mount_util.h"
 
 namespace dsfs::testing {

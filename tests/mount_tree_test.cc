@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "fs/kernel_mount.h"
+#include "kernel/kernel_mount.h"
 #include "tests/mount_util.h"
 
 namespace dsfs::testing {
@@ -437,7 +437,7 @@ namespace {
 // The permission bits of `rel` the mount shows of the source's. Without allow_other a classic
 // mount lets only the mounting user in (the kernel's FUSE check), with the root's stored mode;
 // EROFS applies the modes in the image, so a -o kernel mount shows its root without group and
-// other bits instead (fs/kernel_mount.cc, PrivateRootTree): the same access, another mode.
+// other bits instead (kernel/kernel_mount.cc, PrivateRootTree): the same access, another mode.
 mode_t RootModeBits(const std::string& rel) {
   return rel.empty() && KernelMountUnderTest() ? 07700 : 07777;
 }

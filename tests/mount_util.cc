@@ -14,8 +14,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "fs/kernel_mount.h"
-#include "fs/mount.h"
+#include "kernel/kernel_mount.h"
+#include "mount/mount.h"
 
 namespace dsfs::testing {
 

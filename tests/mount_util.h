@@ -46,7 +46,7 @@ std::string GradientPng(uint32_t w, uint32_t h, int seed);
 // ---------------------------------------------------------------------------------------------
 // Mounts and processes
 
-// One line of /proc/self/mountinfo. (fs/mount.h's FindMount gives the topmost mount of a path
+// One line of /proc/self/mountinfo. (mount/mount.h's FindMount gives the topmost mount of a path
 // only, without its options: the tests also count the mounts stacked on one path.)
 struct MountEntry {
   std::string mountpoint, mount_options, fstype, source;

@@ -188,7 +188,7 @@ TEST(PushAndStatsTest, ListedFilesAreReadWithoutRequests) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The FUSE transport (-o transport=, fs/uring_transport.h): over io_uring where the kernel's
+// The FUSE transport (-o transport=, fuse/uring_transport.h): over io_uring where the kernel's
 // enable_uring parameter allows it, else the classic /dev/fuse loop, said in one log line and
 // in the stats.
 

@@ -1,9 +1,9 @@
 // A mount of a store in object storage whose endpoint stalls (tests/hostile_s3.h): the requests
-// that fetch wait on fetch workers (fs/request_workers.h), while the request threads keep
+// that fetch wait on fetch workers (fuse/request_workers.h), while the request threads keep
 // answering what is in memory, the stats file and files in the RAM cache, over the classic
 // /dev/fuse loop and over io_uring. Hang guards only (std::async with generous waits), no
 // timed assertion. Under -o kernel the image server's reads wait on its own fetch threads
-// (fs/image_server.h), so its stats file answers while they stall. A stalled lookup holds no
+// (fuse/image_server.h), so its stats file answers while they stall. A stalled lookup holds no
 // other lookup (the kernel's parallel dirops).
 #include <fcntl.h>
 #include <linux/magic.h>
@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "fs/kernel_mount.h"
+#include "kernel/kernel_mount.h"
 #include "tests/hostile_s3.h"
 #include "tests/mount_util.h"
 #include "tests/test_util.h"

@@ -12,11 +12,11 @@
 #include <thread>
 #include <utility>
 
-#include "tests/fakes/faulty_store.h"
-#include "tests/fakes/mem_store.h"
 #include "cache/byte_cache.h"
 #include "fs/filesystem.h"
 #include "pack/packer.h"
+#include "tests/fakes/faulty_store.h"
+#include "tests/fakes/mem_store.h"
 #include "tests/test_util.h"
 
 namespace dsfs {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/types.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -32,6 +33,11 @@ inline constexpr bool kSanitized = false;
 #else
 inline constexpr bool kSanitized = false;
 #endif
+
+// Trials of a damage sweep: all of them in a normal build; an eighth (at least 1) under a
+// sanitizer, whose job there is to find a bad access on each path, not to cover more positions
+// (the fuzzers do that), and where each trial costs 5-20x (CI time, tools/ci_hardening.sh).
+inline constexpr int SweepTrials(int trials) { return kSanitized ? std::max(1, trials / 8) : trials; }
 
 // A fresh directory under $TMPDIR (or /tmp), removed with everything in it on destruction.
 class TempDir {

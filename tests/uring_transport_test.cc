@@ -1,11 +1,11 @@
-// FuseTransport (fs/uring_transport.h) over real mounts: a tiny in-test filesystem served over
+// FuseTransport (fuse/uring_transport.h) over real mounts: a tiny in-test filesystem served over
 // io_uring and over the classic loop, checked from many threads, through ioctl, page-cache
 // pushes, replies from other threads, unmounts and aborts under load, and each fallback.
 //
 // Needs root and /dev/fuse (skipped plainly otherwise). The io_uring tests set the fuse module
 // parameter enable_uring to Y for their mounts (it only affects new mounts, and only servers
 // that take it up in INIT) and put back what they found.
-#include "fs/uring_transport.h"
+#include "fuse/uring_transport.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "common/log.h"
-#include "fs/mount.h"
+#include "mount/mount.h"
 #include "tests/test_util.h"
 
 namespace dsfs {

@@ -134,7 +134,7 @@ TEST_P(VerifyTest, NamesExactlyTheFilesReadsFailOn) {
       {"three bytes flipped", [](std::string* b, size_t pos, uint32_t t) {
          for (size_t k = 0; k < 3; ++k) (*b)[(pos + k * 7919 * (t + 1)) % b->size()] ^= 0x5a;
        }}};
-  constexpr int kTrials = 40;
+  constexpr int kTrials = SweepTrials(40);
   int compared = 0, damaged_files = 0;
   for (const Damage& kind : kinds) {
     for (int t = 0; t < kTrials; ++t) {

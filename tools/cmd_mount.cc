@@ -113,10 +113,10 @@ Status ParseOptionList(const std::string& list, MountConfig* config, SeenOptions
     uint64_t n;
     if (key == "threads") {
       DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1, 256, &n));
-      config->fuse.threads = static_cast<int>(n);
+      config->fuse.session.threads = static_cast<int>(n);
     } else if (key == "transport") {
       DSFS_RETURN_IF_ERROR(
-          ParseTransportMode(value, &config->fuse.transport).WithContext("mount option transport"));
+          ParseTransportMode(value, &config->fuse.session.transport).WithContext("mount option transport"));
     } else if (key == "cache_size") {
       uint64_t bytes;
       DSFS_RETURN_IF_ERROR(ParseSize(value, &bytes).WithContext("mount option cache_size"));
@@ -161,7 +161,7 @@ Status ParseOptionList(const std::string& list, MountConfig* config, SeenOptions
         return Status::InvalidArgument("mount option nice=" + std::string(value) +
                                        ": not a nice value (-20 to 19)");
       }
-      config->fuse.nice = static_cast<int>(v);
+      config->fuse.session.nice = static_cast<int>(v);
     } else if (key == "view") {
       DSFS_RETURN_IF_ERROR(ParseView(value, &config->fs.view).WithContext("mount option view"));
     } else if (key == "uid") {
@@ -189,7 +189,7 @@ Status ParseOptionList(const std::string& list, MountConfig* config, SeenOptions
     } else if (key == "allow_other" && value.empty()) {
       config->fuse.allow_other = true;
     } else if (key == "debug" && value.empty()) {
-      config->fuse.debug = true;
+      config->fuse.session.debug = true;
       SetLogLevel("debug");
     } else if (key == "log_level") {
       if (!IsLogLevel(value)) {

@@ -14,8 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/units.h"
-#include "fs/kernel_mount.h"
-#include "fs/mount.h"
+#include "kernel/kernel_mount.h"
+#include "mount/mount.h"
 #include "tools/commands.h"
 
 namespace dsfs {
@@ -68,7 +68,7 @@ Status RunStats(const std::string& mountpoint_arg, bool json, std::ostream& out)
                             "); clear it with: dsfs umount " + mountpoint);
   }
   if (!f) {
-    // statfs is never answered from a cache: it tells a dead daemon (fs/mount.cc).
+    // statfs is never answered from a cache: it tells a dead daemon (mount/mount.cc).
     MountInfo m;
     struct statfs sfs;
     if (FindMount(mountpoint, &m) && m.fstype == kDsfsFsType &&

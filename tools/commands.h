@@ -9,7 +9,7 @@
 
 #include "backend/kv_store.h"
 #include "common/status.h"
-#include "fs/mount.h"
+#include "mount/mount.h"
 #include "pack/packer.h"
 
 namespace dsfs {

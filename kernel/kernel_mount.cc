@@ -1,8 +1,7 @@
-#include "fs/kernel_mount.h"
+#include "kernel/kernel_mount.h"
 
 #include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,28 +10,22 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <thread>
 #include <vector>
 
 #include "common/log.h"
 #include "common/memory_limit.h"
-#include "erofs/image.h"
+#include "common/mount_table.h"
+#include "common/system.h"
 #include "erofs/store_tree.h"
-#include "fs/image_server.h"
-#include "fs/loop_device.h"
-#include "fs/memory_guard.h"
-#include "fs/own_mount.h"
-#include "fs/service.h"
 #include "fs/stats.h"
-#include "fs/view_tree.h"
+#include "kernel/loop_device.h"
+#include "kernel/view_tree.h"
 
 namespace dsfs {
 namespace {
@@ -42,20 +35,6 @@ using std::chrono::milliseconds;
 
 // ---------------------------------------------------------------------------------------------
 // Paths and the mount table
-
-// Absolute path without resolving the last component (which may be a dead mount).
-std::string AbsPath(const std::string& path) {
-  // An empty path has no absolute form (std::filesystem::absolute throws): it names no mount.
-  if (path.empty()) return path;
-  std::filesystem::path p = std::filesystem::absolute(path).lexically_normal();
-  std::string name = p.filename().string();
-  if (name.empty()) p = p.parent_path();
-  char buf[PATH_MAX];
-  if (::realpath(p.parent_path().c_str(), buf) == nullptr) return p.string();
-  std::string r = buf;
-  if (r != "/") r += "/";
-  return p.filename().empty() ? std::string(buf) : r + p.filename().string();
-}
 
 struct MountEntry {
   std::string mountpoint, fstype, source;
@@ -80,30 +59,12 @@ std::optional<MountEntry> TopMountAt(const std::string& path) {
 
 bool IsMountedAt(const std::string& path) { return TopMountAt(path).has_value(); }
 
-std::string ReadSmallFile(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string s = ss.str();
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
 // The private mountpoint's name for mountpoint directory `st` and daemon `pid`.
 std::string PrivatePrefix(const struct stat& st) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%llx-%llu-", static_cast<unsigned long long>(st.st_dev),
                 static_cast<unsigned long long>(st.st_ino));
   return std::string(kKernelRunDir) + "/" + buf;
-}
-
-bool ProcessAlive(pid_t pid) {
-  if (pid <= 0) return false;
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  // A zombie has exited: only its parent's wait is missing.
-  std::string stat = ReadSmallFile("/proc/" + std::to_string(pid) + "/stat");
-  size_t paren = stat.rfind(')');
-  return !(paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z');
 }
 
 pid_t PidOfPrivateDir(const std::string& dir) {
@@ -193,48 +154,6 @@ void ClearStalePrivateDirs(const struct stat& st, bool* found) {
   }
 }
 
-std::string KernelStatsJson(const Filesystem* fs, const erofs::Image& image,
-                            const ImageServer* server, const std::string& loop, bool directio,
-                            double layout_s) {
-  nlohmann::ordered_json kernel = {{"image_bytes", image.size_bytes()},
-                                   {"inodes", image.inode_count()},
-                                   {"layout_bytes", image.memory_bytes()},
-                                   {"layout_ms", static_cast<uint64_t>(layout_s * 1000)},
-                                   // "file": EROFS reads the image file itself; or "loopN"
-                                   {"backing", loop.empty() ? std::string("file") : loop},
-                                   // 1: EROFS reads the image file with direct I/O (no copy
-                                   // of it in the image's page cache)
-                                   {"directio", directio ? 1 : 0}};
-  if (server) {
-    const ImageServer::Counters& c = server->counters();
-    kernel["transport"] = server->transport();
-    kernel["image_reads"] = c.reads.load(std::memory_order_relaxed);
-    kernel["image_bytes_read"] = c.bytes_read.load(std::memory_order_relaxed);
-    kernel["image_read_errors"] = c.errors.load(std::memory_order_relaxed);
-    if (const ImageReadahead* ra = server->readahead()) {
-      const ImageReadahead::Stats st = ra->stats();
-      kernel["readahead"] = {{"dirs", st.dirs},
-                             {"bytes", st.bytes},
-                             {"failures", st.failures},
-                             {"skipped_files", st.skipped_files},
-                             {"budget_bytes", st.budget_bytes}};
-    }
-  }
-  nlohmann::ordered_json j = {{"kernel", std::move(kernel)}};
-  // Then the filesystem's own counters (the store's cache, view reads): its members follow.
-  const nlohmann::ordered_json rest = fs->StatsObject();
-  for (const auto& [key, value] : rest.items()) j[key] = value;
-  return OneLineJson(j);
-}
-
-// The write end of the running ServeKernel's signal pipe (-1: none).
-std::atomic<int> g_signal_fd{-1};
-
-void OnStopSignal(int) {
-  int fd = g_signal_fd.load();
-  if (fd >= 0) (void)!::write(fd, "s", 1);
-}
-
 }  // namespace
 
 Status CheckKernelMountAllowed() {
@@ -244,90 +163,51 @@ Status CheckKernelMountAllowed() {
                            "EROFS); mount without -o kernel, or as root");
 }
 
-Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
-                   const FuseOptions& fuse, const std::function<void()>& on_mounted) {
+Status KernelMount::Mount(Filesystem* fs, ByteCache* cache, const std::string& mnt,
+                          const std::string& target, const KernelOptions& options,
+                          std::unique_ptr<KernelMount>* out) {
   DSFS_RETURN_IF_ERROR(CheckKernelMountAllowed());
-  const std::string& mnt = config.mountpoint;
-  // mount(2) is given the directory dsfs mount checked and locked (FuseOptions::mount_target).
-  const std::string& target = fuse.mount_target.empty() ? mnt : fuse.mount_target;
-  // What a classic mount's FUSE layer does and EROFS does in the kernel by itself.
-  {
-    const FuseOptions plain;
-    std::string moot;
-    if (fuse.timeout_s != plain.timeout_s) moot += " timeout";
-    if (fuse.zero_message_open != plain.zero_message_open) moot += " zero_open";
-    if (!moot.empty()) {
-      Log()->warn("-o kernel: EROFS caches entries and opens itself; ignored:{}", moot);
-    }
-  }
-  if (config.fs.view.kind == View::kJpeg) {
+  const View view = fs->options().view;
+  if (view.kind == View::kJpeg) {
     // An image lays out every file's size at mount, and a jpeg-N file's is known only once
     // it is encoded: the whole tree would be encoded before the mount answers.
-    Log()->warn("-o kernel: a {} file's size is known only once it is encoded; mounting with FUSE",
-                ViewName(config.fs.view));
-    return ServeFuse(fs, cache, mnt, fuse, on_mounted);
+    return Status::NotSupported("a " + ViewName(view) +
+                                " file's size is known only once it is encoded");
   }
   struct stat mnt_st;
   if (::stat(mnt.c_str(), &mnt_st) != 0) return Status::FromErrno(errno, mnt);
-  // SIGINT/SIGTERM end the serving loop below through a self-pipe. A handler, not a blocked
-  // mask: threads started before this one (a RocksDB store's) would otherwise take the signal
-  // with its default action. Until the service monitor takes SIGHUP, it is ignored.
-  int sig_pipe[2];
-  if (::pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return Status::FromErrno(errno, "pipe");
-  struct CloseFd {
-    int fd;
-    ~CloseFd() {
-      if (fd >= 0) ::close(fd);
-    }
-  } close_sig0{sig_pipe[0]}, close_sig1{sig_pipe[1]};
-  g_signal_fd.store(sig_pipe[1]);
-  struct sigaction sa, old_int, old_term;
-  std::memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = OnStopSignal;
-  sa.sa_flags = SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, &old_int);
-  ::sigaction(SIGTERM, &sa, &old_term);
-  struct RestoreSignals {
-    struct sigaction si, st;
-    ~RestoreSignals() {
-      ::sigaction(SIGINT, &si, nullptr);
-      ::sigaction(SIGTERM, &st, nullptr);
-      g_signal_fd.store(-1);
-    }
-  } restore_signals{old_int, old_term};
-  ::signal(SIGHUP, SIG_IGN);
-  const int sfd = sig_pipe[0];
+  std::unique_ptr<KernelMount> km(new KernelMount);
+  km->fs_ = fs;
+  km->mountpoint_ = mnt;
 
   // The tree and its image layout.
   auto t0 = Clock::now();
   // The layout reads every inode record: have the store's tables read from disk in large
   // requests first (as a classic mount warms them in the background), not a fault at a time.
-  fs->store().WillNeedMetadata(DefaultBudgets().metadata_readahead_bytes);
-  std::unique_ptr<erofs::ImageTree> tree;
-  if (config.fs.view == View::kOriginal) {
+  fs->store().WillNeedMetadata(options.metadata_readahead_bytes);
+  if (view == View::kOriginal) {
     erofs::StoreTreeOptions so;
-    so.uid = config.fs.uid;
-    so.gid = config.fs.gid;
-    so.umask = config.fs.umask;
-    tree = std::make_unique<erofs::StoreTree>(&fs->store(), so);
+    so.uid = fs->options().uid;
+    so.gid = fs->options().gid;
+    so.umask = fs->options().umask;
+    km->tree_ = std::make_unique<erofs::StoreTree>(&fs->store(), so);
   } else {
     std::unique_ptr<ViewTree> vt;
-    DSFS_RETURN_IF_ERROR(ViewTree::Build(fs, config.fs.view, &vt));
-    tree = std::move(vt);
+    DSFS_RETURN_IF_ERROR(ViewTree::Build(fs, view, &vt));
+    km->tree_ = std::move(vt);
   }
-  if (!fuse.allow_other) tree = std::make_unique<PrivateRootTree>(std::move(tree));
+  if (!options.allow_other) km->tree_ = std::make_unique<PrivateRootTree>(std::move(km->tree_));
   erofs::ImageOptions io;
   // No tail packing: the image exists only virtually, so its size costs nothing, while a
   // metadata block that held inlined file data would make a stat (or find) decompress those
   // files, and one damaged file would fail its neighbours' inodes too.
   io.inline_data = false;
   io.volume_name = "dsfs";
-  std::unique_ptr<erofs::Image> image;
-  DSFS_RETURN_IF_ERROR(erofs::Image::Build(tree.get(), io, &image));
-  const double layout_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  DSFS_RETURN_IF_ERROR(erofs::Image::Build(km->tree_.get(), io, &km->image_));
+  const erofs::Image& image = *km->image_;
+  km->layout_s_ = std::chrono::duration<double>(Clock::now() - t0).count();
   Log()->info("EROFS image of {} inodes, {} bytes, laid out in {:.3f} s ({} bytes of layout)",
-              image->inode_count(), image->size_bytes(), layout_s, image->memory_bytes());
+              image.inode_count(), image.size_bytes(), km->layout_s_, image.memory_bytes());
 
   // Layer 1: the private FUSE mount.
   if (::mkdir(kKernelRunDir, 0700) != 0 && errno != EEXIST) {
@@ -337,48 +217,31 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
   ClearStalePrivateDirs(mnt_st, nullptr);
   const std::string dir = PrivatePrefix(mnt_st) + std::to_string(::getpid());
   if (::mkdir(dir.c_str(), 0700) != 0) return Status::FromErrno(errno, "mkdir " + dir);
-  int events[2];
-  if (::pipe2(events, O_CLOEXEC | O_NONBLOCK) != 0) {
+  if (::pipe2(km->events_, O_CLOEXEC | O_NONBLOCK) != 0) {
     int err = errno;
     ::rmdir(dir.c_str());
     return Status::FromErrno(err, "pipe");
   }
-  CloseFd close_ev0{events[0]}, close_ev1{events[1]};
-  std::atomic<bool> serving{false};
-  std::string loop;
-  std::atomic<bool> directio{false};  // set once EROFS is mounted with it (the stats read it)
-  ImageServerOptions so;
-  so.transport = fuse.transport;
-  so.threads = fuse.threads;
-  so.nice = fuse.nice;
-  so.debug = fuse.debug;
-  so.fsname = "dsfs-image:" + (fuse.fsname.empty() ? config.store_path : fuse.fsname);
-  so.readahead_bytes = fuse.push_bytes;
-  // A store in object storage: the image's reads wait on fetch threads, as a classic mount's
-  // (fs/serve.cc), never on the session threads the stats file needs.
-  constexpr int kFetchThreads = 16;
-  so.fetch_threads = fs->store().remote() ? kFetchThreads : 0;
-  ImageServer* server_ptr = nullptr;
-  ImageServer server(
-      image.get(), so,
-      [&] { return KernelStatsJson(fs, *image, server_ptr, loop, directio.load(), layout_s); },
-      [&] {
-        // The loop device let go of the image: EROFS is gone.
-        if (serving.load()) (void)!::write(events[1], "c", 1);
-      });
-  server_ptr = &server;
-  server.OnEnded([&] { (void)!::write(events[1], "e", 1); });
-  auto undo_dir = [&] {
-    server.Stop();
-    if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
-      Log()->warn("cannot remove {}: {}", dir, std::strerror(errno));
-    }
+  KernelMount* self = km.get();
+  ImageServerOptions so = options.server;
+  so.on_read = [self](uint64_t offset) {
+    if (self->readahead_on_.load(std::memory_order_acquire)) self->readahead_->Touched(offset);
   };
+  km->server_ = std::make_unique<ImageServer>(
+      km->image_.get(), std::move(so), [self] { return self->StatsJson(); },
+      [self] {
+        // The loop device let go of the image: EROFS is gone.
+        if (self->serving_.load()) (void)!::write(self->events_[1], "c", 1);
+      });
+  ImageServer& server = *km->server_;
+  server.OnEnded([self] { (void)!::write(self->events_[1], "e", 1); });
   Status s = server.Start(dir);
   if (!s.ok()) {
     ::rmdir(dir.c_str());
+    km->finished_ = true;
     return s;
   }
+  km->dir_ = dir;
 
   // Layer 2: EROFS at MNT, reading the image file itself (a file-backed mount, Linux 6.12+):
   // its reads go through the image's page cache, so the kernel reads ahead in the image and a
@@ -396,19 +259,20 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
   // the option (EINVAL): mounted without it.
   const MemoryLimit& limit = ProcessMemoryLimit();
   const uint64_t cache_bytes = cache ? cache->capacity_bytes() : 0;
-  const bool want_directio = 2 * image->size_bytes() + cache_bytes > limit.bytes;
-  if (!config.kernel_loop) {
+  const bool want_directio = 2 * image.size_bytes() + cache_bytes > limit.bytes;
+  std::string& loop = km->loop_;
+  if (!options.loop) {
     server.SetPageCacheReader(true);  // EROFS reads the superblock already during mount(2)
     err = -1;
     if (want_directio) {
       err =
           ::mount(image_path.c_str(), target.c_str(), "erofs", flags, "directio") == 0 ? 0 : errno;
-      directio.store(err == 0);
+      km->directio_.store(err == 0);
       if (err == 0) {
         Log()->info(
             "-o kernel: the image ({} bytes) does not fit twice in the memory limit of "
             "{}: EROFS reads it with direct I/O",
-            image->size_bytes(), limit.ToString());
+            image.size_bytes(), limit.ToString());
       }
     }
     if (err == EINVAL) {
@@ -419,18 +283,13 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
     }
     if (err == ENOTBLK) Log()->info("-o kernel: EROFS here reads block devices only: a loop device");
   }
-  if (config.kernel_loop || err == ENOTBLK) {
+  if (options.loop || err == ENOTBLK) {
     server.SetPageCacheReader(false);
     int loop_fd = -1;
     s = AttachLoopDevice(image_path, &loop, &loop_fd);
-    if (s.code() == Status::Code::kNotSupported) {
-      undo_dir();
-      Log()->warn("-o kernel: {}; mounting with FUSE", s.message());
-      return ServeFuse(fs, cache, mnt, fuse, on_mounted);
-    }
     if (!s.ok()) {
-      undo_dir();
-      return s;
+      km->Finish();
+      return s;  // NotSupported where this machine has no loop devices: the caller falls back
     }
     if (!LoopDirectIo(loop)) {
       Log()->warn("/dev/{}: direct I/O refused, the image is cached twice", loop);
@@ -440,100 +299,132 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const MountConfig& config,
     ::close(loop_fd);  // AUTOCLEAR: EROFS holds the device now, or it detaches
   }
   if (err != 0) {
-    WaitFor([&] { return server.open_images() == 0; }, milliseconds(2000));
-    undo_dir();
+    const std::string what = loop.empty() ? image_path : "/dev/" + loop;
+    loop.clear();  // it cleared itself: nothing of it is ours any more
+    km->Finish();
     if (err == ENODEV) {
-      Log()->warn("-o kernel: this kernel has no EROFS (mount: {}); mounting with FUSE",
-                  std::strerror(err));
-      return ServeFuse(fs, cache, mnt, fuse, on_mounted);
+      return Status::NotSupported(std::string("this kernel has no EROFS (mount: ") +
+                                  std::strerror(err) + ")");
     }
-    return Status::FromErrno(err, "mount erofs " + (loop.empty() ? image_path : "/dev/" + loop) +
-                                      " at " + mnt);
+    return Status::FromErrno(err, "mount erofs " + what + " at " + mnt);
   }
-  serving.store(true);
-  const OwnMount own(mnt);  // a signal unmounts this mount, never what mnt carries later
+  km->serving_.store(true);
   // Into the image's page cache, which neither EROFS with directio nor a loop device with
   // direct I/O ever reads: there the pushed pages would only be charged to the limit.
-  if (loop.empty() && !directio.load()) server.EnableReadahead();
-  // -o preload: the store's RAM cache, which the image's reads come from, as in a classic mount.
-  std::unique_ptr<Prefetcher> preloader;
-  if (!fuse.preload_path.empty()) {
-    preloader = std::make_unique<Prefetcher>(&fs->store(), cache, fs->inode_space(),
-                                             Prefetcher::Options{}, nullptr);
-    fs->SetPrefetcher(preloader.get());  // its progress in the stats
-    StartPreload(*fs, fuse.preload_path, preloader.get());
+  if (loop.empty() && !km->directio_.load() && options.readahead_bytes > 0) {
+    km->readahead_ = std::make_unique<ImageReadahead>(
+        km->image_.get(), options.readahead_bytes,
+        [&server](uint64_t offset, std::string_view data) {
+          return server.StoreImage(offset, data);
+        });
+    km->readahead_on_.store(true, std::memory_order_release);
   }
-  struct ForgetPreloader {
-    Filesystem* fs;
-    ~ForgetPreloader() { fs->SetPrefetcher(nullptr); }
-  } forget_preloader{fs};
   Log()->info("{}: EROFS on {}", mnt,
               loop.empty() ? image_path : "/dev/" + loop + " over " + image_path);
-  // Sheds the RAM cache the image's reads come from under memory pressure (fs/memory_guard.h).
-  MemoryGuard memory_guard(cache, limit);
-  if (on_mounted) on_mounted();
+  *out = std::move(km);
+  return Status::OK();
+}
 
-  ServiceMonitor::Options mo = MonitorOptions(mnt, fuse);
-  mo.fs_magic = 0xE0F5E1E2;  // EROFS_SUPER_MAGIC_V1
-  ServiceMonitor monitor(mo, [&] {
-    const ImageServer::Counters& c = server.counters();
-    return "serving EROFS: " + std::to_string(c.reads.load()) + " image reads, " +
-           std::to_string(c.bytes_read.load() >> 20) + " MiB read, " +
-           std::to_string(c.errors.load()) + " errors";
-  });
-  Status ms = monitor.Start();
-  if (!ms.ok()) Log()->warn("service monitor: {}", ms.message());
+KernelMount::~KernelMount() {
+  Finish();
+  for (int fd : events_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
 
-  // Serve until the image is let go of (or the private mount is gone), or a signal.
-  bool signalled = false;
+bool KernelMount::ServeUntil(int stop_fd) {
+  ImageServer& server = *server_;
   while (!server.ended()) {
-    if (serving.load() && server.open_images() == 0) break;
-    struct pollfd pfd[2] = {{events[0], POLLIN, 0}, {sfd, POLLIN, 0}};
+    if (serving_.load() && server.open_images() == 0) return false;
+    struct pollfd pfd[2] = {{events_[0], POLLIN, 0}, {stop_fd, POLLIN, 0}};
     int n = ::poll(pfd, 2, 1000);
-    if (n < 0 && errno != EINTR) break;
+    if (n < 0 && errno != EINTR) return false;
     char c[16];
-    if (pfd[0].revents & POLLIN) (void)!::read(events[0], c, sizeof(c));
+    if (pfd[0].revents & POLLIN) (void)!::read(events_[0], c, sizeof(c));
     if (pfd[1].revents & POLLIN) {
-      (void)!::read(sfd, c, sizeof(c));
-      signalled = true;
-      break;
+      (void)!::read(stop_fd, c, sizeof(c));
+      return true;
     }
   }
-  monitor.Stopping();
-  if (signalled) {
-    Log()->info("signalled: unmounting {}", mnt);
-    if (own.Unmount(0)) {
-    } else if (errno == EBUSY) {
-      Log()->warn("{} is busy: detached; served until its last file closes", mnt);
-      own.Unmount(MNT_DETACH);
-    } else if (errno == 0) {
-      // Detached before (dsfs umount --lazy) and still read: what is there now is not ours.
-      Log()->info("{} no longer carries this daemon's mount: left alone", mnt);
-    }
-  }
-  if (server.ended() && server.open_images() > 0) {
+  return false;
+}
+
+void KernelMount::Finish() {
+  if (finished_ || !server_) return;
+  finished_ = true;
+  ImageServer& server = *server_;
+  if (!serving_.load()) {
+    // EROFS never mounted (or refused): it may still hold the image a moment.
+    WaitFor([&] { return server.open_images() == 0; }, milliseconds(2000));
+  } else if (server.ended() && server.open_images() > 0) {
     // The private mount went away under the loop device (not by us): EROFS reads fail from
     // here on, and `dsfs umount` clears the rest.
-    Log()->warn("{}: the image mount {} is gone; clear the mount with: dsfs umount {}", mnt, dir,
-                mnt);
-  }
-  if (!server.ended()) {
+    Log()->warn("{}: the image mount {} is gone; clear the mount with: dsfs umount {}",
+                mountpoint_, dir_, mountpoint_);
+  } else if (!server.ended()) {
     // After a signal: the loop device clears once EROFS lets go (at once unless busy).
     if (!WaitFor([&] { return server.open_images() == 0 || server.ended(); }, milliseconds(2000)) &&
-        !loop.empty()) {
-      ClearLoopDevice(loop);
+        !loop_.empty()) {
+      ClearLoopDevice(loop_);
     }
   }
-  undo_dir();
-  monitor.Stop();
-  Log()->info("{}: unmounted ({} image reads, {} errors)", mnt, server.counters().reads.load(),
-              server.counters().errors.load());
-  return Status::OK();
+  server.Stop();  // no request is served from here on: none tells the readahead of a read
+  readahead_on_.store(false);
+  readahead_.reset();  // its worker stores through the server's session until here
+  if (!dir_.empty() && ::rmdir(dir_.c_str()) != 0 && errno != ENOENT) {
+    Log()->warn("cannot remove {}: {}", dir_, std::strerror(errno));
+  }
+  if (serving_.load()) {
+    Log()->info("{}: unmounted ({} image reads, {} errors)", mountpoint_,
+                server.counters().reads.load(), server.counters().errors.load());
+  }
+}
+
+std::string KernelMount::StatusLine() const {
+  const ImageServer::Counters& c = server_->counters();
+  return "serving EROFS: " + std::to_string(c.reads.load()) + " image reads, " +
+         std::to_string(c.bytes_read.load() >> 20) + " MiB read, " +
+         std::to_string(c.errors.load()) + " errors";
+}
+
+std::string KernelMount::StatsJson() const {
+  const erofs::Image& image = *image_;
+  const ImageServer* server = server_.get();
+  nlohmann::ordered_json kernel = {{"image_bytes", image.size_bytes()},
+                                   {"inodes", image.inode_count()},
+                                   {"layout_bytes", image.memory_bytes()},
+                                   {"layout_ms", static_cast<uint64_t>(layout_s_ * 1000)},
+                                   // "file": EROFS reads the image file itself; or "loopN"
+                                   {"backing", loop_.empty() ? std::string("file") : loop_},
+                                   // 1: EROFS reads the image file with direct I/O (no copy
+                                   // of it in the image's page cache)
+                                   {"directio", directio_.load() ? 1 : 0}};
+  if (server) {
+    const ImageServer::Counters& c = server->counters();
+    kernel["transport"] = server->transport();
+    kernel["image_reads"] = c.reads.load(std::memory_order_relaxed);
+    kernel["image_bytes_read"] = c.bytes_read.load(std::memory_order_relaxed);
+    kernel["image_read_errors"] = c.errors.load(std::memory_order_relaxed);
+    if (const ImageReadahead* ra =
+            readahead_on_.load(std::memory_order_acquire) ? readahead_.get() : nullptr) {
+      const ImageReadahead::Stats st = ra->stats();
+      kernel["readahead"] = {{"dirs", st.dirs},
+                             {"bytes", st.bytes},
+                             {"failures", st.failures},
+                             {"skipped_files", st.skipped_files},
+                             {"budget_bytes", st.budget_bytes}};
+    }
+  }
+  nlohmann::ordered_json j = {{"kernel", std::move(kernel)}};
+  // Then the filesystem's own counters (the store's cache, view reads): its members follow.
+  const nlohmann::ordered_json rest = fs_->StatsObject();
+  for (const auto& [key, value] : rest.items()) j[key] = value;
+  return OneLineJson(j);
 }
 
 Status UnmountKernel(const std::string& mountpoint, bool lazy, bool* handled) {
   *handled = false;
-  const std::string abs = AbsPath(mountpoint);
+  const std::string abs = AbsolutePath(mountpoint);
   bool erofs = false;
   std::string loop;
   std::optional<std::string> dir = KernelLayers(abs, &erofs, &loop);
@@ -598,7 +489,7 @@ Status UnmountKernel(const std::string& mountpoint, bool lazy, bool* handled) {
 bool KernelStatsPath(const std::string& mountpoint, std::string* stats_path) {
   bool erofs = false;
   std::string loop;
-  std::optional<std::string> dir = KernelLayers(AbsPath(mountpoint), &erofs, &loop);
+  std::optional<std::string> dir = KernelLayers(AbsolutePath(mountpoint), &erofs, &loop);
   if (!dir) return false;
   *stats_path = *dir + "/" + ImageServer::kStatsName;
   return true;

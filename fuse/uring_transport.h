@@ -33,6 +33,26 @@ namespace dsfs {
 // fallback is logged as a warning), classic (never io_uring).
 enum class TransportMode { kAuto, kUring, kClassic };
 
+// What every FUSE session of dsfs is made with: the tree's (FuseOptions::session) and the EROFS
+// image's (ImageServerOptions::session), set once by the mount.
+struct SessionOptions {
+  int threads = 2;  // session loop threads (on 2 cores 1-2 beat libfuse's 10)
+  // How requests reach the daemon (`-o transport=`): FUSE over io_uring where the kernel, its
+  // enable_uring parameter and io_uring allow it, else the classic /dev/fuse loop with
+  // `threads` threads. The choice is logged in one line and shown in the stats file. Over
+  // io_uring a read that EROFS misses costs about half a classic round trip too: inside a
+  // memory limit smaller than the tree that is every other read of the image (issue 29).
+  TransportMode transport = TransportMode::kAuto;
+  // Nice value of the session loop threads. Every request is a round trip a reader waits on
+  // (Python's open() alone costs one: an ioctl FUSE cannot answer in the kernel), so under
+  // CPU-bound readers (DataLoader workers) the threads must be scheduled first: -10 cut the
+  // cost of a hot open from ~50 to ~12 us with two busy workers on two cores. Needs root or
+  // CAP_SYS_NICE; without them the threads keep the caller's.
+  int nice = -10;
+  bool debug = false;  // libfuse request tracing to stderr
+  std::string fsname;  // shown in /proc/mounts (the store path; "dsfs-image:" + it)
+};
+
 // Parses "auto", "uring" or "classic"; InvalidArgument otherwise (`mode` unchanged).
 [[nodiscard]] Status ParseTransportMode(std::string_view text, TransportMode* mode);
 const char* TransportModeName(TransportMode mode);

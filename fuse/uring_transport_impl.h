@@ -1,5 +1,5 @@
-// Internals of FuseTransport (fs/uring_transport.h), shared by fs/uring_transport.cc (custom
-// I/O, INIT, the decision, serving) and fs/uring_queue.cc (the ring queues and their threads).
+// Internals of FuseTransport (fuse/uring_transport.h), shared by fuse/uring_transport.cc (custom
+// I/O, INIT, the decision, serving) and fuse/uring_queue.cc (the ring queues and their threads).
 // Not for use elsewhere.
 #pragma once
 
@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "fs/fuse_uring_abi.h"
-#include "fs/uring_transport.h"
+#include "fuse/fuse_uring_abi.h"
+#include "fuse/uring_transport.h"
 
 namespace dsfs {
 namespace uring_internal {

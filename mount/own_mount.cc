@@ -1,4 +1,4 @@
-#include "fs/own_mount.h"
+#include "mount/own_mount.h"
 
 #include <fcntl.h>
 #include <sys/mount.h>

@@ -1,6 +1,6 @@
-// RequestWorkers: threads that serve FUSE requests the request threads hand over (fs/fuse_ops.cc,
+// RequestWorkers: threads that serve FUSE requests the request threads hand over (fuse/fuse_ops.cc,
 // ServeOrHandOver), so that a request that takes long never holds the threads every other
-// request needs. A mount has two pools (fs/serve.cc): decoders, for requests that render an
+// request needs. A mount has two pools (mount/serve.cc): decoders, for requests that render an
 // image not in the cache (CPU bound: as many as the request threads, at most one per core),
 // and, on a remote store, fetchers, for requests that may wait on the object store (I/O bound:
 // more threads than cores, bounded), so that slow fetches starve neither decodes nor the

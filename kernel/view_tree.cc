@@ -1,4 +1,4 @@
-#include "fs/view_tree.h"
+#include "kernel/view_tree.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "fs/service.h"
+#include "mount/service.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -4,9 +4,10 @@
 #include <functional>
 #include <string>
 
+#include "common/mount_table.h"
 #include "common/status.h"
 #include "fs/filesystem.h"
-#include "fs/serve.h"
+#include "mount/serve.h"
 #include "store/store.h"
 
 namespace dsfs {
@@ -15,7 +16,7 @@ struct MountConfig {
   std::string store_path;
   std::string mountpoint;
   bool foreground = false;  // serve in this process; otherwise fork a daemon
-  bool kernel = false;      // -o kernel: the tree served by EROFS (fs/kernel_mount.h)
+  bool kernel = false;      // -o kernel: the tree served by EROFS (kernel/kernel_mount.h)
   bool kernel_loop = false;  // -o kernel=loop: EROFS over a loop device, never over the file
   // RAM cache of decompressed chunks; kDefaultCache = an eighth of the memory limit
   // (common/memory_limit.h: the cgroup's, else physical memory).
@@ -42,7 +43,7 @@ inline constexpr uint64_t kDefaultCacheDiskBytes = 8ull << 30;
 Status CheckMountpoint(const std::string& mountpoint);
 
 // Opens the store and mounts it. In the foreground, serves until unmounted or signalled (and
-// reports to systemd if $NOTIFY_SOCKET is set, see fs/service.h). In the background, returns
+// reports to systemd if $NOTIFY_SOCKET is set, see mount/service.h). In the background, returns
 // OK only once the daemon's mount answers requests, or the daemon's error.
 Status MountStore(const MountConfig& config);
 
@@ -56,24 +57,5 @@ inline constexpr int kDaemonExitWaitMs = 10000;
 // The type /proc/self/mountinfo shows for every dsfs mount, whether made by `dsfs mount`, the
 // mount helper (fstab, mount -t fuse.dsfs) or systemd, and also once its daemon is dead.
 inline constexpr std::string_view kDsfsFsType = "fuse.dsfs";
-
-// Undoes /proc/self/mountinfo's escaping of space, tab, newline and backslash (\ooo).
-std::string UnescapeMountinfo(const std::string& s);
-
-// The topmost mount at a mountpoint, from /proc/self/mountinfo.
-struct MountInfo {
-  std::string fstype;      // e.g. "fuse.dsfs", "tmpfs", "ext4"
-  std::string source;      // a dsfs mount's store path
-  unsigned dev_minor = 0;  // of st_dev: for FUSE, the connection number
-};
-// False if `path` (made absolute; its last component is not resolved) is not a mountpoint.
-bool FindMount(const std::string& path, MountInfo* info);
-
-// True if `path` is a mountpoint listed in /proc/self/mountinfo.
-bool IsMountpoint(const std::string& path);
-// Calls fn(mountpoint, info) for each line of /proc/self/mountinfo, in order (later lines are
-// mounted later): the one parser of the mount table.
-void ForEachMount(
-    const std::function<void(const std::string& mountpoint, const MountInfo& info)>& fn);
 
 }  // namespace dsfs

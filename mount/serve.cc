@@ -1,13 +1,13 @@
-#include "fs/serve.h"
+#include "mount/serve.h"
 
 #include <fcntl.h>
-#include <fuse_lowlevel.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -17,12 +17,11 @@
 
 #include "common/log.h"
 #include "common/memory_limit.h"
-#include "fs/fuse_session.h"
 #include "fs/memory_guard.h"
-#include "fs/own_mount.h"
 #include "fs/prefetcher.h"
-#include "fs/request_workers.h"
-#include "fs/service.h"
+#include "fuse/request_workers.h"
+#include "mount/own_mount.h"
+#include "mount/service.h"
 
 namespace dsfs {
 
@@ -52,6 +51,10 @@ void StartPreload(const Filesystem& fs, const std::string& path, Prefetcher* pre
   }
 }
 
+namespace {
+
+// What the systemd monitor of a mount at `mountpoint` is told by `options` (notify_systemd,
+// status_interval_s): ServeFuse's and ServeKernel's.
 ServiceMonitor::Options MonitorOptions(const std::string& mountpoint, const FuseOptions& options) {
   ServiceMonitor::Options mo;
   mo.mountpoint = mountpoint;
@@ -61,65 +64,32 @@ ServiceMonitor::Options MonitorOptions(const std::string& mountpoint, const Fuse
   return mo;
 }
 
+// The write end of the running ServeKernel's signal pipe (-1: none).
+std::atomic<int> g_signal_fd{-1};
+
+void OnStopSignal(int) {
+  int fd = g_signal_fd.load();
+  if (fd >= 0) (void)!::write(fd, "s", 1);
+}
+
+}  // namespace
+
 Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint,
                  const FuseOptions& options, const std::function<void()>& on_mounted) {
-  FuseContext ctx{fs, options};
-  FuseArgs args("dsfs", options.fsname.empty() ? "dsfs" : options.fsname, options.allow_other,
-                options.debug);
-  fuse_lowlevel_ops ops = FuseOps();
-  struct fuse_session* se = fuse_session_new(args.get(), &ops, sizeof(ops), &ctx);
-  if (!se) return Status::InvalidArgument("cannot create FUSE session (bad options?)");
-  if (fuse_set_signal_handlers(se) != 0) {
-    fuse_session_destroy(se);
-    return Status::IOError("cannot install signal handlers");
-  }
-  // libfuse ends the session on SIGHUP; dsfs reopens its log instead (ServiceMonitor). Until
-  // the monitor runs, a SIGHUP is ignored rather than fatal.
-  ::signal(SIGHUP, SIG_IGN);
-  const std::string& target = options.mount_target.empty() ? mountpoint : options.mount_target;
-  if (Status ms = MountSession(se, target, mountpoint); !ms.ok()) {
-    fuse_remove_signal_handlers(se);
-    fuse_session_destroy(se);
-    return ms;
-  }
+  std::unique_ptr<TreeSession> session;
+  DSFS_RETURN_IF_ERROR(TreeSession::Mount(fs, mountpoint, options, &session));
   // As the session ends, this mount is unmounted, never what the mountpoint carries by then.
   const OwnMount own(mountpoint);
-  // Before anything reads from the session: the transport must see the kernel's INIT. It
-  // decides there (and logs in one line) whether io_uring or the classic loop serves.
-  TransportOptions to;
-  to.mode = options.transport;
-  to.classic_threads = std::max(1, options.threads);
-  to.answer_ioctls = ops.ioctl == nullptr;
-  to.parallel_dirops = true;
-  std::string no_transport;
-  std::unique_ptr<FuseTransport> transport = CreateTransportOrClassic(se, to, "", &no_transport);
-  FuseTransport* tp = transport.get();
-  fs->SetTransportStats([tp, no_transport] {
-    Filesystem::TransportStats st;
-    if (!tp) {
-      st.description = no_transport;
-      return st;
-    }
-    TransportInfo info = tp->info();
-    st.description = info.Describe();
-    st.ring_requests = info.ring_requests;
-    st.classic_requests = info.classic_requests;
-    st.per_queue_requests = info.per_queue_requests;
-    st.ioctls = info.ioctls;
-    return st;
-  });
   Prefetcher::Options po;
   po.push_budget_bytes = options.push_bytes;
+  TreeSession* se = session.get();
   auto prefetcher = std::make_unique<Prefetcher>(
       &fs->store(), cache, fs->inode_space(), po,
       [se](uint64_t ino, uint64_t offset, std::string_view data) {
-        struct fuse_bufvec bufv = FUSE_BUFVEC_INIT(data.size());
-        bufv.buf[0].mem = const_cast<char*>(data.data());
-        return fuse_lowlevel_notify_store(se, ino, static_cast<off_t>(offset), &bufv,
-                                          fuse_buf_copy_flags{});
+        return se->Push(ino, offset, data);
       },
       fs);
-  ctx.prefetcher = prefetcher.get();
+  session->SetPrefetcher(prefetcher.get());
   fs->SetPrefetcher(prefetcher.get());
   if (!options.preload_path.empty()) StartPreload(*fs, options.preload_path, prefetcher.get());
   // Keep the metadata hot: read the tree's tables ahead in the background, so a cold scan or
@@ -139,15 +109,14 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
   // thread's nice value (per thread on Linux); the prefetch workers set their own (19) and stay
   // in the background.
   int old_nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
-  if (options.nice != old_nice &&
-      ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), options.nice) != 0) {
-    Log()->debug("cannot set the request threads' nice value to {}: {}", options.nice,
+  const int nice = options.session.nice;
+  if (nice != old_nice && ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), nice) != 0) {
+    Log()->debug("cannot set the request threads' nice value to {}: {}", nice,
                  std::strerror(errno));
   }
   // No more decoders than cores: more would only hold more decoded images at once.
   int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  auto decoders = std::make_unique<RequestWorkers>("dsfs-decode", std::min(options.threads, cores));
-  ctx.decoders = decoders.get();
+  auto decoders = std::make_unique<RequestWorkers>("dsfs-decode", std::min(options.session.threads, cores));
   // On a store in object storage, requests that may fetch (what they need is not in memory)
   // wait on the network, not on a core: more threads than cores, bounded, so a stalled
   // endpoint holds these and never the request threads, and slow fetches do not starve
@@ -157,14 +126,13 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
   if (fs->store().remote()) {
     fetchers = std::make_unique<RequestWorkers>("dsfs-fetch", kFetchThreads);
   }
-  ctx.fetchers = fetchers.get();
-  const int rc = ServeFuseSession(se, transport.get(), options.threads, "");
+  session->SetWorkers(decoders.get(), fetchers.get());
+  const int rc = session->Serve();
   // Before the session goes: every request handed over is answered (a fetch still queued
   // with EIO, a decode by running it; or the reply fails on the closed connection). A fetch
   // under way ends within the backend's deadline.
-  ctx.fetchers = nullptr;
+  session->SetWorkers(nullptr, nullptr);
   fetchers.reset();
-  ctx.decoders = nullptr;
   decoders.reset();
   monitor.Stopping();
   warm.join();
@@ -174,35 +142,115 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
               ps.readahead_files);
   // The workers use the session: stop them before it goes.
   fs->SetPrefetcher(nullptr);
-  ctx.prefetcher = nullptr;
+  session->SetPrefetcher(nullptr);
   prefetcher.reset();
   if (own.StillMounted() && options.mount_target.empty()) {
-    // Closes the device first (a readiness probe still waiting fails instead of hanging
-    // Stop), then detaches the mount by its path (fusermount3 -u for a user's mount).
-    fuse_session_unmount(se);
+    session->Close(/*unmount=*/true);
   } else {
     // Not libfuse's unmount by the path it was given: that path may carry another mount by
     // now (this one was detached while still read, --lazy), or be a descriptor's, which
     // names the directory under the mount. Detached here if it is still this daemon's (not
-    // if unmounted already, the common case: dsfs umount); the device is closed either way
-    // (the session closes what stands in its place).
+    // if unmounted already, the common case: dsfs umount); the device is closed either way.
     if (!own.Unmount(MNT_DETACH)) {
       Log()->debug("{} no longer carries this daemon's mount: left alone", mountpoint);
     }
-    int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (null >= 0) {
-      ::dup2(null, fuse_session_fd(se));
-      ::close(null);
-    }
+    session->Close(/*unmount=*/false);
   }
   monitor.Stop();
-  // No request is served any more (the stats file included); the session outlives the
-  // transport (its custom I/O), which the prefetcher's pushes went through until now.
-  fs->SetTransportStats(nullptr);
-  transport.reset();
-  fuse_remove_signal_handlers(se);
-  fuse_session_destroy(se);
+  session.reset();
   if (rc != 0) Log()->info("FUSE session loop returned {}", rc);
+  return Status::OK();
+}
+
+Status ServeKernel(Filesystem* fs, ByteCache* cache, const std::string& mnt,
+                   const FuseOptions& fuse, const KernelOptions& kernel,
+                   const std::function<void()>& on_mounted) {
+  DSFS_RETURN_IF_ERROR(CheckKernelMountAllowed());
+  // mount(2) is given the directory dsfs mount checked and locked (FuseOptions::mount_target).
+  const std::string& target = fuse.mount_target.empty() ? mnt : fuse.mount_target;
+  // What a classic mount's FUSE layer does and EROFS does in the kernel by itself.
+  {
+    const FuseOptions plain;
+    std::string moot;
+    if (fuse.timeout_s != plain.timeout_s) moot += " timeout";
+    if (fuse.zero_message_open != plain.zero_message_open) moot += " zero_open";
+    if (!moot.empty()) {
+      Log()->warn("-o kernel: EROFS caches entries and opens itself; ignored:{}", moot);
+    }
+  }
+  // SIGINT/SIGTERM end the serving loop below through a self-pipe. A handler, not a blocked
+  // mask: threads started before this one (a RocksDB store's) would otherwise take the signal
+  // with its default action. Until the service monitor takes SIGHUP, it is ignored.
+  int sig_pipe[2];
+  if (::pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return Status::FromErrno(errno, "pipe");
+  struct CloseFd {
+    int fd;
+    ~CloseFd() { ::close(fd); }
+  } close_sig0{sig_pipe[0]}, close_sig1{sig_pipe[1]};
+  g_signal_fd.store(sig_pipe[1]);
+  struct sigaction sa, old_int, old_term;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = OnStopSignal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &old_int);
+  ::sigaction(SIGTERM, &sa, &old_term);
+  struct RestoreSignals {
+    struct sigaction si, st;
+    ~RestoreSignals() {
+      ::sigaction(SIGINT, &si, nullptr);
+      ::sigaction(SIGTERM, &st, nullptr);
+      g_signal_fd.store(-1);
+    }
+  } restore_signals{old_int, old_term};
+  ::signal(SIGHUP, SIG_IGN);
+
+  std::unique_ptr<KernelMount> km;
+  Status s = KernelMount::Mount(fs, cache, mnt, target, kernel, &km);
+  if (s.code() == Status::Code::kNotSupported) {
+    Log()->warn("-o kernel: {}; mounting with FUSE", s.message());
+    return ServeFuse(fs, cache, mnt, fuse, on_mounted);
+  }
+  DSFS_RETURN_IF_ERROR(s);
+  const OwnMount own(mnt);  // a signal unmounts this mount, never what mnt carries later
+  // -o preload: the store's RAM cache, which the image's reads come from, as in a classic mount.
+  std::unique_ptr<Prefetcher> preloader;
+  if (!fuse.preload_path.empty()) {
+    preloader = std::make_unique<Prefetcher>(&fs->store(), cache, fs->inode_space(),
+                                             Prefetcher::Options{}, nullptr);
+    fs->SetPrefetcher(preloader.get());  // its progress in the stats
+    StartPreload(*fs, fuse.preload_path, preloader.get());
+  }
+  struct ForgetPreloader {
+    Filesystem* fs;
+    ~ForgetPreloader() { fs->SetPrefetcher(nullptr); }
+  } forget_preloader{fs};
+  // Sheds the RAM cache the image's reads come from under memory pressure (fs/memory_guard.h).
+  MemoryGuard memory_guard(cache, ProcessMemoryLimit());
+  if (on_mounted) on_mounted();
+
+  ServiceMonitor::Options mo = MonitorOptions(mnt, fuse);
+  mo.fs_magic = kErofsMagic;
+  ServiceMonitor monitor(mo, [&km] { return km->StatusLine(); });
+  Status ms = monitor.Start();
+  if (!ms.ok()) Log()->warn("service monitor: {}", ms.message());
+
+  // Serve until the image is let go of (or the private mount is gone), or a signal.
+  const bool signalled = km->ServeUntil(sig_pipe[0]);
+  monitor.Stopping();
+  if (signalled) {
+    Log()->info("signalled: unmounting {}", mnt);
+    if (own.Unmount(0)) {
+    } else if (errno == EBUSY) {
+      Log()->warn("{} is busy: detached; served until its last file closes", mnt);
+      own.Unmount(MNT_DETACH);
+    } else if (errno == 0) {
+      // Detached before (dsfs umount --lazy) and still read: what is there now is not ours.
+      Log()->info("{} no longer carries this daemon's mount: left alone", mnt);
+    }
+  }
+  km->Finish();
+  monitor.Stop();
   return Status::OK();
 }
 

@@ -1,4 +1,4 @@
-#include "fs/mount.h"
+#include "mount/mount.h"
 
 #include <csignal>
 #include <dirent.h>
@@ -25,49 +25,13 @@
 
 #include "common/log.h"
 #include "common/memory_limit.h"
+#include "common/mount_table.h"
+#include "common/system.h"
 #include "common/units.h"
-#include "fs/kernel_mount.h"
+#include "kernel/kernel_mount.h"
 
 namespace dsfs {
-std::string UnescapeMountinfo(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 3 < s.size()) {
-      int v = 0;
-      bool ok = true;
-      for (int k = 1; k <= 3; ++k) {
-        char c = s[i + k];
-        if (c < '0' || c > '7') ok = false;
-        v = v * 8 + (c - '0');
-      }
-      if (ok) {
-        out += static_cast<char>(v);
-        i += 3;
-        continue;
-      }
-    }
-    out += s[i];
-  }
-  return out;
-}
-
 namespace {
-
-// Absolute path without resolving the last component (which may be a dead FUSE mount).
-std::string AbsolutePath(const std::string& path) {
-  // An empty path has no absolute form (std::filesystem::absolute throws): it names no mount.
-  if (path.empty()) return path;
-  std::filesystem::path p = std::filesystem::absolute(path).lexically_normal();
-  std::string parent = p.parent_path().string();
-  char buf[PATH_MAX];
-  if (::realpath(parent.c_str(), buf) != nullptr) {
-    std::string r = buf;
-    if (r != "/") r += "/";
-    std::string name = p.filename().string();
-    return name.empty() ? std::string(buf) : r + name;
-  }
-  return p.string();
-}
 
 // `path` made absolute with every symbolic link in it followed, also the last component, as
 // umount(8) does; but the last component is never stat'ed through (a dead FUSE mount there
@@ -210,50 +174,28 @@ Status Serve(const MountConfig& config, const std::function<void()>& on_mounted)
   // the cache is served as its original bytes (fs/views.h, ViewRenders).
   fs_options.max_render_bytes = cache ? cache->max_value_bytes() : 0;
   Filesystem fs(std::move(store), fs_options, cache);
-  if (fo.fsname.empty()) fo.fsname = config.store_path;
+  if (fo.session.fsname.empty()) fo.session.fsname = config.store_path;
   // A preload of nothing is a mistake the mount reports, not a log line after it succeeded.
   if (!fo.preload_path.empty()) DSFS_RETURN_IF_ERROR(CheckPreloadPath(fs, fo.preload_path));
-  if (config.kernel) return ServeKernel(&fs, cache.get(), config, fo, on_mounted);
+  if (config.kernel) {
+    KernelOptions ko;
+    ko.loop = config.kernel_loop;
+    ko.allow_other = fo.allow_other;
+    ko.metadata_readahead_bytes = budgets.metadata_readahead_bytes;
+    ImageServerOptions& so = ko.server;
+    so.session = fo.session;
+    so.session.fsname = "dsfs-image:" + fo.session.fsname;
+    ko.readahead_bytes = fo.push_bytes;
+    // A store in object storage: the image's reads wait on fetch threads, as a classic
+    // mount's (mount/serve.cc), never on the session threads the stats file needs.
+    constexpr int kFetchThreads = 16;
+    so.fetch_threads = fs.store().remote() ? kFetchThreads : 0;
+    return ServeKernel(&fs, cache.get(), config.mountpoint, fo, ko, on_mounted);
+  }
   return ServeFuse(&fs, cache.get(), config.mountpoint, fo, on_mounted);
 }
 
 }  // namespace
-
-void ForEachMount(const std::function<void(const std::string&, const MountInfo&)>& fn) {
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string id, parent, dev, root, mp, field;
-    if (!(ls >> id >> parent >> dev >> root >> mp)) continue;
-    while (ls >> field && field != "-") {
-    }
-    MountInfo m;
-    if (!(ls >> m.fstype >> m.source)) continue;
-    m.source = UnescapeMountinfo(m.source);
-    size_t colon = dev.find(':');
-    if (colon != std::string::npos)
-      m.dev_minor = std::strtoul(dev.c_str() + colon + 1, nullptr, 10);
-    fn(UnescapeMountinfo(mp), m);
-  }
-}
-
-bool FindMount(const std::string& path, MountInfo* info) {
-  std::string abs = AbsolutePath(path);
-  bool found = false;
-  // The last match is the topmost mount, the one umount2 acts on.
-  ForEachMount([&](const std::string& mp, const MountInfo& m) {
-    if (mp != abs) return;
-    *info = m;
-    found = true;
-  });
-  return found;
-}
-
-bool IsMountpoint(const std::string& path) {
-  MountInfo m;
-  return FindMount(path, &m);
-}
 
 Status CheckMountpoint(const std::string& mountpoint) {
   struct stat st;
@@ -331,7 +273,7 @@ Status MountStore(const MountConfig& config_in) {
     // then (FuseOptions::mount_target). A descriptor of its own: the lock's goes with the
     // lock. Kept while the process serves (inherited by the daemon, which never execs).
     // Its real path (no symlink) names the mount from then on: the daemon tells its own mount
-    // by it (fs/own_mount.h), not by what the given path may name by the time it looks.
+    // by it (mount/own_mount.h), not by what the given path may name by the time it looks.
     int target = ::open(("/proc/self/fd/" + std::to_string(lock_fd)).c_str(),
                         O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (target >= 0) {

@@ -1,4 +1,4 @@
-#include "fs/fuse_session.h"
+#include "fuse/fuse_session.h"
 
 #include <algorithm>
 #include <cstdarg>

@@ -1,4 +1,4 @@
-#include "fs/fuse_ops.h"
+#include "fuse/fuse_ops.h"
 
 #include <cerrno>
 #include <cstring>
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "common/log.h"
-#include "fs/fuse_session.h"
-#include "fs/request_workers.h"
+#include "fuse/fuse_session.h"
+#include "fuse/request_workers.h"
 
 namespace dsfs {
 namespace {

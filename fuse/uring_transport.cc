@@ -1,4 +1,4 @@
-#include "fs/uring_transport.h"
+#include "fuse/uring_transport.h"
 
 #include <fuse_lowlevel.h>
 #include <liburing.h>
@@ -13,15 +13,15 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "common/log.h"
-#include "fs/fuse_session.h"
-#include "fs/fuse_uring_abi.h"
-#include "fs/uring_transport_impl.h"
+#include "common/system.h"
+#include "fuse/fuse_session.h"
+#include "fuse/fuse_uring_abi.h"
+#include "fuse/uring_transport_impl.h"
 
 namespace dsfs {
 
@@ -75,19 +75,10 @@ constexpr size_t kHeaderStride = 512;
 // mount.
 constexpr auto kSetupTimeout = std::chrono::seconds(5);
 
-std::string ReadFirstLine(const char* path, bool* exists) {
-  std::ifstream in(path);
-  *exists = static_cast<bool>(in);
-  std::string line;
-  if (in) std::getline(in, line);
-  return line;
-}
-
 // Why the kernel would not offer the ring, in words; "" if it looks as if it would.
 std::string KernelSaysNo() {
-  bool exists;
-  std::string v = ReadFirstLine(kEnableUringPath, &exists);
-  if (!exists) {
+  std::string v;
+  if (!ReadFirstLine(kEnableUringPath, &v)) {
     return std::string("the kernel has no FUSE over io_uring (no ") + kEnableUringPath +
            "; it needs Linux 6.14+ built with CONFIG_FUSE_IO_URING)";
   }

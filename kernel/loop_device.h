@@ -1,4 +1,4 @@
-// Loop devices for `dsfs mount -o kernel` (fs/kernel_mount.h): attaching one read-only, with
+// Loop devices for `dsfs mount -o kernel` (kernel/kernel_mount.h): attaching one read-only, with
 // direct I/O and AUTOCLEAR, to a file; finding and clearing it again. Names are "loopN".
 //
 // Thread safety: plain functions over the kernel's loop driver; safe from any thread.

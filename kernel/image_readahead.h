@@ -1,4 +1,4 @@
-// ImageReadahead: the kernel path's answer to a first touch (fs/kernel_mount.h), as the push is
+// ImageReadahead: the kernel path's answer to a first touch (kernel/kernel_mount.h), as the push is
 // the classic mount's (fs/prefetcher.h). When EROFS reads a block of a directory's entries, or a
 // block of one of its files, the data of all the directory's children (side by side in the
 // image: erofs::Image::ChildrenData) is read from the image by a background worker and stored

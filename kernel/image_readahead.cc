@@ -1,4 +1,4 @@
-#include "fs/image_readahead.h"
+#include "kernel/image_readahead.h"
 
 #include <sys/resource.h>
 #include <unistd.h>

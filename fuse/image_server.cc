@@ -1,4 +1,4 @@
-#include "fs/image_server.h"
+#include "fuse/image_server.h"
 
 #include <sys/mount.h>
 #include <sys/resource.h>
@@ -13,8 +13,11 @@
 #include <utility>
 #include <vector>
 
+#include <fuse_lowlevel.h>
+
 #include "common/log.h"
-#include "fs/fuse_session.h"
+#include "fuse/fuse_session.h"
+#include "fuse/request_workers.h"
 
 namespace dsfs {
 
@@ -226,7 +229,7 @@ struct ImageServerOps {
     }
     s->counters_.bytes_read.fetch_add(good, std::memory_order_relaxed);
     fuse_reply_buf(req, buf.data(), good);
-    if (s->readahead_on_.load(std::memory_order_relaxed)) s->readahead_->Touched(offset);
+    if (s->options_.on_read) s->options_.on_read(offset);
   }
 
   static void StatFs(fuse_req_t req, fuse_ino_t) {
@@ -271,12 +274,26 @@ ImageServer::ImageServer(const erofs::Image* image, ImageServerOptions options,
       stats_json_(std::move(stats_json)),
       on_image_closed_(std::move(on_image_closed)) {}
 
-ImageServer::~ImageServer() { Stop(); }
+ImageServer::~ImageServer() {
+  Stop();
+  if (!se_) return;
+  // Closes the device; unmounts nothing that is already gone (the device reports POLLERR).
+  fuse_session_unmount(se_);
+  transport_.reset();  // StoreImage went through it until here
+  fuse_session_destroy(se_);
+}
+
+int ImageServer::StoreImage(uint64_t offset, std::string_view data) {
+  struct fuse_bufvec bv = FUSE_BUFVEC_INIT(data.size());
+  bv.buf[0].mem = const_cast<char*>(data.data());
+  return fuse_lowlevel_notify_store(se_, kImageIno, static_cast<off_t>(offset), &bv,
+                                    static_cast<fuse_buf_copy_flags>(0));
+}
 
 Status ImageServer::Start(const std::string& dir) {
   dir_ = dir;
-  FuseArgs args("dsfs-image", options_.fsname.empty() ? "dsfs-image" : options_.fsname,
-                /*allow_other=*/false, options_.debug);
+  FuseArgs args("dsfs-image", options_.session.fsname.empty() ? "dsfs-image" : options_.session.fsname,
+                /*allow_other=*/false, options_.session.debug);
   static const fuse_lowlevel_ops ops = ImageServerOps::Make();
   se_ = fuse_session_new(args.get(), &ops, sizeof(ops), this);
   if (!se_) return Status::InvalidArgument("cannot create the image's FUSE session");
@@ -287,28 +304,19 @@ Status ImageServer::Start(const std::string& dir) {
   }
   // Before anything reads from the session: the transport must see the kernel's INIT.
   TransportOptions to;
-  to.mode = options_.transport;
-  to.classic_threads = std::max(1, options_.threads);
+  to.mode = options_.session.transport;
+  to.classic_threads = std::max(1, options_.session.threads);
   to.answer_ioctls = true;  // the image has no ioctls
   transport_ = CreateTransportOrClassic(se_, to, "image ", &no_transport_);
-  if (options_.readahead_bytes > 0) {
-    readahead_ = std::make_unique<ImageReadahead>(
-        image_, options_.readahead_bytes, [this](uint64_t offset, std::string_view data) {
-          struct fuse_bufvec bv = FUSE_BUFVEC_INIT(data.size());
-          bv.buf[0].mem = const_cast<char*>(data.data());
-          return fuse_lowlevel_notify_store(se_, kImageIno, static_cast<off_t>(offset), &bv,
-                                            static_cast<fuse_buf_copy_flags>(0));
-        });
-  }
   loop_ = std::thread([this] {
     // The loop threads libfuse starts from here, and the fetch threads, inherit this thread's
     // nice value. Without root or CAP_SYS_NICE they keep the caller's.
-    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), options_.nice);
+    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), options_.session.nice);
     // Before the session threads exist (they read fetchers_ without a lock).
     if (options_.fetch_threads > 0) {
       fetchers_ = std::make_unique<RequestWorkers>("dsfs-img-fetch", options_.fetch_threads);
     }
-    if (int rc = ServeFuseSession(se_, transport_.get(), options_.threads, "image "); rc != 0) {
+    if (int rc = ServeFuseSession(se_, transport_.get(), options_.session.threads, "image "); rc != 0) {
       Log()->debug("image FUSE session loop returned {}", rc);
     }
     ended_.store(true);
@@ -318,7 +326,8 @@ Status ImageServer::Start(const std::string& dir) {
 }
 
 void ImageServer::Stop() {
-  if (!se_) return;
+  if (!se_ || stopped_) return;
+  stopped_ = true;
   if (!ended_.load()) {
     // The loop threads wait in read(/dev/fuse): unmounting ends them (ENODEV).
     if (::umount2(dir_.c_str(), 0) != 0 && errno == EBUSY) ::umount2(dir_.c_str(), MNT_DETACH);
@@ -327,14 +336,6 @@ void ImageServer::Stop() {
   // No session thread submits now: a read still queued is answered EIO, one under way ends
   // within the backend's deadline; both reply through the session, which is still there.
   fetchers_.reset();
-  // No session thread calls it now; its worker stores through the session until here.
-  readahead_on_.store(false);
-  readahead_.reset();
-  // Closes the device; unmounts nothing that is already gone (the device reports POLLERR).
-  fuse_session_unmount(se_);
-  transport_.reset();  // the readahead's stores went through it until here
-  fuse_session_destroy(se_);
-  se_ = nullptr;
 }
 
 std::string ImageServer::transport() const {

@@ -1,7 +1,8 @@
-// ServeFuse: the assembly of a classic FUSE mount of a Filesystem. It creates and mounts the
-// session (fs/fuse_session.h) with the callbacks of fs/fuse_ops.h, picks the transport
-// (fs/uring_transport.h), starts the prefetcher (fs/prefetcher.h: push, readahead, preload),
-// the metadata warming, the systemd monitor (fs/service.h) and the decode workers, sets the
+// ServeFuse and ServeKernel: the assembly of a mount of a Filesystem, classic or -o kernel.
+// ServeFuse: It creates and mounts the
+// session (fuse/fuse_session.h) with the callbacks of fuse/fuse_ops.h, picks the transport
+// (fuse/uring_transport.h), starts the prefetcher (fs/prefetcher.h: push, readahead, preload),
+// the metadata warming, the systemd monitor (mount/service.h) and the decode workers, sets the
 // request threads' priority, serves, and takes it all down in order.
 #pragma once
 
@@ -11,9 +12,10 @@
 #include "cache/byte_cache.h"
 #include "common/status.h"
 #include "fs/filesystem.h"
-#include "fs/fuse_ops.h"
 #include "fs/prefetcher.h"
-#include "fs/service.h"
+#include "fuse/tree_session.h"
+#include "kernel/kernel_mount.h"
+#include "mount/service.h"
 
 namespace dsfs {
 
@@ -33,8 +35,14 @@ Status CheckPreloadPath(const Filesystem& fs, const std::string& path);
 // the background (a log line if PATH is no directory of the store).
 void StartPreload(const Filesystem& fs, const std::string& path, Prefetcher* prefetcher);
 
-// What the systemd monitor of a mount at `mountpoint` is told by `options` (notify_systemd,
-// status_interval_s): ServeFuse's and ServeKernel's.
-ServiceMonitor::Options MonitorOptions(const std::string& mountpoint, const FuseOptions& options);
+// -o kernel: serves `fs` at `mountpoint` as EROFS (kernel/kernel_mount.h), as ServeFuse does
+// for a classic mount: calls `on_mounted` once EROFS is mounted, then serves the image until
+// the EROFS mount is gone or SIGINT/SIGTERM arrives (which unmount it, lazily if busy). Not
+// root: an error that says so. Where this machine cannot (no loop devices, no EROFS, a jpeg-N
+// view): one log line saying why, then a classic mount (ServeFuse with `fuse`): the one
+// fallback of -o kernel.
+Status ServeKernel(Filesystem* fs, ByteCache* cache, const std::string& mountpoint,
+                   const FuseOptions& fuse, const KernelOptions& kernel,
+                   const std::function<void()>& on_mounted);
 
 }  // namespace dsfs

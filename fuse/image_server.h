@@ -1,6 +1,6 @@
 // ImageServer: a small low-level FUSE server that presents one EROFS image (erofs/image.h),
 // which exists only virtually, as a read-only file, for `dsfs mount -o kernel` to mount EROFS on
-// (fs/kernel_mount.h). Its tree is fixed:
+// (kernel/kernel_mount.h: the kernel path; this is its FUSE layer). Its tree is fixed:
 //
 //   /        directory, 0500 root
 //   /image   the image, Image::size_bytes() bytes, 0400 root; reads answered from Image::Read
@@ -8,49 +8,45 @@
 //            kStatsBytes and re-read on every read (direct I/O, attributes never cached)
 //
 // Reads of the image come from EROFS through the image's page cache (or from a loop device with
-// direct I/O): up to 1 MiB (the session's max_pages), answered in one go; each read also tells
-// the readahead (fs/image_readahead.h) which directory is being touched. A read that fails (a
+// direct I/O): up to 1 MiB (the session's max_pages), answered in one go; each read served is
+// told to options.on_read (the kernel path's readahead, kernel/image_readahead.h). A read that fails (a
 // damaged record under it) is answered EIO whole when the image is read through its page cache:
 // a short reply would tell the kernel the image ends there, and the kernel reads each page a
 // reader waits for again alone, so only the damaged file's pages fail. For a loop device it
 // answers the bytes before the first failing 4 KiB block, or EIO if that block is the first.
 // With options.fetch_threads > 0 (a store in object storage) every read of the image is served
-// by one of that many fetch threads (fs/request_workers.h), never by a session thread: while
+// by one of that many fetch threads (fuse/request_workers.h), never by a session thread: while
 // the endpoint stalls, the stats file and the other requests keep answering at once. A read
 // still queued when the server stops is answered EIO; every request is answered once.
 //
 // Thread safety: Start/Stop from one thread; the counters may be read from any thread.
 #pragma once
 
-#include <fuse_lowlevel.h>
-
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "common/status.h"
 #include "erofs/image.h"
-#include "fs/image_readahead.h"
-#include "fs/request_workers.h"
-#include "fs/uring_transport.h"
+#include "fuse/uring_transport.h"
+
+struct fuse_session;
 
 namespace dsfs {
 
+class RequestWorkers;
+
 struct ImageServerOptions {
-  // What serves the session (`-o transport=`, fs/uring_transport.h). Over io_uring a read that
-  // EROFS misses costs about half a classic round trip: inside a memory limit smaller than the
-  // tree, where EROFS's page cache cannot hold the files, that is every other read (issue 29).
-  TransportMode transport = TransportMode::kAuto;
-  int threads = 2;  // classic loop threads
-  // Their nice value (FuseOptions::nice): a first read of a file waits on one image read.
-  int nice = -10;
-  bool debug = false;  // libfuse request tracing to stderr
-  std::string fsname;  // shown in /proc/mounts ("dsfs-image:" + the store path)
-  // Budget of the readahead into the image's page cache (fs/image_readahead.h); 0: none.
-  uint64_t readahead_bytes = 0;
+  // The tree's session options (a first read of a file waits on one image read, as a classic
+  // mount's request), with fsname "dsfs-image:" + the store path.
+  SessionOptions session;
+  // Told of each image read served (its offset), on the thread that served it; never called
+  // once Stop has returned.
+  std::function<void(uint64_t offset)> on_read;
   // Threads that serve the image's reads, off the session threads (a remote store: reads may
   // wait on the object store up to its deadline); 0: the session threads read (a local store,
   // no pool, no hand-over).
@@ -73,14 +69,14 @@ class ImageServer {
   // server.
   ImageServer(const erofs::Image* image, ImageServerOptions options,
               std::function<std::string()> stats_json, std::function<void()> on_image_closed);
-  ~ImageServer();  // Stop()
+  ~ImageServer();  // Stop(), then closes the session
   ImageServer(const ImageServer&) = delete;
   ImageServer& operator=(const ImageServer&) = delete;
 
   // Mounts at `dir` (an existing empty directory) and serves from background threads.
   [[nodiscard]] Status Start(const std::string& dir);
-  // Unmounts (lazily if busy) unless already unmounted, and waits for the session threads. Safe
-  // to call twice.
+  // Unmounts (lazily if busy) unless already unmounted, and waits for the session threads: no
+  // request is served after it (the session itself goes with the server). Safe to call twice.
   void Stop();
   // True once the session loop has ended (unmounted from outside, or Stop).
   bool ended() const { return ended_.load(); }
@@ -88,17 +84,13 @@ class ImageServer {
   void OnEnded(std::function<void()> fn) { on_ended_ = std::move(fn); }
 
   const Counters& counters() const { return counters_; }
-  // Starts the readahead (with options.readahead_bytes > 0): once EROFS reads the image
-  // through its page cache, not through a loop device with direct I/O, which would never see
-  // what the readahead stores. REQUIRES: Start succeeded.
-  void EnableReadahead() { readahead_on_.store(readahead_ != nullptr); }
+  // Stores image bytes [offset, offset + data.size()) in the kernel's page cache of the image
+  // file (fuse_lowlevel_notify_store): 0 or -errno. REQUIRES: Start succeeded; until the
+  // server is destroyed (after Stop it fails harmlessly).
+  int StoreImage(uint64_t offset, std::string_view data);
   // The image is read through its page cache (EROFS on the file itself), not by a loop device
   // with direct I/O: a failing read is answered EIO whole, never short (see Read).
   void SetPageCacheReader(bool on) { page_cache_reader_.store(on); }
-  // Null unless enabled.
-  const ImageReadahead* readahead() const {
-    return readahead_on_.load() ? readahead_.get() : nullptr;
-  }
   uint64_t open_images() const { return open_images_.load(); }
   // What serves the session ("io_uring, 2 queues x 8 entries ..." or "classic (why)").
   std::string transport() const;
@@ -114,15 +106,14 @@ class ImageServer {
   // Null where the classic loop serves; the session outlives it (its custom I/O).
   std::unique_ptr<FuseTransport> transport_;
   std::string no_transport_;  // why not, for transport()
-  std::unique_ptr<ImageReadahead> readahead_;
   // Null without options.fetch_threads; made by the loop thread before the session threads,
   // destroyed in Stop once the session loop has ended (no more Submit) and before the session
   // goes (its jobs reply through it).
   std::unique_ptr<RequestWorkers> fetchers_;
-  std::atomic<bool> readahead_on_{false};
   std::atomic<bool> page_cache_reader_{false};
   std::thread loop_;
   std::atomic<bool> ended_{false};
+  bool stopped_ = false;
   std::atomic<uint64_t> open_images_{0};
   Counters counters_;
 };

@@ -1,4 +1,4 @@
-#include "fs/loop_device.h"
+#include "kernel/loop_device.h"
 
 #include <fcntl.h>
 #include <linux/loop.h>
@@ -8,20 +8,19 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <string_view>
 #include <thread>
 
 #include "common/log.h"
+#include "common/system.h"
 
 namespace dsfs {
 namespace {
 
 // The first line of a sysfs file, "" if there is none.
 std::string ReadLine(const std::string& path) {
-  std::ifstream f(path);
   std::string line;
-  std::getline(f, line);
+  ReadFirstLine(path, &line);
   return line;
 }
 

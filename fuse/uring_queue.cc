@@ -1,4 +1,4 @@
-// The ring queues of FuseTransport (see fs/uring_transport.h and fs/uring_transport_impl.h):
+// The ring queues of FuseTransport (see fuse/uring_transport.h and fuse/uring_transport_impl.h):
 // one thread per possible CPU, each with its own io_uring, registering its entries with the
 // kernel, serving what they deliver through libfuse and committing the replies.
 #include <fuse_lowlevel.h>
@@ -13,13 +13,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/log.h"
-#include "fs/uring_transport_impl.h"
+#include "common/system.h"
+#include "fuse/uring_transport_impl.h"
 
 namespace dsfs {
 
@@ -38,10 +38,8 @@ namespace {
 constexpr char kIoUringDisabledPath[] = "/proc/sys/kernel/io_uring_disabled";
 
 std::string IoUringError(int err) {
-  std::ifstream in(kIoUringDisabledPath);
   std::string disabled;
-  if (in) std::getline(in, disabled);
-  bool exists = static_cast<bool>(in);
+  const bool exists = ReadFirstLine(kIoUringDisabledPath, &disabled);
   std::string s = std::string("io_uring is unavailable: io_uring_setup: ") + std::strerror(err);
   if (exists && !disabled.empty() && disabled != "0") {
     s += " (kernel.io_uring_disabled = " + disabled + ")";

@@ -1,0 +1,65 @@
+#include "common/system.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+namespace dsfs {
+
+bool ReadSmallFile(const std::string& path, std::string* out, size_t max_bytes) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  out->assign(max_bytes, '\0');
+  f.read(out->data(), static_cast<std::streamsize>(max_bytes));
+  out->resize(static_cast<size_t>(std::max<std::streamsize>(f.gcount(), 0)));
+  return true;
+}
+
+std::string ReadSmallFileTrimmed(const std::string& path) {
+  std::string s;
+  if (!ReadSmallFile(path, &s)) return "";
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+bool ReadFirstLine(const std::string& path, std::string* line) {
+  line->clear();
+  std::ifstream in(path);
+  if (!in) return false;
+  std::getline(in, *line);
+  return true;
+}
+
+bool ProcessAlive(pid_t pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  // A zombie has exited: only its parent's wait is missing. /proc/PID/stat: "PID (COMM) S ...",
+  // COMM may hold anything, so the state follows the last ')'.
+  std::string stat = ReadSmallFileTrimmed("/proc/" + std::to_string(pid) + "/stat");
+  size_t paren = stat.rfind(')');
+  return !(paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z');
+}
+
+std::string AbsolutePath(const std::string& path) {
+  // An empty path has no absolute form (std::filesystem::absolute throws): it names no mount.
+  if (path.empty()) return path;
+  std::filesystem::path p = std::filesystem::absolute(path).lexically_normal();
+  // With a trailing slash ("a/b/") the parent is b itself, which is resolved, as POSIX
+  // resolves a path that ends in a slash.
+  const std::string parent = p.parent_path().string();
+  char buf[PATH_MAX];
+  if (::realpath(parent.c_str(), buf) == nullptr) return p.string();
+  std::string r = buf;
+  const std::string name = p.filename().string();
+  if (name.empty()) return r;
+  if (r != "/") r += "/";
+  return r + name;
+}
+
+}  // namespace dsfs

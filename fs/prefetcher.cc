@@ -1,10 +1,10 @@
 #include "fs/prefetcher.h"
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <thread>
 
 #include "common/log.h"
 
@@ -28,77 +28,37 @@ Prefetcher::Prefetcher(const Store* store, ByteCache* cache, InodeSpace space,
       options_(options),
       push_(std::move(push)),
       source_(source) {
-  for (int i = 0; i < std::max(1, options_.threads); ++i) {
-    threads_.emplace_back([this] {
-      // Background work: on a 2-core machine it must never delay the threads answering
-      // requests (a directory scan, a first read), only use the time they leave.
-      ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
-      Run();
-    });
-  }
+  // Background work: on a 2-core machine it must never delay the threads answering requests
+  // (a directory scan, a first read), only use the time they leave (nice 19).
+  workers_ = std::make_unique<WorkerGroup>("dsfs-prefetch", options_.threads, 19);
 }
 
-Prefetcher::~Prefetcher() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-    queue_.clear();
-  }
-  cv_.notify_all();
-  for (auto& t : threads_) t.join();
-}
+// Jobs still queued are dropped; the running ones finish.
+Prefetcher::~Prefetcher() { workers_->Stop(); }
 
 void Prefetcher::Enqueue(Job job, bool front) {
-  {
-    std::lock_guard lock(mu_);
-    if (stop_) return;
-    if (front) {
-      queue_.push_front(job);
-    } else {
-      queue_.push_back(job);
-    }
-  }
-  cv_.notify_one();
+  workers_->Add([this, job] { Run(job); }, nullptr, front);
 }
 
-void Prefetcher::Run() {
-  for (;;) {
-    Job job;
-    {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (stop_) return;
-      job = queue_.front();
-      queue_.pop_front();
-      ++running_;
-    }
-    switch (job.kind) {
-      case Kind::kPushDir:
-        PushDir(job.ino);
-        break;
-      case Kind::kPrefetchFiles:
-        PrefetchFiles(static_cast<uint32_t>(job.ino), job.count);
-        break;
-      case Kind::kPrefetchChunks:
-        PrefetchChunks(static_cast<uint32_t>(job.ino), job.first, job.count);
-        break;
-      case Kind::kPreload:
-        PreloadTree(static_cast<uint32_t>(job.ino));
-        preload_done_ = true;
-        break;
-    }
-    {
-      std::lock_guard lock(mu_);
-      --running_;
-      if (running_ == 0 && queue_.empty()) idle_cv_.notify_all();
-    }
+void Prefetcher::Run(const Job& job) {
+  switch (job.kind) {
+    case Kind::kPushDir:
+      PushDir(job.ino);
+      break;
+    case Kind::kPrefetchFiles:
+      PrefetchFiles(static_cast<uint32_t>(job.ino), job.count);
+      break;
+    case Kind::kPrefetchChunks:
+      PrefetchChunks(static_cast<uint32_t>(job.ino), job.first, job.count);
+      break;
+    case Kind::kPreload:
+      PreloadTree(static_cast<uint32_t>(job.ino));
+      preload_done_ = true;
+      break;
   }
 }
 
-void Prefetcher::WaitIdle() {
-  std::unique_lock lock(mu_);
-  idle_cv_.wait(lock, [&] { return stop_ || (running_ == 0 && queue_.empty()); });
-}
+void Prefetcher::WaitIdle() { workers_->WaitIdle(); }
 
 void Prefetcher::DirectoryListed(uint64_t dir) {
   if (options_.push_budget_bytes == 0 || !push_ || !source_) return;
@@ -271,10 +231,7 @@ void Prefetcher::PreloadTree(uint32_t dir) {
   preload_state_ = PreloadState::kLoading;
   for (auto [first, count] : ranges) {
     for (uint32_t k = 0; k < count; ++k) {
-      {
-        std::lock_guard lock(mu_);
-        if (stop_) return end(PreloadState::kStopped);
-      }
+      if (workers_->stopping()) return end(PreloadState::kStopped);
       InodeRecord r;
       if (!store_->GetInode(first + k, &r).ok() || !IsReg(r)) continue;
       if (CacheNearlyFull()) return end(PreloadState::kCacheFull);
@@ -309,8 +266,7 @@ Prefetcher::Stats Prefetcher::stats() const {
     int64_t end = preload_end_ns_;
     st.preload_seconds = static_cast<double>((end != 0 ? end : SteadyNs()) - start) / 1e9;
   }
-  std::lock_guard lock(mu_);
-  st.queued_jobs = queue_.size() + static_cast<uint64_t>(running_);
+  st.queued_jobs = workers_->pending();
   return st;
 }
 

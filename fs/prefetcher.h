@@ -20,17 +20,15 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string_view>
-#include <thread>
 #include <unordered_set>
-#include <vector>
 
 #include "cache/byte_cache.h"
+#include "common/worker_group.h"
 #include "fs/inode_space.h"
 #include "store/store.h"
 
@@ -111,7 +109,7 @@ class Prefetcher {
     uint64_t first = 0;  // first chunk (kPrefetchChunks)
   };
   void Enqueue(Job job, bool front = false);
-  void Run();
+  void Run(const Job& job);
   void PushDir(uint64_t dir);
   // Pushes file `ino` of `size` bytes, a chunk at a time; 0 or the first failure's -errno.
   int PushFile(uint64_t ino, uint64_t size);
@@ -128,11 +126,7 @@ class Prefetcher {
   const PushSource* const source_;
 
   mutable std::mutex mu_;  // guards the fields below it
-  std::condition_variable cv_, idle_cv_;
-  std::deque<Job> queue_;
   std::unordered_set<uint64_t> pushed_dirs_;
-  int running_ = 0;
-  bool stop_ = false;
   // Sequential-access detector (store inode numbers): the last read, and how many in a row
   // followed the one before.
   uint32_t last_ino_ = 0;
@@ -150,7 +144,8 @@ class Prefetcher {
   std::atomic<PreloadState> preload_state_{PreloadState::kOff};
   std::atomic<int64_t> preload_start_ns_{0}, preload_end_ns_{0};  // steady clock; 0: not yet
   std::atomic<bool> preload_done_{false};
-  std::vector<std::thread> threads_;
+  // Last: destroyed first, so no job runs on what the members above held.
+  std::unique_ptr<WorkerGroup> workers_;
 };
 
 }  // namespace dsfs

@@ -9,7 +9,6 @@
 
 #include "common/log.h"
 #include "fuse/fuse_session.h"
-#include "fuse/request_workers.h"
 
 namespace dsfs {
 namespace {
@@ -70,9 +69,9 @@ void ServeOrHandOver(Context* c, fuse_req_t req, Fetches&& fetches, Renders&& re
     // Served here then: the serving function's Guard answers whatever fails.
   }
   if (fetch) {
-    c->fetchers->Submit(std::move(serve), [req] { fuse_reply_err(req, EIO); });
+    c->fetchers->Add(std::move(serve), [req] { fuse_reply_err(req, EIO); });
   } else if (render) {
-    c->decoders->Submit(std::move(serve));
+    c->decoders->Add(std::move(serve));
   } else {
     serve();
   }

@@ -8,13 +8,12 @@
 
 #include <string>
 
+#include "common/worker_group.h"
 #include "fs/filesystem.h"
 #include "fs/prefetcher.h"
 #include "fuse/tree_session.h"
 
 namespace dsfs {
-
-class RequestWorkers;
 
 // What the callbacks serve from: the session's userdata, filled in by whoever assembles the
 // mount. The pointers change only while no request is served.
@@ -24,11 +23,16 @@ struct FuseContext {
   bool no_open = false;  // set in init: OPEN may be answered ENOSYS
   // Told of every complete readdirplus (it pushes the files); null: nothing pushed.
   Prefetcher* prefetcher = nullptr;
-  // Requests that render an image not in the cache are handed to these, and on a remote
-  // store those that may fetch what is not in memory to `fetchers` (fuse/request_workers.h,
-  // Filesystem::*Fetches); null: served on the request thread.
-  RequestWorkers* decoders = nullptr;
-  RequestWorkers* fetchers = nullptr;
+  // Worker groups that requests the request threads hand over run on (ServeOrHandOver), so
+  // that a request that takes long never holds the threads every other request needs:
+  // `decoders` for requests that render an image not in the cache (CPU bound: as many as the
+  // request threads, at most one per core) and, on a remote store, `fetchers` for requests
+  // that may wait on the object store (Filesystem::*Fetches; I/O bound: more threads than
+  // cores, bounded), so that slow fetches starve neither decodes nor the requests answered
+  // from memory. Null: served on the request thread. Both are OnStop::kAbandon: a request
+  // still queued as the pool goes is answered.
+  WorkerGroup* decoders = nullptr;
+  WorkerGroup* fetchers = nullptr;
 };
 
 // The callbacks. REQUIRES: the session's userdata is a FuseContext that outlives it.

@@ -17,7 +17,6 @@
 
 #include "common/log.h"
 #include "fuse/fuse_session.h"
-#include "fuse/request_workers.h"
 
 namespace dsfs {
 
@@ -178,7 +177,7 @@ struct ImageServerOps {
         // served by a fetch thread and the session threads stay free for the stats file and
         // the rest. No hint says which image ranges are in memory (erofs::Image maps bytes to
         // files only inside Read): every image read goes, the hand-over costs a wake-up.
-        s->fetchers_->Submit(
+        s->fetchers_->Add(
             [req, size, off] { Guard(req, "read", [&] { ReadImage(req, size, off); }); },
             [req] { fuse_reply_err(req, EIO); });
         return;
@@ -314,7 +313,9 @@ Status ImageServer::Start(const std::string& dir) {
     (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), options_.session.nice);
     // Before the session threads exist (they read fetchers_ without a lock).
     if (options_.fetch_threads > 0) {
-      fetchers_ = std::make_unique<RequestWorkers>("dsfs-img-fetch", options_.fetch_threads);
+      fetchers_ = std::make_unique<WorkerGroup>("dsfs-img-fetch", options_.fetch_threads,
+                                                WorkerGroup::kKeepNice,
+                                                WorkerGroup::OnStop::kAbandon);
     }
     if (int rc = ServeFuseSession(se_, transport_.get(), options_.session.threads, "image "); rc != 0) {
       Log()->debug("image FUSE session loop returned {}", rc);

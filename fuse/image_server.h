@@ -15,7 +15,7 @@
 // reader waits for again alone, so only the damaged file's pages fail. For a loop device it
 // answers the bytes before the first failing 4 KiB block, or EIO if that block is the first.
 // With options.fetch_threads > 0 (a store in object storage) every read of the image is served
-// by one of that many fetch threads (fuse/request_workers.h), never by a session thread: while
+// by one of that many fetch threads (common/worker_group.h), never by a session thread: while
 // the endpoint stalls, the stats file and the other requests keep answering at once. A read
 // still queued when the server stops is answered EIO; every request is answered once.
 //
@@ -31,6 +31,7 @@
 #include <thread>
 
 #include "common/status.h"
+#include "common/worker_group.h"
 #include "erofs/image.h"
 #include "fuse/uring_transport.h"
 
@@ -38,7 +39,6 @@ struct fuse_session;
 
 namespace dsfs {
 
-class RequestWorkers;
 
 struct ImageServerOptions {
   // The tree's session options (a first read of a file waits on one image read, as a classic
@@ -109,7 +109,7 @@ class ImageServer {
   // Null without options.fetch_threads; made by the loop thread before the session threads,
   // destroyed in Stop once the session loop has ended (no more Submit) and before the session
   // goes (its jobs reply through it).
-  std::unique_ptr<RequestWorkers> fetchers_;
+  std::unique_ptr<WorkerGroup> fetchers_;
   std::atomic<bool> page_cache_reader_{false};
   std::thread loop_;
   std::atomic<bool> ended_{false};

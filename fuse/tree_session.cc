@@ -92,7 +92,7 @@ int TreeSession::Push(uint64_t ino, uint64_t offset, std::string_view data) {
 
 void TreeSession::SetPrefetcher(Prefetcher* prefetcher) { s_->ctx.prefetcher = prefetcher; }
 
-void TreeSession::SetWorkers(RequestWorkers* decoders, RequestWorkers* fetchers) {
+void TreeSession::SetWorkers(WorkerGroup* decoders, WorkerGroup* fetchers) {
   s_->ctx.decoders = decoders;
   s_->ctx.fetchers = fetchers;
 }

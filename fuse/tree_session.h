@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "common/worker_group.h"
 #include "fs/filesystem.h"
 #include "fs/prefetcher.h"
 #include "fuse/uring_transport.h"
@@ -41,8 +42,6 @@ struct FuseOptions {
   double status_interval_s = 5;
 };
 
-class RequestWorkers;
-
 class TreeSession {
  public:
   // Creates the session of `fs` (whose userdata lives in the result), installs libfuse's
@@ -60,10 +59,10 @@ class TreeSession {
   // (fuse_lowlevel_notify_store): the prefetcher's push. 0 or -errno.
   int Push(uint64_t ino, uint64_t offset, std::string_view data);
   // What the callbacks tell of readdirplus (null: nothing pushed), and hand requests to
-  // (fuse/request_workers.h; null: served on the request thread). REQUIRES: no request is
+  // (common/worker_group.h; null: served on the request thread). REQUIRES: no request is
   // being served (before Serve, after it returns).
   void SetPrefetcher(Prefetcher* prefetcher);
-  void SetWorkers(RequestWorkers* decoders, RequestWorkers* fetchers);
+  void SetWorkers(WorkerGroup* decoders, WorkerGroup* fetchers);
 
   // Serves requests until the filesystem is unmounted or a signal ends the session; returns
   // the classic loop's result (0 over io_uring).

@@ -1,8 +1,5 @@
 #include "kernel/image_readahead.h"
 
-#include <sys/resource.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -18,21 +15,13 @@ constexpr uint64_t kPiece = 1 << 20;
 ImageReadahead::ImageReadahead(const erofs::Image* image, uint64_t budget_bytes, StoreFn store)
     : image_(image), budget_(budget_bytes), store_(std::move(store)) {
   if (budget_ == 0) return;
-  worker_ = std::thread([this] {
-    // Background work: it must never delay the threads that answer the reader's own requests.
-    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
-    Run();
-  });
+  // Background work: it must never delay the threads that answer the reader's own requests.
+  worker_ = std::make_unique<WorkerGroup>("dsfs-image-ra", 1, 19);
 }
 
+// What is queued is dropped; the directory being stored is finished.
 ImageReadahead::~ImageReadahead() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-    queue_.clear();
-  }
-  cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  if (worker_) worker_->Stop();
 }
 
 void ImageReadahead::Touched(uint64_t offset) {
@@ -41,30 +30,9 @@ void ImageReadahead::Touched(uint64_t offset) {
   if (!image_->DirOfByte(offset, &dir)) return;
   {
     std::lock_guard lock(mu_);
-    if (stop_ || !seen_.insert(dir).second) return;
-    queue_.push_back(dir);
+    if (!seen_.insert(dir).second) return;
   }
-  cv_.notify_one();
-}
-
-void ImageReadahead::Run() {
-  for (;;) {
-    uint32_t dir;
-    {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (stop_) return;
-      dir = queue_.front();
-      queue_.pop_front();
-      busy_ = true;
-    }
-    StoreDir(dir);
-    {
-      std::lock_guard lock(mu_);
-      busy_ = false;
-      if (queue_.empty()) idle_cv_.notify_all();
-    }
-  }
+  worker_->Add([this, dir] { StoreDir(dir); });
 }
 
 void ImageReadahead::StoreDir(uint32_t dir) {
@@ -95,10 +63,7 @@ void ImageReadahead::StoreDir(uint32_t dir) {
   std::vector<char> buf(std::min(len, kPiece));
   for (const auto& [offset, range_len] : ranges) {
     for (uint64_t done = 0; done < range_len;) {
-      {
-        std::lock_guard lock(mu_);
-        if (stop_) return;
-      }
+      if (worker_->stopping()) return;  // the piece being stored is finished, no more
       const size_t n = static_cast<size_t>(std::min<uint64_t>(kPiece, range_len - done));
       Status s = image_->Read(offset + done, n, buf.data());
       if (!s.ok()) {
@@ -135,8 +100,7 @@ ImageReadahead::Stats ImageReadahead::stats() const {
 }
 
 void ImageReadahead::WaitIdle() {
-  std::unique_lock lock(mu_);
-  idle_cv_.wait(lock, [&] { return stop_ || (!busy_ && queue_.empty()); });
+  if (worker_) worker_->WaitIdle();
 }
 
 }  // namespace dsfs

@@ -13,15 +13,14 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string_view>
-#include <thread>
 #include <unordered_set>
 
+#include "common/worker_group.h"
 #include "erofs/image.h"
 
 namespace dsfs {
@@ -53,19 +52,16 @@ class ImageReadahead {
   void WaitIdle();
 
  private:
-  void Run();
   void StoreDir(uint32_t dir);
 
   const erofs::Image* image_;
   const uint64_t budget_;
   const StoreFn store_;
-  mutable std::mutex mu_;  // guards the fields below it
-  std::condition_variable cv_, idle_cv_;
-  std::deque<uint32_t> queue_;
-  std::unordered_set<uint32_t> seen_;
-  bool busy_ = false, stop_ = false;
+  std::mutex mu_;  // guards seen_
+  std::unordered_set<uint32_t> seen_;  // directories queued once
   std::atomic<uint64_t> reserved_{0}, dirs_{0}, bytes_{0}, failures_{0}, skipped_{0};
-  std::thread worker_;
+  // Last: destroyed first, so no job runs on what the members above held. Null: no budget.
+  std::unique_ptr<WorkerGroup> worker_;
 };
 
 }  // namespace dsfs

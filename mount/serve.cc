@@ -19,7 +19,6 @@
 #include "common/memory_limit.h"
 #include "fs/memory_guard.h"
 #include "fs/prefetcher.h"
-#include "fuse/request_workers.h"
 #include "mount/own_mount.h"
 #include "mount/service.h"
 
@@ -116,15 +115,19 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
   }
   // No more decoders than cores: more would only hold more decoded images at once.
   int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  auto decoders = std::make_unique<RequestWorkers>("dsfs-decode", std::min(options.session.threads, cores));
+  // Every request handed over owes a reply: one still queued when the pool goes runs then
+  // (a decode) or is answered EIO (a fetch, its `abandon`).
+  auto decoders = std::make_unique<WorkerGroup>("dsfs-decode", std::min(options.session.threads, cores),
+                                                WorkerGroup::kKeepNice, WorkerGroup::OnStop::kAbandon);
   // On a store in object storage, requests that may fetch (what they need is not in memory)
   // wait on the network, not on a core: more threads than cores, bounded, so a stalled
   // endpoint holds these and never the request threads, and slow fetches do not starve
   // decodes either. A local store has none (its requests never ask).
   constexpr int kFetchThreads = 16;
-  std::unique_ptr<RequestWorkers> fetchers;
+  std::unique_ptr<WorkerGroup> fetchers;
   if (fs->store().remote()) {
-    fetchers = std::make_unique<RequestWorkers>("dsfs-fetch", kFetchThreads);
+    fetchers = std::make_unique<WorkerGroup>("dsfs-fetch", kFetchThreads, WorkerGroup::kKeepNice,
+                                             WorkerGroup::OnStop::kAbandon);
   }
   session->SetWorkers(decoders.get(), fetchers.get());
   const int rc = session->Serve();

@@ -1,7 +1,6 @@
 #include "pack/compressor.h"
 
 #include <algorithm>
-#include <optional>
 
 #include "common/log.h"
 #include "common/memory_limit.h"
@@ -81,34 +80,43 @@ OrderedCompressor::OrderedCompressor(int threads, int level,
                                      std::shared_ptr<const Dictionary> dict, size_t max_in_flight,
                                      bool predecode, uint32_t chunk_bytes,
                                      GroupSizing groups)
-    : groups_(groups), max_in_flight_(max_in_flight), dict_(std::move(dict)) {
-  for (int t = 0; t < threads; ++t) {
-    workers_.emplace_back([this, level, predecode, chunk_bytes] {
-      Work(level, predecode, chunk_bytes);
-    });
-  }
-}
+    : groups_(groups),
+      level_(level),
+      predecode_(predecode),
+      chunk_bytes_(chunk_bytes),
+      max_in_flight_(max_in_flight),
+      dict_(std::move(dict)),
+      workers_(std::make_unique<WorkerGroup>("dsfs-compress", threads)) {}
 
 OrderedCompressor::~OrderedCompressor() {
   Abort();
-  for (auto& w : workers_) w.join();
+  workers_->Stop();  // what is queued is dropped (it returns at once once aborted)
 }
 
-void OrderedCompressor::Work(int level, bool predecode, uint32_t chunk_bytes) {
-  std::optional<PayloadEncoder> encoder;  // made with the dictionary of the first batch
-  for (;;) {
-    Batch b;
-    uint64_t seq;
-    {
-      std::unique_lock lock(mu_);
-      cv_work_.wait(lock, [&] { return aborted_ || !todo_.empty() || closed_; });
-      if (aborted_ || todo_.empty()) return;
-      seq = todo_.begin()->first;
-      b = std::move(todo_.begin()->second);
-      todo_.erase(todo_.begin());
-      if (!encoder) encoder.emplace(level, dict_);
+// One job per submitted batch: it compresses the first batch in order of those not yet taken.
+void OrderedCompressor::Work() {
+  Batch b;
+  uint64_t seq;
+  std::unique_ptr<PayloadEncoder> encoder;
+  {
+    std::lock_guard lock(mu_);
+    if (aborted_ || todo_.empty()) return;
+    seq = todo_.begin()->first;
+    b = std::move(todo_.begin()->second);
+    todo_.erase(todo_.begin());
+    // An encoder (a zstd context with the dictionary) per thread at once, reused by the jobs
+    // after: made with the dictionary the first batch is compressed with.
+    if (encoders_.empty()) {
+      encoder = std::make_unique<PayloadEncoder>(level_, dict_);
+    } else {
+      encoder = std::move(encoders_.back());
+      encoders_.pop_back();
     }
+  }
+  {
     PayloadEncoder& enc = *encoder;
+    const bool predecode = predecode_;
+    const uint32_t chunk_bytes = chunk_bytes_;
     if (b.status.ok()) {
       std::vector<std::string_view> chunks(b.raws.begin(), b.raws.end());
       b.status = EncodeSolidGroups(chunks, groups_, &enc, &b.payloads);
@@ -127,10 +135,11 @@ void OrderedCompressor::Work(int level, bool predecode, uint32_t chunk_bytes) {
     for (ImageResult& r : b.image_results) r.pixel_chunks = {};
     b.images.clear();
     b.raws.clear();
-    std::lock_guard lock(mu_);
-    done_.emplace(seq, std::move(b));
-    cv_done_.notify_all();
   }
+  std::lock_guard lock(mu_);
+  encoders_.push_back(std::move(encoder));
+  done_.emplace(seq, std::move(b));
+  cv_done_.notify_all();
 }
 
 void OrderedCompressor::SetDictionary(std::shared_ptr<const Dictionary> dict) {
@@ -143,7 +152,8 @@ bool OrderedCompressor::Submit(Batch b) {
   cv_space_.wait(lock, [&] { return aborted_ || next_seq_ - written_seq_ < max_in_flight_; });
   if (aborted_) return false;
   todo_.emplace(next_seq_++, std::move(b));
-  cv_work_.notify_one();
+  lock.unlock();
+  workers_->Add([this] { Work(); });
   return true;
 }
 
@@ -168,7 +178,6 @@ void OrderedCompressor::Abort() { SetAndWakeAll(&aborted_); }
 void OrderedCompressor::SetAndWakeAll(bool* flag) {
   std::lock_guard lock(mu_);
   *flag = true;
-  cv_work_.notify_all();
   cv_space_.notify_all();
   cv_done_.notify_all();
 }

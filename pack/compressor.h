@@ -11,10 +11,10 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/status.h"
+#include "common/worker_group.h"
 #include "image/image.h"
 #include "store/codec.h"
 
@@ -106,20 +106,25 @@ class OrderedCompressor {
   void Abort();
 
  private:
-  void Work(int level, bool predecode, uint32_t chunk_bytes);
+  void Work();
 
   const GroupSizing groups_;
+  const int level_;
+  const bool predecode_;
+  const uint32_t chunk_bytes_;
   // Sets *flag (closed_ or aborted_) under mu_ and wakes every waiter.
   void SetAndWakeAll(bool* flag);
 
   const size_t max_in_flight_;
   std::mutex mu_;  // guards everything below
   std::shared_ptr<const Dictionary> dict_;
-  std::condition_variable cv_work_, cv_space_, cv_done_;
+  std::condition_variable cv_space_, cv_done_;
   std::map<uint64_t, Batch> todo_, done_;
+  std::vector<std::unique_ptr<PayloadEncoder>> encoders_;  // idle ones
   uint64_t next_seq_ = 0, written_seq_ = 0;
   bool closed_ = false, aborted_ = false;
-  std::vector<std::thread> workers_;
+  // Last: destroyed first, so no job runs on what the members above held.
+  std::unique_ptr<WorkerGroup> workers_;
 };
 
 // The producer side of a stream whose dictionary is trained on its own first small files

@@ -1,5 +1,6 @@
 #include "common/system.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,11 +14,18 @@
 namespace dsfs {
 
 bool ReadSmallFile(const std::string& path, std::string* out, size_t max_bytes) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  out->assign(max_bytes, '\0');
-  f.read(out->data(), static_cast<std::streamsize>(max_bytes));
-  out->resize(static_cast<size_t>(std::max<std::streamsize>(f.gcount(), 0)));
+  out->clear();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  // In pieces: procfs and sysfs files report no size, and most hold a few bytes.
+  char buf[4096];
+  while (out->size() < max_bytes) {
+    const ssize_t n = ::read(fd, buf, std::min(sizeof(buf), max_bytes - out->size()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out->append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
   return true;
 }
 

@@ -272,7 +272,7 @@ Status Filesystem::ReadIno(uint64_t ino, uint64_t offset, uint64_t size, ReadBuf
   }
   DSFS_RETURN_IF_ERROR(store_->GetInode(Number(ino), rec));
   if (Renders(v, *rec)) return ReadImageView(v, Number(ino), *rec, offset, size, buf, out);
-  if (v != View::kOriginal && IsReg(*rec) && rec->image == 3) NoteServedAsIs(Number(ino));
+  if (v != View::kOriginal && IsReg(*rec) && rec->image == static_cast<uint8_t>(ImageKind::kUnsupported)) NoteServedAsIs(Number(ino));
   if (v.kind != View::kOriginal && v.kind != View::kTensor && IsDecodableImage(*rec)) {
     NoteTooLargeToRender(Number(ino), *rec);
   }

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "common/log.h"
+#include "common/system.h"
 #include "common/units.h"
 
 namespace dsfs {
@@ -19,17 +20,6 @@ namespace {
 std::atomic<const MemoryGuard*> g_running{nullptr};
 
 // A small file read whole with one read(2) (cgroup files are generated per read).
-bool ReadSmall(const std::string& path, std::string* out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char buf[8192];
-  ssize_t n = ::read(fd, buf, sizeof(buf));
-  ::close(fd);
-  if (n <= 0) return false;
-  out->assign(buf, static_cast<size_t>(n));
-  return true;
-}
-
 bool ParseU64(std::string_view s, uint64_t* v) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\t'))
@@ -104,8 +94,8 @@ bool MemoryWatch::ReadUsedBytes(uint64_t* used) const {
     case Kind::kCgroupV1:
     case Kind::kCgroupV2: {
       const bool v1 = kind == Kind::kCgroupV1;
-      if (!ReadSmall(sub(dir, v1 ? "memory.usage_in_bytes" : "memory.current"), &text) ||
-          !ParseU64(text, &usage) || !ReadSmall(sub(dir, "memory.stat"), &stat)) {
+      if (!ReadSmallFile(sub(dir, v1 ? "memory.usage_in_bytes" : "memory.current"), &text) ||
+          !ParseU64(text, &usage) || !ReadSmallFile(sub(dir, "memory.stat"), &stat)) {
         return false;
       }
       // v1's total_* count the whole subtree (the limit's, when it is an ancestor's); v2's
@@ -119,7 +109,7 @@ bool MemoryWatch::ReadUsedBytes(uint64_t* used) const {
     }
     case Kind::kPhysical: {
       uint64_t total = 0, available = 0;
-      if (!ReadSmall(sub(dir, "meminfo"), &text) || !StatValue(text, "MemTotal:", &total) ||
+      if (!ReadSmallFile(sub(dir, "meminfo"), &text) || !StatValue(text, "MemTotal:", &total) ||
           !StatValue(text, "MemAvailable:", &available)) {
         return false;
       }

@@ -105,7 +105,7 @@ class RocksdbReader final : public KvReader {
       : db_(db), path_(std::move(path)), id_(g_next_reader_id.fetch_add(1)) {
     // dsfs checks every record it reads (xxh3 per payload record and metadata segment), but a
     // damaged block must be refused before RocksDB parses it: it asserts (aborts the daemon)
-    // on malformed block entries (found by tests/corruption_test.cc).
+    // on malformed block entries (found by tests/unit/corruption_test.cc).
     ro_.verify_checksums = true;
     ro_.fill_cache = false;  // no block cache: see TableOptions
   }

@@ -12,7 +12,7 @@ the data set, the date and, where the run recorded one, the commit, taken from t
 
 The SVGs are deterministic (fixed hash salt, no date, text kept as text) so that drawing again
 from the same data changes no byte. Each SVG's metadata names its sources with their sha256:
-tests/docs_test.py checks those against the .jsonl files, so a chart older than its data fails
+tests/checks/docs_test.py checks those against the .jsonl files, so a chart older than its data fails
 the test on any checkout (file times mean nothing on a fresh clone).
 
 The benchmark scripts call this at their end; it needs python3-matplotlib (tools/setup.sh).

@@ -5,7 +5,7 @@
                                      [--subset 20000] [--rounds 3] [--delay-ms 1]
                                      [--scale-files N] [--scale-store STORE] [--scale-only]
 
-Starts its own single-host Ceph cluster (tests/ceph_rgw.sh, 127.0.0.1, memstore) and stops it at
+Starts its own single-host Ceph cluster (tests/support/ceph_rgw.sh, 127.0.0.1, memstore) and stops it at
 the end. Packs TREE (default: the core benchmark's fmnist_20000 ImageFolder tree, built by
 bench/datasets.py) into an LMDB store, times `dsfs push` to s3://bench/ds, then runs an unmodified
 torchvision ImageFolder + DataLoader (bench/imagefolder_read.py: 2 workers, batch 256, --subset
@@ -16,7 +16,7 @@ images, epochs 1 and 2) over
 in turn (local last in odd rounds), --rounds times, and records mount times and the mount's GET count and bytes
 (.dsfs/stats "backend"); the table has the medians over the rounds.
 The S3 mounts run in a network namespace of their own (another node): their daemon reaches the
-gateway through tests/netns_proxy.py on the namespace's loopback, --delay-ms away each way (a
+gateway through tests/support/netns_proxy.py on the namespace's loopback, --delay-ms away each way (a
 `tc netem` delay where the kernel has sch_netem, else the relay's own delay line). --delay-ms 0:
 no namespace, the gateway straight on 127.0.0.1.
 --scale-files N (e.g. 1000000): a store of N files from `dsfs-gentar --files N | dsfs pack -`,

@@ -7,7 +7,7 @@
 // torchvision.transforms.Resize(n)(Image.open(f).convert("RGB")) with Pillow's bilinear filter
 // (the torchvision default), as Debian 12 ships them (Pillow 9.4, torchvision 0.14). The
 // arithmetic is Pillow's libImaging/Resample.c: coefficients computed in double and stored as
-// fixed point, a horizontal pass into 8-bit rows, then a vertical pass (tests/resize_test.cc
+// fixed point, a horizontal pass into 8-bit rows, then a vertical pass (tests/unit/resize_test.cc
 // checks it against the real Pillow).
 //
 // Thread safety: every function may be called from any number of threads.

@@ -5,7 +5,7 @@
 # to Debian's /usr/share/common-licenses/Apache-2.0). Its Depends are computed from the
 # binary's shared libraries by dpkg-shlibdeps (dpkg-dev), plus fuse3 (fusermount3, for
 # mounts by users other than root): runtime libraries only, never what building or testing
-# needs (tests/package_test.sh checks both). `apt install ./dsfs_*.deb` installs it with them,
+# needs (tests/checks/package_test.sh checks both). `apt install ./dsfs_*.deb` installs it with them,
 # `dpkg -r dsfs` removes it.
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME dsfs)

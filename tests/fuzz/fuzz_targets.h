@@ -1,6 +1,6 @@
 // Fuzz targets: the bodies of the libFuzzer harnesses (tests/fuzz/*_fuzzer.cc), kept in a
 // library so the unit tests replay the seed corpus and every saved crash input through exactly
-// the same code (tests/fuzz_test.cc) in the normal build, without clang or libFuzzer.
+// the same code (tests/unit/fuzz_test.cc) in the normal build, without clang or libFuzzer.
 //
 // Each target takes any bytes and must return without crashing, hanging, reading out of bounds
 // or allocating without bound. Thread safety: none needed (libFuzzer calls one at a time).
@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "tests/fakes/mem_store.h"
+#include "tests/support/fakes/mem_store.h"
 
 namespace dsfs::fuzz {
 

@@ -10,7 +10,7 @@
 #include <iostream>
 #include <string>
 
-#include "tests/fakes/mem_store.h"
+#include "tests/support/fakes/mem_store.h"
 #include "store/codec.h"
 #include "store/format.h"
 #include "store/segments.h"

@@ -1,0 +1,268 @@
+// Real-mount tests of `dsfs mount -o kernel`: the tree served by EROFS over the image file of
+// a private dsfs FUSE mount (kernel/kernel_mount.h), read by the kernel directly (file-backed, the
+// default) or through a loop device (-o kernel=loop): ctest runs this suite once per backing
+// (kernel_mount_util.h). The dsfs binary runs as a subprocess, as a user runs it; the tests
+// compare what the kernel serves with the source (and the views with the classic mount's
+// views) and check permissions as another user. Teardown and crashes are in
+// kernel_mount_teardown_test.cc, the readahead and damaged records in
+// kernel_mount_readahead_test.cc, the fallback to FUSE in kernel_mount_fallback_test.cc.
+
+#include "kernel/kernel_mount.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/kernel_mount_util.h"
+#include "tools/commands.h"
+
+namespace dsfs::testing {
+namespace {
+
+TEST_F(KernelMountTest, TreeEqualsTheSourceAndUmountTearsDownEveryLayer) {
+  BuildTree(src_);
+  Pack();
+  KernelMount km(mp_);
+  CommandResult r = km.Mount(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(FsType(mp_), "erofs");
+  ASSERT_GT(km.pid(), 0) << "no private image mount in " << kKernelRunDir;
+  EXPECT_TRUE(HasTheBackingUnderTest(mp_, km.private_dir()));
+  EXPECT_FALSE(std::filesystem::exists(mp_ + "/.dsfs")) << "EROFS shows the tree only";
+  struct statfs sfs;
+  ASSERT_EQ(::statfs(mp_.c_str(), &sfs), 0);
+  EXPECT_EQ(static_cast<uint32_t>(sfs.f_type), 0xE0F5E1E2u) << "EROFS_SUPER_MAGIC_V1";
+  EXPECT_TRUE(sfs.f_flags & ST_RDONLY);
+  // Read-only: every modification fails with EROFS.
+  errno = 0;
+  EXPECT_LT(::open((mp_ + "/text.txt").c_str(), O_WRONLY), 0);
+  EXPECT_EQ(errno, EROFS);
+  errno = 0;
+  EXPECT_NE(::mkdir((mp_ + "/newdir").c_str(), 0755), 0);
+  EXPECT_EQ(errno, EROFS);
+  errno = 0;
+  EXPECT_NE(::unlink((mp_ + "/text.txt").c_str()), 0);
+  EXPECT_EQ(errno, EROFS);
+  errno = 0;
+  EXPECT_NE(::chmod((mp_ + "/text.txt").c_str(), 0777), 0);
+  EXPECT_EQ(errno, EROFS);
+  // Root's root directory keeps only owner bits without allow_other; the rest is the source.
+  auto want = Expected(src_, 0, 0, 0);
+  ExpectSameTree(want, Walk(mp_));
+  struct stat st;
+  ASSERT_EQ(::stat(mp_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 077, 0u) << "without allow_other only the owner may enter";
+
+  r = Dsfs({"stats", mp_});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("kernel.image_reads"), std::string::npos) << r.out;
+  r = Dsfs({"stats", "--json", mp_});
+  EXPECT_NE(r.out.find("\"image_bytes\""), std::string::npos) << r.out;
+  // Through a symbolic link to the mountpoint, as any other command takes it.
+  const std::string link = mp_ + ".link";
+  ASSERT_EQ(::symlink(mp_.c_str(), link.c_str()), 0);
+  r = Dsfs({"stats", link});
+  ::unlink(link.c_str());
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("kernel.image_reads"), std::string::npos) << r.out;
+
+  r = Dsfs({"umount", mp_});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  km.WaitDaemon();
+  EXPECT_TRUE(LayersGone(mp_, km.prefix()));
+}
+
+TEST_F(KernelMountTest, ParallelReadersSeeNoWrongByte) {
+  BuildTree(src_);
+  Pack();
+  auto want = Walk(src_);
+  KernelMount km(mp_);
+  CommandResult r = km.Mount(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  std::vector<std::string> files;
+  for (const auto& [path, e] : want) {
+    if (S_ISREG(e.mode)) files.push_back(path);
+  }
+  std::atomic<int> wrong{0}, failed{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 16; ++t) {
+    readers.emplace_back([&, t] {
+      std::vector<std::string> order = files;
+      std::shuffle(order.begin(), order.end(), std::mt19937(t));
+      for (const auto& f : order) {
+        std::ifstream in(mp_ + "/" + f, std::ios::binary);
+        if (!in) {
+          failed++;
+          continue;
+        }
+        std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (got != want.at(f).content) wrong++;
+      }
+    });
+  }
+  for (auto& th : readers) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(failed.load(), 0);
+}
+
+TEST_F(KernelMountTest, OwnerUmaskAndAllowOtherAsAnotherUser) {
+  Put(src_ + "/public.txt", "public\n", 0644);
+  Put(src_ + "/private.txt", "private\n", 0600);
+  Put(src_ + "/sub/x", "x\n", 0644);
+  Pack();
+  auto as_nobody = [](std::vector<std::string> cmd) {
+    std::vector<std::string> argv = {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"};
+    argv.insert(argv.end(), cmd.begin(), cmd.end());
+    return RunCommand(argv, 30);
+  };
+  {
+    KernelMount km(mp_);
+    CommandResult r = km.Mount(store_, "allow_other,uid=1234,gid=2345,umask=027");
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    ExpectSameTree(Expected(src_, 1234, 2345, 027), Walk(mp_));
+    // Others have no bits left under umask 027.
+    EXPECT_NE(as_nobody({"cat", mp_ + "/sub/x"}).exit_code, 0);
+    EXPECT_EQ(Dsfs({"umount", mp_}).exit_code, 0);
+  }
+  {
+    KernelMount km(mp_);
+    CommandResult r = km.Mount(store_, "allow_other,umask=022");
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    r = as_nobody({"cat", mp_ + "/public.txt", mp_ + "/sub/x"});
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_EQ(r.out, "public\nx\n");
+    r = as_nobody({"cat", mp_ + "/private.txt"});
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << r.err;
+    EXPECT_EQ(Dsfs({"umount", mp_}).exit_code, 0);
+  }
+  {
+    KernelMount km(mp_);
+    CommandResult r = km.Mount(store_);
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    // Without allow_other only the mounting user (root) gets in, as with a classic mount.
+    r = as_nobody({"cat", mp_ + "/public.txt"});
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << r.err;
+    EXPECT_EQ(ReadFile(mp_ + "/public.txt"), "public\n");
+    EXPECT_EQ(Dsfs({"umount", mp_}).exit_code, 0);
+  }
+  {
+    // Files shown as nobody's, still without allow_other: the root directory stays the
+    // mounting user's, so nobody is kept out as a classic mount keeps it out.
+    KernelMount km(mp_);
+    CommandResult r = km.Mount(store_, "uid=65534,gid=65534");
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    struct stat st;
+    ASSERT_EQ(::stat((mp_ + "/public.txt").c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 65534u);
+    r = as_nobody({"cat", mp_ + "/public.txt"});
+    EXPECT_NE(r.exit_code, 0) << Describe(r);
+    EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << r.err;
+  }
+}
+
+// Each view is its own tree: its bytes equal the classic mount's MOUNT/.dsfs/NAME.
+TEST_F(KernelMountTest, ViewsAreTheirOwnTreesWithTheClassicViewsBytes) {
+  for (int c = 0; c < 3; ++c) {
+    for (int i = 0; i < 20; ++i) {
+      Put(src_ + "/class" + std::to_string(c) + "/img" + std::to_string(i) + ".jpg",
+          Jpeg(32, 32, c * 100 + i));
+    }
+  }
+  Put(src_ + "/class1/notes.txt", "not an image\n");
+  ::symlink("class0", (src_ + "/alias").c_str());
+  Pack();
+  std::string classic = dir_ / "classic";
+  std::filesystem::create_directories(classic);
+  MountGuard classic_guard(classic);
+  CommandResult r = classic_guard.MountBackground(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  ASSERT_TRUE(std::filesystem::is_directory(classic + "/.dsfs/bmp")) << FsType(classic);
+  for (const char* view : {"bmp", "npy", "tensor"}) {
+    SCOPED_TRACE(view);
+    KernelMount km(mp_);
+    r = km.Mount(store_, std::string("allow_other,view=") + view);
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    // Directory mtimes aside: nothing else differs, not even the tensor view's generated files.
+    ExpectSameTree(Walk(classic + "/.dsfs/" + view, false), Walk(mp_, false));
+    EXPECT_EQ(Dsfs({"umount", mp_}).exit_code, 0);
+  }
+}
+
+// The image's reads (every read EROFS misses) are served over io_uring where the kernel allows
+// it, as a classic mount's requests are; transport=classic and a kernel that says no get the
+// /dev/fuse loop. The bytes are the same either way.
+TEST_F(KernelMountTest, TheImageIsServedOverIoUringWhereTheKernelAllows) {
+  BuildTree(src_);
+  Pack();
+  const auto want = Expected(src_, 0, 0, 0);
+  struct Case {
+    bool enable;
+    std::string option, serving;
+  };
+  for (const Case& c : {Case{true, "", "uring ("}, Case{true, "transport=classic", "classic ("},
+                        Case{false, "", "classic ("}}) {
+    SCOPED_TRACE(std::string("enable_uring=") + (c.enable ? "Y " : "N ") + c.option);
+    ScopedEnableUring enable(c.enable);
+    if (c.enable && !enable.exists()) {
+      GTEST_SKIP() << "SKIPPED: this kernel has no FUSE over io_uring (no " << kEnableUringPath
+                   << ")";
+    }
+    KernelMount km(mp_);
+    CommandResult r = km.Mount(store_, c.option);
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    ExpectSameTree(want, Walk(mp_));
+    r = Dsfs({"stats", "--json", mp_});
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_NE(r.out.find("\"transport\": \"" + c.serving), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("\"image_read_errors\": 0"), r.out.find("\"image_read_errors\"")) << r.out;
+    r = Dsfs({"umount", mp_});
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+    km.WaitDaemon();
+    EXPECT_TRUE(LayersGone(mp_, km.prefix()));
+  }
+}
+
+TEST_F(KernelMountTest, BogusKernelValueIsRefusedWithOneLine) {
+  Put(src_ + "/a", "a\n");
+  Pack();
+  KernelMount km(mp_);
+  CommandResult r = km.MountWith(store_, "kernel=bogus", "");
+  EXPECT_TRUE(IsOneLineError(r, {"kernel=bogus"}, 2)) << Describe(r);
+  EXPECT_EQ(FsType(mp_), "");
+  EXPECT_TRUE(PrivateDirs(km.prefix()).empty());
+}
+
+TEST(KernelMountOptionTest, KernelIsAMountOption) {
+  MountConfig config;
+  ASSERT_TRUE(ParseMountOptions("kernel,view=bmp", &config).ok());
+  EXPECT_TRUE(config.kernel);
+  EXPECT_FALSE(config.kernel_loop);
+  MountConfig loop;
+  ASSERT_TRUE(ParseMountOptions("kernel=loop", &loop).ok());
+  EXPECT_TRUE(loop.kernel);
+  EXPECT_TRUE(loop.kernel_loop);
+  MountConfig bad;
+  EXPECT_FALSE(ParseMountOptions("kernel=1", &bad).ok());
+  EXPECT_FALSE(ParseMountOptions("kernel=bogus", &bad).ok());
+  MountHelperArgs helper;
+  ASSERT_TRUE(ParseMountHelperArgs({"s.dsfs", "/mnt", "-o", "ro,kernel,nofail"}, &helper).ok());
+  EXPECT_TRUE(helper.config.kernel);
+}
+
+}  // namespace
+}  // namespace dsfs::testing

@@ -1,0 +1,228 @@
+#include "tests/support/erofs_test_util.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+
+namespace dsfs::erofs::testing {
+namespace {
+
+std::string ContentKey(std::string_view bytes) {
+  if (bytes.size() <= 256) return std::string(bytes);
+  return "#" + std::to_string(bytes.size()) + ":" +
+         std::to_string(std::hash<std::string_view>()(bytes));
+}
+
+std::string Describe(const Compare& c, uint32_t mode, uint32_t uid, uint32_t gid, int64_t ms,
+                     uint32_t mns, uint64_t size, uint64_t nlink, const std::string& content) {
+  char buf[160];
+  const uint32_t type = mode & 0170000;
+  std::snprintf(buf, sizeof(buf), "%s", type == kDir ? "dir" : type == kLink ? "link" : "file");
+  std::string s = buf;
+  if (c.mode && !(c.extracted && type == kLink)) {
+    s += " mode=" + std::to_string(mode & (c.extracted ? 01777 : 07777));
+  }
+  if (c.owner) s += " uid=" + std::to_string(uid) + " gid=" + std::to_string(gid);
+  if (c.mtime) s += " mtime=" + std::to_string(ms) + "." + std::to_string(mns);
+  if (type != kDir) s += " size=" + std::to_string(size);
+  s += " nlink=" + std::to_string(nlink);
+  return s + " " + content;
+}
+
+void ListNode(const Node& n, const std::string& path, const Compare& c,
+              std::map<std::string, std::string>* out) {
+  const uint32_t type = n.mode & 0170000;
+  uint64_t nlink = 1;
+  if (type == kDir) {
+    nlink = 2;
+    for (const Node& k : n.children) nlink += (k.mode & 0170000) == kDir;
+  }
+  const uint64_t size = n.sparse_size ? n.sparse_size : n.data.size();
+  const std::string content = type == kDir ? "" : n.sparse_size ? "sparse" : ContentKey(n.data);
+  if (!path.empty() || c.root) {
+    (*out)[path] = Describe(c, n.mode, n.uid, n.gid, n.mtime_s, n.mtime_ns, size, nlink, content);
+  }
+  for (const Node& k : n.children) ListNode(k, path.empty() ? k.name : path + "/" + k.name, c, out);
+}
+
+}  // namespace
+
+std::map<std::string, std::string> ListFake(const Node& root, const Compare& c) {
+  std::map<std::string, std::string> out;
+  ListNode(root, "", c, &out);
+  return out;
+}
+
+static void ListDisk(const std::string& base, const std::string& rel, const Compare& c,
+                     const Adjust& adjust, std::map<std::string, std::string>* out) {
+  const std::string full = rel.empty() ? base : base + "/" + rel;
+  struct stat st;
+  ASSERT_EQ(::lstat(full.c_str(), &st), 0) << full << ": " << std::strerror(errno);
+  if (adjust) adjust(&st);
+  std::string content;
+  const uint32_t type = st.st_mode & 0170000;
+  if (type == kLink) {
+    std::string target(st.st_size + 1, '\0');
+    ssize_t n = ::readlink(full.c_str(), target.data(), target.size());
+    ASSERT_EQ(n, st.st_size) << full;
+    target.resize(n);
+    content = ContentKey(target);
+  } else if (type == kReg) {
+    if (static_cast<uint64_t>(st.st_size) > kSparseThreshold) {
+      content = "sparse";
+    } else {
+      content = ContentKey(dsfs::testing::ReadFile(full));
+    }
+  }
+  if (!rel.empty() || c.root) {
+    (*out)[rel] =
+        Describe(c, st.st_mode, st.st_uid, st.st_gid, st.st_mtim.tv_sec,
+                 static_cast<uint32_t>(st.st_mtim.tv_nsec), st.st_size, st.st_nlink, content);
+  }
+  if (type != kDir) return;
+  std::vector<std::string> names;
+  {
+    std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(full.c_str()), ::closedir);
+    ASSERT_TRUE(d) << full;
+    while (dirent* e = ::readdir(d.get())) {
+      std::string name = e->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+  }
+  for (const std::string& name : names) {
+    ListDisk(base, rel.empty() ? name : rel + "/" + name, c, adjust, out);
+  }
+}
+
+std::map<std::string, std::string> ListDisk(const std::string& dir, const Compare& c,
+                                            const Adjust& adjust) {
+  std::map<std::string, std::string> out;
+  ListDisk(dir, "", c, adjust, &out);
+  return out;
+}
+
+// Reports the first few differences between two listings.
+void ExpectSameListing(const std::map<std::string, std::string>& want,
+                       const std::map<std::string, std::string>& got, const std::string& what) {
+  EXPECT_EQ(want.size(), got.size()) << what;
+  int shown = 0;
+  for (const auto& [path, desc] : want) {
+    auto it = got.find(path);
+    if (it == got.end()) {
+      ADD_FAILURE() << what << ": missing " << path;
+    } else if (it->second != desc) {
+      ADD_FAILURE() << what << ": " << path << "\n  want " << desc << "\n  got  " << it->second;
+    } else {
+      continue;
+    }
+    if (++shown == 10) return;
+  }
+  for (const auto& [path, desc] : got) {
+    if (!want.count(path) && shown++ < 10) ADD_FAILURE() << what << ": extra " << path;
+  }
+}
+
+// Streams the whole image to `path` in 1 MiB reads; all-zero stretches are left as holes.
+void WriteImage(const Image& image, const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0) << path;
+  std::vector<char> buf(1 << 20);
+  for (uint64_t off = 0; off < image.size_bytes(); off += buf.size()) {
+    const size_t n = std::min<uint64_t>(buf.size(), image.size_bytes() - off);
+    Status s = image.Read(off, n, buf.data());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    const bool zero = std::all_of(buf.begin(), buf.begin() + n, [](char ch) { return ch == 0; });
+    if (!zero) {
+      ASSERT_EQ(::pwrite(fd, buf.data(), n, off), static_cast<ssize_t>(n));
+    }
+  }
+  ASSERT_EQ(::ftruncate(fd, image.size_bytes()), 0);
+  ::close(fd);
+}
+
+bool HaveFsck() { return RunCommand({"fsck.erofs", "-V"}).exit_code == 0; }
+
+// fsck.erofs IMG, extracting into `extract` unless it is empty.
+void Fsck(const std::string& image, const std::string& extract) {
+  std::vector<std::string> argv{"fsck.erofs"};
+  if (!extract.empty()) argv.push_back("--extract=" + extract);
+  argv.push_back(image);
+  auto r = RunCommand(argv, 300);
+  EXPECT_EQ(r.exit_code, 0) << "fsck.erofs " << image << "\n" << r.out << r.err;
+}
+
+// Why the kernel cannot be tried here ("" if it can).
+std::string KernelUnavailable() {
+  if (::geteuid() != 0) return "not root";
+  std::ifstream f("/proc/filesystems");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.find("erofs") != std::string::npos) return "";
+  }
+  return "the kernel has no EROFS (/proc/filesystems)";
+}
+
+// Builds the image of `tree`, streams it, runs fsck.erofs (extracting and comparing with
+// `extracted_want` if given) and mounts it to compare with `mounted_want`. `check_mount` runs
+// more checks on the mounted directory.
+void CheckImage(const ImageTree& tree, const ImageOptions& options,
+                const std::map<std::string, std::string>* extracted_want, const Compare& extracted,
+                const std::map<std::string, std::string>& mounted_want, const Compare& mounted,
+                const std::function<void(const std::string&)>& check_mount) {
+  std::unique_ptr<Image> image;
+  Status s = Image::Build(&tree, options, &image);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  TempDir tmp;
+  const std::string img = tmp / "image.erofs";
+  ASSERT_NO_FATAL_FAILURE(WriteImage(*image, img));
+  if (HaveFsck()) {
+    if (extracted_want) {
+      const std::string out = tmp / "extracted";
+      Fsck(img, out);
+      // Not root, fsck.erofs extracts modes as they are (with the umask): make mode-0 files
+      // readable to compare their bytes (modes are not compared then) and to remove them.
+      if (::geteuid() != 0) RunCommand({"chmod", "-R", "u+rwX", out});
+      ExpectSameListing(*extracted_want, ListDisk(out, extracted), "fsck.erofs --extract");
+    } else {
+      Fsck(img);
+    }
+  } else {
+    std::cout << "[  NOTE    ] fsck.erofs not installed (tools/setup.sh): fsck check SKIPPED\n";
+  }
+  const std::string why = KernelUnavailable();
+  if (!why.empty()) {
+    std::cout << "[  NOTE    ] kernel mount SKIPPED: " << why << "\n";
+    return;
+  }
+  const std::string mnt = tmp / "mnt";
+  ASSERT_EQ(::mkdir(mnt.c_str(), 0755), 0);
+  KernelMount m;
+  bool skip;
+  const std::string err = m.Mount(img, mnt, &skip);
+  if (skip) {
+    std::cout << "[  NOTE    ] kernel mount SKIPPED: " << err << "\n";
+    return;
+  }
+  ASSERT_EQ(err, "");
+  ExpectSameListing(mounted_want, ListDisk(mnt, mounted), "kernel mount");
+  if (check_mount) check_mount(mnt);
+}
+
+void CheckFake(const Node& root, const ImageOptions& options,
+               const std::function<void(const std::string&)>& check_mount, bool extract) {
+  FakeTree tree(&root);
+  // fsck.erofs 1.5 extracts names, types, bytes, modes and owners (as root), not mtimes.
+  Compare ex;
+  ex.mtime = false;
+  ex.root = false;
+  ex.extracted = true;
+  ex.owner = ex.mode = ::geteuid() == 0;
+  const auto extracted_want = ListFake(root, ex);
+  CheckImage(tree, options, extract ? &extracted_want : nullptr, ex, ListFake(root, Compare{}),
+             Compare{}, check_mount);
+}
+
+}  // namespace dsfs::erofs::testing

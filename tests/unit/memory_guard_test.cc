@@ -1,0 +1,164 @@
+// The memory guard (fs/memory_guard.h): what it watches for each kind of limit, the memory it
+// reads there (fake cgroupfs and /proc trees), and its policy: halve the RAM cache on pressure,
+// down to a floor, one event per episode, raised back slowly once calm. The guard against a
+// real cgroup is tested by tests/mount/mount_memory_pressure_test.cc.
+#include "fs/memory_guard.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "tests/support/test_util.h"
+
+namespace dsfs {
+namespace {
+
+using testing::TempDir;
+using testing::WriteFile;
+using Clock = MemoryGuardPolicy::Clock;
+using std::chrono::seconds;
+
+constexpr uint64_t kMiB = 1 << 20;
+
+TEST(MemoryWatchTest, TheCgroupIsTheOneTheLimitCameFrom) {
+  MemoryLimit v1{256 * kMiB, "cgroup v1 /sys/fs/cgroup/memory/job/memory.limit_in_bytes"};
+  MemoryWatch w = MemoryWatch::For(v1, "/fake");
+  EXPECT_EQ(w.kind, MemoryWatch::Kind::kCgroupV1);
+  EXPECT_EQ(w.dir, "/fake/sys/fs/cgroup/memory/job");
+  MemoryLimit hier{256 * kMiB,
+                   "cgroup v1 /sys/fs/cgroup/memory/a b/memory.stat hierarchical_memory_limit"};
+  EXPECT_EQ(MemoryWatch::For(hier).dir, "/sys/fs/cgroup/memory/a b");
+  MemoryLimit v2{256 * kMiB, "cgroup v2 /sys/fs/cgroup/job.slice/memory.high"};
+  w = MemoryWatch::For(v2);
+  EXPECT_EQ(w.kind, MemoryWatch::Kind::kCgroupV2);
+  EXPECT_EQ(w.dir, "/sys/fs/cgroup/job.slice");
+  EXPECT_EQ(w.Describe(), "cgroup v2 /sys/fs/cgroup/job.slice");
+  MemoryLimit ram{8ull << 30, "physical memory"};
+  w = MemoryWatch::For(ram);
+  EXPECT_EQ(w.kind, MemoryWatch::Kind::kPhysical);
+  EXPECT_EQ(w.Describe(), "physical memory");
+}
+
+TEST(MemoryWatchTest, UsedIsUsageLessFilePages) {
+  TempDir root;
+  const std::string v1 = root.path() + "/v1", v2 = root.path() + "/v2",
+                    proc = root.path() + "/proc";
+  WriteFile(v1 + "/memory.usage_in_bytes", "300000000\n");
+  WriteFile(v1 + "/memory.stat",
+            "cache 1\nrss 2\nactive_file 5\ntotal_cache 200000000\ntotal_active_file 120000000\n"
+            "total_inactive_file 80000000\n");
+  MemoryWatch w{MemoryWatch::Kind::kCgroupV1, v1};
+  uint64_t used = 0;
+  ASSERT_TRUE(w.ReadUsedBytes(&used));
+  EXPECT_EQ(used, 100000000u);
+  WriteFile(v2 + "/memory.current", "50000000\n");
+  WriteFile(v2 + "/memory.stat",
+            "anon 1000\nfile 9\nactive_file 30000000\ninactive_file 30000000\n");
+  w = MemoryWatch{MemoryWatch::Kind::kCgroupV2, v2};
+  ASSERT_TRUE(w.ReadUsedBytes(&used));
+  EXPECT_EQ(used, 0u);  // never below zero
+  WriteFile(proc + "/meminfo",
+            "MemTotal:        8000 kB\nMemFree:  1 kB\nMemAvailable:    6000 kB\n");
+  w = MemoryWatch{MemoryWatch::Kind::kPhysical, proc};
+  ASSERT_TRUE(w.ReadUsedBytes(&used));
+  EXPECT_EQ(used, 2000u * 1024);
+  // Missing or garbage: cannot read (the guard then only says so).
+  WriteFile(v1 + "/memory.usage_in_bytes", "lots\n");
+  EXPECT_FALSE((MemoryWatch{MemoryWatch::Kind::kCgroupV1, v1}.ReadUsedBytes(&used)));
+  EXPECT_FALSE(
+      (MemoryWatch{MemoryWatch::Kind::kCgroupV2, root.path() + "/none"}.ReadUsedBytes(&used)));
+}
+
+TEST(MemoryGuardPolicyTest, ShedsWhatIsOverDownToAFloorAndRaisesBackSlowly) {
+  const uint64_t limit = 256 * kMiB, cache = 64 * kMiB;
+  MemoryGuardPolicy p(limit, cache);
+  EXPECT_EQ(p.threshold_bytes(), limit - limit / 8);  // 224 MiB, a headroom of 32
+  Clock::time_point t = Clock::now();
+  EXPECT_EQ(p.Next(100 * kMiB, 60 * kMiB, t), cache);  // no pressure: unchanged
+  EXPECT_EQ(p.pressure_events(), 0u);
+  // 4 MiB over: that and half a headroom off what it holds.
+  EXPECT_EQ(p.Next(228 * kMiB, 60 * kMiB, t), 40 * kMiB);
+  EXPECT_EQ(p.pressure_events(), 1u);
+  EXPECT_EQ(p.Next(226 * kMiB, 40 * kMiB, t), 22 * kMiB);  // still over: again, same event
+  EXPECT_EQ(p.pressure_events(), 1u);
+  // Shed only from what it holds, whatever the budget was.
+  EXPECT_EQ(p.Next(225 * kMiB, 20 * kMiB, t), MemoryGuardPolicy::kFloorBytes);  // 20 - 17
+  for (int i = 0; i < 10; ++i) p.Next(250 * kMiB, p.capacity(), t);
+  EXPECT_EQ(p.capacity(), MemoryGuardPolicy::kFloorBytes);
+  // At the level shedding aims at (half a headroom below the threshold) it is not calm yet.
+  EXPECT_EQ(p.Next(208 * kMiB, 0, t), MemoryGuardPolicy::kFloorBytes);
+  EXPECT_EQ(p.capacity(), MemoryGuardPolicy::kFloorBytes);
+  // Calm, but not for long enough yet; then a 16th of the original each kRaiseEvery.
+  EXPECT_EQ(p.Next(100 * kMiB, 0, t + seconds(1)), MemoryGuardPolicy::kFloorBytes);
+  EXPECT_EQ(p.Next(100 * kMiB, 0, t + seconds(6)), MemoryGuardPolicy::kFloorBytes + cache / 16);
+  EXPECT_EQ(p.Next(100 * kMiB, 0, t + seconds(7)), MemoryGuardPolicy::kFloorBytes + cache / 16);
+  EXPECT_EQ(p.Next(100 * kMiB, 0, t + seconds(8)), MemoryGuardPolicy::kFloorBytes + cache / 8);
+  // Between the threshold and calm: the budget is held where it is (and the cache may grow by
+  // the room left: 1 MiB, so the floor).
+  EXPECT_EQ(p.Next(limit - limit / 8 - kMiB, 0, t + seconds(20)), MemoryGuardPolicy::kFloorBytes);
+  EXPECT_EQ(p.capacity(), MemoryGuardPolicy::kFloorBytes + cache / 8);
+  for (int i = 0; i < 40; ++i) p.Next(100 * kMiB, 0, t + seconds(30 + 2 * i));
+  EXPECT_EQ(p.capacity(), cache);  // never above the original
+  EXPECT_EQ(p.Next(250 * kMiB, cache, t + seconds(200)), cache - 42 * kMiB);
+  EXPECT_EQ(p.pressure_events(), 2u);  // a second episode
+}
+
+TEST(MemoryGuardPolicyTest, TheCacheGrowsByNoMoreThanTheRoomBelowTheThreshold) {
+  // A cache_size= far above the limit (seen in CI: 47,107 of 48,000 reads failed after the
+  // daemon was OOM-killed, the cache having filled between two samples).
+  const uint64_t limit = 96 * kMiB, cache = 8192 * kMiB;
+  MemoryGuardPolicy p(limit, cache);
+  const uint64_t threshold = p.threshold_bytes();  // 72 MiB
+  Clock::time_point t = Clock::now();
+  EXPECT_EQ(p.Next(10 * kMiB, 0, t), threshold - 10 * kMiB);       // empty: the room
+  EXPECT_EQ(p.Next(50 * kMiB, 30 * kMiB, t), threshold - 20 * kMiB);  // holds 30, 22 to spare
+  EXPECT_EQ(p.Next(threshold, 40 * kMiB, t), 40 * kMiB);            // no room: what it holds
+  EXPECT_EQ(p.Next(threshold - kMiB, 0, t), MemoryGuardPolicy::kFloorBytes);  // never below
+  EXPECT_EQ(p.pressure_events(), 0u);
+  EXPECT_EQ(p.capacity(), cache);  // the budget is untouched: no pressure yet
+  // A small cache with room to spare keeps its own size.
+  MemoryGuardPolicy q(limit, 8 * kMiB);
+  EXPECT_EQ(q.Next(10 * kMiB, 0, t), 8 * kMiB);
+}
+
+TEST(MemoryGuardPolicyTest, SmallLimitsAndSmallCaches) {
+  // Headroom: an eighth, at least 24 MiB, at most a quarter.
+  EXPECT_EQ(MemoryGuardPolicy(64 * kMiB, 8 * kMiB).threshold_bytes(), 48 * kMiB);
+  EXPECT_EQ(MemoryGuardPolicy(128 * kMiB, 8 * kMiB).threshold_bytes(), 104 * kMiB);
+  // A cache smaller than the floor is never shed below itself.
+  MemoryGuardPolicy p(128 * kMiB, 2 * kMiB);
+  EXPECT_EQ(p.Next(120 * kMiB, 2 * kMiB, Clock::now()), 2 * kMiB);
+  EXPECT_EQ(p.pressure_events(), 1u);
+}
+
+TEST(MemoryGuardTest, ShedsTheCacheWhenTheScopeIsUnderPressure) {
+  TempDir root;
+  const std::string dir = root.path() + "/sys/fs/cgroup/memory/job";
+  WriteFile(dir + "/memory.usage_in_bytes", std::to_string(250 * kMiB) + "\n");
+  WriteFile(dir + "/memory.stat", "total_active_file 0\ntotal_inactive_file 0\n");
+  ByteCache cache(64 * kMiB);
+  for (uint64_t k = 0; k < 40; ++k) {
+    cache.Insert(1, k, std::make_shared<const std::string>(kMiB, 'x'));
+  }
+  const uint64_t held = cache.stats().bytes;
+  ASSERT_GT(held, 16 * kMiB);
+  MemoryLimit limit{256 * kMiB, "cgroup v1 " + dir + "/memory.limit_in_bytes"};
+  MemoryGuard guard(&cache, limit);
+  EXPECT_EQ(MemoryGuard::Running(), &guard);
+  // The cache is shed first, then the guard counts what it shed: wait for both.
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        return cache.capacity_bytes() <= 4 * kMiB && guard.stats().shed_bytes >= held - 4 * kMiB;
+      },
+      std::chrono::seconds(30)));
+  MemoryGuard::Stats st = guard.stats();
+  EXPECT_EQ(st.pressure_events, 1u);
+  EXPECT_EQ(st.watching, "cgroup v1 " + dir);
+  EXPECT_EQ(st.used_bytes, 250 * kMiB);
+  EXPECT_GE(st.shed_bytes, held - 4 * kMiB);
+  EXPECT_LE(cache.stats().bytes, 4 * kMiB);
+}
+
+}  // namespace
+}  // namespace dsfs

@@ -56,51 +56,34 @@ std::map<std::string, std::string> ListFake(const Node& root, const Compare& c) 
   return out;
 }
 
-static void ListDisk(const std::string& base, const std::string& rel, const Compare& c,
-                     const Adjust& adjust, std::map<std::string, std::string>* out) {
-  const std::string full = rel.empty() ? base : base + "/" + rel;
-  struct stat st;
-  ASSERT_EQ(::lstat(full.c_str(), &st), 0) << full << ": " << std::strerror(errno);
-  if (adjust) adjust(&st);
-  std::string content;
-  const uint32_t type = st.st_mode & 0170000;
-  if (type == kLink) {
-    std::string target(st.st_size + 1, '\0');
-    ssize_t n = ::readlink(full.c_str(), target.data(), target.size());
-    ASSERT_EQ(n, st.st_size) << full;
-    target.resize(n);
-    content = ContentKey(target);
-  } else if (type == kReg) {
-    if (static_cast<uint64_t>(st.st_size) > kSparseThreshold) {
-      content = "sparse";
-    } else {
-      content = ContentKey(dsfs::testing::ReadFile(full));
-    }
-  }
-  if (!rel.empty() || c.root) {
-    (*out)[rel] =
-        Describe(c, st.st_mode, st.st_uid, st.st_gid, st.st_mtim.tv_sec,
-                 static_cast<uint32_t>(st.st_mtim.tv_nsec), st.st_size, st.st_nlink, content);
-  }
-  if (type != kDir) return;
-  std::vector<std::string> names;
-  {
-    std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(full.c_str()), ::closedir);
-    ASSERT_TRUE(d) << full;
-    while (dirent* e = ::readdir(d.get())) {
-      std::string name = e->d_name;
-      if (name != "." && name != "..") names.push_back(name);
-    }
-  }
-  for (const std::string& name : names) {
-    ListDisk(base, rel.empty() ? name : rel + "/" + name, c, adjust, out);
-  }
-}
-
 std::map<std::string, std::string> ListDisk(const std::string& dir, const Compare& c,
                                             const Adjust& adjust) {
   std::map<std::string, std::string> out;
-  ListDisk(dir, "", c, adjust, &out);
+  dsfs::testing::WalkTree(dir, [&](const std::string& rel, const struct stat& real,
+                                   const std::string& full) {
+    struct stat st = real;
+    if (adjust) adjust(&st);
+    std::string content;
+    const uint32_t type = st.st_mode & 0170000;
+    if (type == kLink) {
+      std::string target(st.st_size + 1, '\0');
+      ssize_t n = ::readlink(full.c_str(), target.data(), target.size());
+      EXPECT_EQ(n, st.st_size) << full;
+      target.resize(std::max<ssize_t>(n, 0));
+      content = ContentKey(target);
+    } else if (type == kReg) {
+      if (static_cast<uint64_t>(st.st_size) > kSparseThreshold) {
+        content = "sparse";
+      } else {
+        content = ContentKey(dsfs::testing::ReadFile(full));
+      }
+    }
+    if (!rel.empty() || c.root) {
+      out[rel] =
+          Describe(c, st.st_mode, st.st_uid, st.st_gid, st.st_mtim.tv_sec,
+                   static_cast<uint32_t>(st.st_mtim.tv_nsec), st.st_size, st.st_nlink, content);
+    }
+  });
   return out;
 }
 

@@ -243,41 +243,19 @@ std::string Show(const Entry& e) {
 
 std::map<std::string, Entry> Walk(const std::string& root, bool with_dir_mtimes) {
   std::map<std::string, Entry> out;
-  std::vector<std::string> todo = {""};
-  while (!todo.empty()) {
-    std::string rel = todo.back();
-    todo.pop_back();
-    std::string dir = rel.empty() ? root : root + "/" + rel;
-    DIR* d = ::opendir(dir.c_str());
-    if (!d) {
-      ADD_FAILURE() << "opendir " << dir << ": " << std::strerror(errno);
-      continue;
+  WalkTree(root, [&](const std::string& rel, const struct stat& st, const std::string& path) {
+    if (rel.empty()) return;
+    Entry e{st.st_mode,        st.st_uid,          st.st_gid, S_ISDIR(st.st_mode) ? 0 : st.st_size,
+            st.st_mtim.tv_sec, st.st_mtim.tv_nsec, ""};
+    if (S_ISDIR(st.st_mode)) {
+      if (!with_dir_mtimes) e.mtime_s = e.mtime_ns = 0;
+    } else if (S_ISLNK(st.st_mode)) {
+      e.content = std::filesystem::read_symlink(path).string();
+    } else {
+      e.content = ReadFile(path);
     }
-    while (struct dirent* de = ::readdir(d)) {
-      std::string name = de->d_name;
-      if (name == "." || name == "..") continue;
-      std::string r = rel.empty() ? name : rel + "/" + name;
-      std::string p = root + "/" + r;
-      struct stat st;
-      if (::lstat(p.c_str(), &st) != 0) {
-        ADD_FAILURE() << "lstat " << p << ": " << std::strerror(errno);
-        continue;
-      }
-      Entry e{
-          st.st_mode,        st.st_uid,          st.st_gid, S_ISDIR(st.st_mode) ? 0 : st.st_size,
-          st.st_mtim.tv_sec, st.st_mtim.tv_nsec, ""};
-      if (S_ISDIR(st.st_mode)) {
-        todo.push_back(r);
-        if (!with_dir_mtimes) e.mtime_s = e.mtime_ns = 0;
-      } else if (S_ISLNK(st.st_mode)) {
-        e.content = std::filesystem::read_symlink(p).string();
-      } else {
-        e.content = ReadFile(p);
-      }
-      out[r] = e;
-    }
-    ::closedir(d);
-  }
+    out[rel] = e;
+  });
   return out;
 }
 

@@ -551,19 +551,47 @@ std::map<std::string, std::string> StoreListing(const Store& store) {
   return out;
 }
 
+void WalkTree(const std::string& root, const TreeVisitor& visit) {
+  std::vector<std::string> todo = {""};
+  while (!todo.empty()) {
+    const std::string rel = todo.back();
+    todo.pop_back();
+    const std::string path = rel.empty() ? root : root + "/" + rel;
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0) {
+      ADD_FAILURE() << "lstat " << path << ": " << std::strerror(errno);
+      continue;
+    }
+    visit(rel, st, path);
+    if (!S_ISDIR(st.st_mode)) continue;
+    std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(path.c_str()), ::closedir);
+    if (!d) {
+      ADD_FAILURE() << "opendir " << path << ": " << std::strerror(errno);
+      continue;
+    }
+    std::vector<std::string> names;
+    while (struct dirent* e = ::readdir(d.get())) {
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") names.push_back(rel.empty() ? name : rel + "/" + name);
+    }
+    // Visited in name order (the listings are maps; the order only makes failures stable).
+    std::sort(names.rbegin(), names.rend());
+    todo.insert(todo.end(), names.begin(), names.end());
+  }
+}
+
 std::map<std::string, std::string> TreeListing(const std::string& dir) {
   std::map<std::string, std::string> out;
-  for (auto it = std::filesystem::recursive_directory_iterator(dir);
-       it != std::filesystem::recursive_directory_iterator(); ++it) {
-    std::string path = it->path().lexically_relative(dir).string();  // no symlink resolution
-    if (it->is_symlink()) {
-      out[path] = "->" + std::filesystem::read_symlink(it->path()).string();
-    } else if (it->is_directory()) {
-      out[path] = "<dir>";
+  WalkTree(dir, [&](const std::string& rel, const struct stat& st, const std::string& path) {
+    if (rel.empty()) return;
+    if (S_ISLNK(st.st_mode)) {
+      out[rel] = "->" + std::filesystem::read_symlink(path).string();
+    } else if (S_ISDIR(st.st_mode)) {
+      out[rel] = "<dir>";
     } else {
-      out[path] = ReadFile(it->path().string());
+      out[rel] = ReadFile(path);
     }
-  }
+  });
   return out;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <algorithm>
@@ -248,6 +249,13 @@ std::string PayloadFile(const std::string& path);
 std::map<std::string, std::string> StoreListing(const Store& store);
 // The same for a directory tree.
 std::map<std::string, std::string> TreeListing(const std::string& dir);
+// The one walk of a tree on disk, for the listings of every test binary (TreeListing here,
+// kernel_mount_util's Walk, erofs_test_util's ListDisk): calls visit(rel, st, path) for
+// `root` itself (rel "") and for everything below it, by lstat (links are not followed),
+// a directory before its entries. A path that cannot be listed is a test failure.
+using TreeVisitor =
+    std::function<void(const std::string& rel, const struct stat& st, const std::string& path)>;
+void WalkTree(const std::string& root, const TreeVisitor& visit);
 
 }  // namespace dsfs::testing
 

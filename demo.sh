@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 REPO=$PWD
 WORK=${WORK:-/var/tmp/dsfs-demo}
-bash tools/setup.sh
+bash scripts/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build
 DSFS=$REPO/build/dsfs

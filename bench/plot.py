@@ -15,7 +15,7 @@ from the same data changes no byte. Each SVG's metadata names its sources with t
 tests/checks/docs_test.py checks those against the .jsonl files, so a chart older than its data fails
 the test on any checkout (file times mean nothing on a fresh clone).
 
-The benchmark scripts call this at their end; it needs python3-matplotlib (tools/setup.sh).
+The benchmark scripts call this at their end; it needs python3-matplotlib (scripts/setup.sh).
 """
 import argparse
 import glob
@@ -29,7 +29,7 @@ import sys
 try:
     import matplotlib
 except ImportError:
-    sys.exit("plot: error: python3-matplotlib is not installed (bash tools/setup.sh)")
+    sys.exit("plot: error: python3-matplotlib is not installed (bash scripts/setup.sh)")
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the benchmarks need, from Debian 12 packages only: the core's dependencies
-# (tools/setup.sh), then the photographs that bench/datasets.py crops, the peers (squashfs-tools,
+# (scripts/setup.sh), then the photographs that bench/datasets.py crops, the peers (squashfs-tools,
 # squashfuse) and the small tools bench/core_bench.sh calls. Idempotent: apt runs only when a
 # package is missing.
 set -euo pipefail
@@ -8,10 +8,10 @@ export DEBIAN_FRONTEND=noninteractive
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 
-if [[ -x "$repo/tools/setup.sh" || -f "$repo/tools/setup.sh" ]]; then
-  bash "$repo/tools/setup.sh" || echo "bench/setup.sh: tools/setup.sh failed; going on with the benchmark packages" >&2
+if [[ -x "$repo/scripts/setup.sh" || -f "$repo/scripts/setup.sh" ]]; then
+  bash "$repo/scripts/setup.sh" || echo "bench/setup.sh: scripts/setup.sh failed; going on with the benchmark packages" >&2
 else
-  echo "bench/setup.sh: no tools/setup.sh; installing the benchmark packages only" >&2
+  echo "bench/setup.sh: no scripts/setup.sh; installing the benchmark packages only" >&2
 fi
 
 PKGS=(

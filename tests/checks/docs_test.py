@@ -143,7 +143,7 @@ def check_redraw(repo):
                             tmp] + drawn, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True)
         if "python3-matplotlib is not installed" in p.stdout:
-            print("skipped: python3-matplotlib is not installed (bash tools/setup.sh)")
+            print("skipped: python3-matplotlib is not installed (bash scripts/setup.sh)")
             sys.exit(77)
         if p.returncode != 0:
             return [f"bench/plot.py failed (status {p.returncode}): {p.stdout.strip()}"]

@@ -174,7 +174,7 @@ def main():
     pages = {n: os.path.join(man_dir, n) for n in ("dsfs.1", "mount.fuse.dsfs.8")}
     missing = [p for p in pages.values() if not os.path.exists(p)]
     if missing:
-        print(f"skipped: {', '.join(missing)} not built (pandoc missing: bash tools/setup.sh)")
+        print(f"skipped: {', '.join(missing)} not built (pandoc missing: bash scripts/setup.sh)")
         return 77
     dsfs1, helper8 = render(pages["dsfs.1"]), render(pages["mount.fuse.dsfs.8"])
     problems = []

@@ -9,7 +9,7 @@ set -euo pipefail
 build=$1
 dsfs=$2
 for t in cpack dpkg-deb dpkg-shlibdeps; do
-  command -v "$t" >/dev/null || { echo "SKIPPED: $t is not installed (tools/setup.sh)"; exit 77; }
+  command -v "$t" >/dev/null || { echo "SKIPPED: $t is not installed (scripts/setup.sh)"; exit 77; }
 done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -47,7 +47,7 @@ class CephEnvironment : public ::testing::Environment {
     for (const char* bin : {"/usr/bin/ceph-mon", "/usr/bin/ceph-osd", "/usr/bin/radosgw"}) {
       if (::access(bin, X_OK) != 0) {
         g_ceph->skip = std::string("SKIPPED: ") + bin +
-                       " not installed (tools/setup.sh installs ceph-mon ceph-osd radosgw)";
+                       " not installed (scripts/setup.sh installs ceph-mon ceph-osd radosgw)";
         return;
       }
     }

@@ -173,7 +173,7 @@ void CheckImage(const ImageTree& tree, const ImageOptions& options,
       Fsck(img);
     }
   } else {
-    std::cout << "[  NOTE    ] fsck.erofs not installed (tools/setup.sh): fsck check SKIPPED\n";
+    std::cout << "[  NOTE    ] fsck.erofs not installed (scripts/setup.sh): fsck check SKIPPED\n";
   }
   const std::string why = KernelUnavailable();
   if (!why.empty()) {

@@ -40,7 +40,7 @@ inline constexpr bool kSanitized = false;
 
 // Trials of a damage sweep: all of them in a normal build; an eighth (at least 1) under a
 // sanitizer, whose job there is to find a bad access on each path, not to cover more positions
-// (the fuzzers do that), and where each trial costs 5-20x (CI time, tools/ci_hardening.sh).
+// (the fuzzers do that), and where each trial costs 5-20x (CI time, scripts/ci_hardening.sh).
 inline constexpr int SweepTrials(int trials) { return kSanitized ? std::max(1, trials / 8) : trials; }
 
 // A fresh directory under $TMPDIR (or /tmp), removed with everything in it on destruction.

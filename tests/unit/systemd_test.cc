@@ -54,7 +54,7 @@ bool HaveSystemdAnalyze() {
 
 TEST(SystemdUnitTest, VerifyReportsNothing) {
   if (!HaveSystemdAnalyze()) {
-    GTEST_SKIP() << "SKIPPED: systemd-analyze is not installed (tools/setup.sh installs systemd)";
+    GTEST_SKIP() << "SKIPPED: systemd-analyze is not installed (scripts/setup.sh installs systemd)";
   }
   // A template is verified through an instance; the instance name is an escaped mountpoint.
   TempDir dir;
@@ -101,7 +101,7 @@ TEST(SystemdUnitTest, OnlyTheS3UnitReachesTheNetwork) {
 // allow them (they are in @aio, which @system-service holds), or the transport would fall back.
 TEST(SystemdUnitTest, TheSystemCallFilterAllowsIoUring) {
   if (!HaveSystemdAnalyze()) {
-    GTEST_SKIP() << "SKIPPED: systemd-analyze is not installed (tools/setup.sh installs systemd)";
+    GTEST_SKIP() << "SKIPPED: systemd-analyze is not installed (scripts/setup.sh installs systemd)";
   }
   for (const std::string& path : kUnits) {
     SCOPED_TRACE(path);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what dsfs needs, from Debian 12 packages only. Idempotent: packages already present
 # are skipped.
-#   bash tools/setup.sh           everything: building, packaging, the tests and the benchmarks
-#   bash tools/setup.sh --build   only what building dsfs and its Debian package needs
+#   bash scripts/setup.sh           everything: building, packaging, the tests and the benchmarks
+#   bash scripts/setup.sh --build   only what building dsfs and its Debian package needs
 # (The package itself needs neither: its Depends are the runtime libraries, packaging/package.cmake.)
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive

@@ -6,7 +6,7 @@
 #   STRESS_SECONDS   duration of the stress test under each sanitizer (default 120)
 #   FUZZ_SECONDS     fuzzing time per target (default 60)
 #   JOBS             build jobs (default: number of cores)
-# Usage: sudo tools/ci_hardening.sh
+# Usage: sudo scripts/ci_hardening.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STRESS_SECONDS=${STRESS_SECONDS:-120}

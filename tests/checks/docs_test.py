@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Checks of the documentation, on the sources alone (no build, no mount):
 
-  docs_test.py links  REPO   every relative link of README.md and docs/**/*.md resolves: the
+  docs_test.py links  REPO   every relative link of README.md, bench/README.md and docs/**/*.md
+                             resolves: the
                              file exists and a #anchor names a heading of the file it points at
   docs_test.py charts REPO   every chart (.svg) those pages link exists and was drawn from the
                              data its results file holds now: bench/plot.py writes each source's
@@ -23,7 +24,7 @@ SOURCE = re.compile(r"([\w.-]+\.jsonl) sha256:([0-9a-f]{64})")
 
 
 def pages(repo):
-    out = [os.path.join(repo, "README.md")]
+    out = [os.path.join(repo, "README.md"), os.path.join(repo, "bench", "README.md")]
     for root, _, files in os.walk(os.path.join(repo, "docs")):
         out += [os.path.join(root, f) for f in sorted(files) if f.endswith(".md")]
     return out

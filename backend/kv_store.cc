@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +18,7 @@
 #include "backend/rocksdb_store.h"
 #include "backend/s3_store.h"
 #include "common/log.h"
+#include "common/system.h"
 
 namespace dsfs {
 
@@ -114,9 +114,9 @@ void RemoveDeadTemporaries(const std::string& path) {
     if (name.rfind(stem, 0) != 0) continue;
     char* end = nullptr;
     long pid = std::strtol(name.c_str() + stem.size(), &end, 10);
-    if (pid <= 0 || *end != '\0' || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) {
-      continue;
-    }
+    // A writer that is alive still writes it (an exited one whose parent has not waited yet,
+    // a zombie, writes nothing: common/system.h's one rule).
+    if (pid <= 0 || *end != '\0' || ProcessAlive(static_cast<pid_t>(pid))) continue;
     const std::string tmp = e.path().string();
     struct stat st;
     if (::lstat(tmp.c_str(), &st) != 0) continue;

@@ -21,7 +21,7 @@ and drop_caches, epoch 2 hot. Readers:
     enable_uring set to Y for those mounts and put back): the original tree and the bmp view;
   - dsfs classic and over io_uring with the daemon in a session of its own (`setsid dsfs
     mount`: another scheduler autogroup than the reader, as a daemon started elsewhere is).
-Then, per data set, shuffled open+read+close of the --subset files with bench/readfiles.cc
+Then, per data set, shuffled open+read+close of the --subset files with bench/tools/readbench.cc
 (dsfs-readbench, 1 and 4 threads; pass 1 after a fresh mount and drop_caches, then the median
 of 5 hot passes) on
 ext4, a tmpfs copy, dsfs classic and dsfs -o kernel. With --scale STORE..., for each store:

@@ -6,7 +6,7 @@
 #   bench/scale_bench.sh --render RESULTS.jsonl     (writes RESULTS.md from raw figures)
 #
 # 1. `dsfs-gentar --files N | dsfs pack - STORE` (N default 10,000,000 in 1000 class dirs, files
-#    of 100-600 bytes; the generator is bench/gentar.cc, built with the other bench tools), timed;
+#    of 100-600 bytes; the generator is bench/tools/gentar.cc, built with the other bench tools), timed;
 #    store size. --from-tree (or a dsfs that cannot pack a tar from stdin) writes the tree to disk
 #    first and packs the directory instead, and the report says so.
 # 2. `dsfs mount` time (until it returns) and the daemon's RSS right after it.
@@ -90,7 +90,7 @@ out = [f"# dsfs at scale: {n:,} files, {os.path.basename(jsonl)[6:-6]}", ""]
 out += machine_lines(work, repo)
 out.append(f"- dsfs binary: {dsfs}" + (f" ({os.environ['DSFS_DESC']})" if os.environ.get("DSFS_DESC") else ""))
 src = g("dsfs", "source") or "?"
-out.append(f"- data set: `dsfs-gentar --files {n} --classes {cfg.get('classes')}` (bench/gentar.cc): "
+out.append(f"- data set: `dsfs-gentar --files {n} --classes {cfg.get('classes')}` (bench/tools/gentar.cc): "
            f"{n:,} files of 100-600 bytes ({(g('_', 'file_bytes') or 0) / 1e6:,.0f} MB of file data) in "
            f"{cfg.get('classes')} class directories, partly compressible; packed from {src}")
 out.append("")

@@ -70,7 +70,7 @@ struct TransportOptions {
   // so a pinned thread is woken on the CPU that waits for it.
   bool pin_threads = true;
   // Before sleeping in the kernel, look for the next request this long (0 = never). Only
-  // useful where the serving thread has a CPU of its own (see bench/roundtrip_bench.cc).
+  // useful where the serving thread has a CPU of its own (see bench/tools/roundtrip_bench.cc).
   int busy_poll_us = 0;
   // Set up each ring with IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN: only the
   // queue thread submits, and the kernel runs the ring's completions (a request arriving)

@@ -20,17 +20,14 @@ import statistics
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "bench"))
-from views_bench import Mount, drop_caches, sh  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from bench_util import READBENCH, REPO, Mount, drop_caches, readbench, sh  # noqa: E402
 
 
 def read_pass(rb, root, lst, threads, limit):
-    r = sh([rb, root, "--list", lst, "--threads", str(threads), "--passes", "1",
-            "--limit", str(limit)], timeout=1800)
-    rows = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
-    if r.returncode != 0 or not rows or rows[0]["errors"]:
-        raise RuntimeError(f"readbench {root}: {r.stderr.strip()[-300:]} {rows}")
+    rows = readbench(rb, root, lst, threads, 1, "--limit", str(limit))
+    if rows[0]["errors"]:
+        raise RuntimeError(f"readbench {root}: {rows}")
     return rows[0]["files_per_s"]
 
 
@@ -41,7 +38,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--limit", type=int, default=50000)
     ap.add_argument("--threads", type=int, default=4)
-    ap.add_argument("--readbench", default=os.path.join(REPO, "build", "bench", "dsfs-readbench"))
+    ap.add_argument("--readbench", default=READBENCH)
     ap.add_argument("--variant", action="append", required=True)
     a = ap.parse_args()
     src = os.path.join(a.work, a.dataset)

@@ -38,13 +38,13 @@ MD=$RESULTS/fuse-options-$STAMP.md
 LOG=$WORK/logs/fuse-options-$STAMP.log
 mkdir -p "$RESULTS" "$WORK/logs" "$WORK/mnt" || exit 1
 : >"$JSONL"
-# shellcheck source=bench/lib.sh
-source "$REPO/bench/lib.sh"
+# shellcheck source=bench/lib/lib.sh
+source "$REPO/bench/lib/lib.sh"
 
 render() {
   "$PY" - "$JSONL" "$WORK" "$REPO" "$LIMIT" "$PASSES" "$DSFS" >"$MD" <<'PYEOF'
 import json, os, statistics, sys
-sys.path.insert(0, os.path.join(sys.argv[3], "bench"))
+sys.path.insert(0, os.path.join(sys.argv[3], "bench", "lib"))
 from report import machine_lines, fmt_rate
 jsonl, work, repo, limit, passes, dsfs = sys.argv[1:7]
 recs = [json.loads(l) for l in open(jsonl) if l.strip()]
@@ -103,7 +103,7 @@ build_readbench || exit 1
 SRC=$WORK/photo32
 STORE=$WORK/photo32.dsfs
 LIST=$WORK/photo32.list
-[[ -d $SRC ]] || "$PY" "$REPO/bench/datasets.py" photo-crops "$SRC" >>"$LOG" 2>&1 || exit 1
+[[ -d $SRC ]] || "$PY" "$REPO/bench/lib/datasets.py" photo-crops "$SRC" >>"$LOG" 2>&1 || exit 1
 [[ -f $LIST ]] || rb "$SRC" --write-list "$LIST" || exit 1
 [[ -f $STORE ]] || "$DSFS" pack "$SRC" "$STORE" --force >>"$LOG" 2>&1 || exit 1
 M=$WORK/mnt/options-photo32

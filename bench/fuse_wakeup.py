@@ -19,9 +19,8 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "bench"))
-from views_bench import Mount, sh  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from bench_util import REPO, Mount, sh  # noqa: E402
 
 
 def probe(root, files, busy_us):

@@ -76,8 +76,8 @@ MD=$RESULTS/metadata-$STAMP.md
 LOG=$WORK/logs/metadata-$STAMP.log
 mkdir -p "$RESULTS" "$WORK/logs" "$WORK/mnt" || exit 1
 : >"$JSONL"
-# shellcheck source=bench/lib.sh
-source "$REPO/bench/lib.sh"
+# shellcheck source=bench/lib/lib.sh
+source "$REPO/bench/lib/lib.sh"
 trap bench_cleanup EXIT
 build_readbench || exit 1
 M=$WORK/mnt/metadata

@@ -23,9 +23,8 @@ import platform
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "bench"))
-from views_bench import Mount, drop_caches, sh  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from bench_util import READBENCH, REPO, Mount, drop_caches, readbench, sh  # noqa: E402
 
 
 def du_bytes(path):
@@ -47,10 +46,9 @@ def enter_cgroup(limit):
 
 
 def passes(rb, root, lst, threads, n):
-    r = sh([rb, root, "--list", lst, "--threads", str(threads), "--passes", str(n)], timeout=3600)
-    rows = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
-    if r.returncode != 0 or len(rows) != n or any(x["errors"] for x in rows):
-        raise RuntimeError(f"readbench {root}: {r.stderr.strip()[-300:]} {rows}")
+    rows = readbench(rb, root, lst, threads, n, timeout=3600)
+    if len(rows) != n or any(x["errors"] for x in rows):
+        raise RuntimeError(f"readbench {root}: {rows}")
     return [x["files_per_s"] for x in rows]
 
 
@@ -64,7 +62,7 @@ def main():
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--pack-binary")
     ap.add_argument("--pack-args", default="", help="extra dsfs pack arguments, space-separated")
-    ap.add_argument("--readbench", default=os.path.join(REPO, "build-h6", "bench", "dsfs-readbench"))
+    ap.add_argument("--readbench", default=READBENCH)
     ap.add_argument("--variant", action="append", required=True)
     ap.add_argument("--no-ext4", action="store_true")
     ap.add_argument("--memory-limit", default="96M",

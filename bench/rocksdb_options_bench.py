@@ -31,10 +31,8 @@ import statistics
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "bench"))
-from backend_bench import daemon_rss_kb, readbench  # noqa: E402
-from views_bench import Mount, drop_caches, sh  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from bench_util import READBENCH, REPO, Mount, daemon_rss_kb, drop_caches, readbench, sh  # noqa: E402
 
 SETTINGS = [
     ("default: 4 KiB blocks, no bloom filter, no RocksDB compression, mmap reads, no block cache", ""),
@@ -49,7 +47,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dsfs", default=os.path.join(REPO, "build", "dsfs"))
     ap.add_argument("--tuned-pack", default=os.path.join(REPO, "build", "bench", "dsfs-tuned-pack"))
-    ap.add_argument("--readbench", default=os.path.join(REPO, "build", "bench", "dsfs-readbench"))
+    ap.add_argument("--readbench", default=READBENCH)
     ap.add_argument("--work", default=os.environ.get("BENCH_WORK", "/var/tmp/dsfs-bench"))
     ap.add_argument("--dataset", default="photo32")
     ap.add_argument("--rounds", type=int, default=3)

@@ -35,9 +35,8 @@ from PIL import Image
 from torchvision.datasets.folder import default_loader
 from torchvision.transforms import ToTensor
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "bench"))
-from views_bench import Mount, sh  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from bench_util import LIB, REPO, Mount, sh  # noqa: E402
 
 IMAGE_EXT = (".jpg", ".jpeg", ".png")
 
@@ -169,8 +168,8 @@ def main():
     with open(out + ".md", "w") as f:
         f.write("\n".join(lines))
     print("\n".join(lines))
-    # The charts of these results and the README's (bench/plot.py), beside them.
-    subprocess.run(["/usr/bin/python3", os.path.join(REPO, "bench", "plot.py"), out + ".jsonl"],
+    # The charts of these results and the README's (bench/lib/plot.py), beside them.
+    subprocess.run(["/usr/bin/python3", os.path.join(LIB, "plot.py"), out + ".jsonl"],
                    check=False)
     return 0
 

@@ -58,13 +58,13 @@ LOG=$WORK/logs/scale-$STAMP.log
 S=$WORK/scale
 mkdir -p "$RESULTS" "$WORK/logs" "$S" || exit 1
 : >"$JSONL"
-# shellcheck source=bench/lib.sh
-source "$REPO/bench/lib.sh"
+# shellcheck source=bench/lib/lib.sh
+source "$REPO/bench/lib/lib.sh"
 
 render() {
   "$PY" - "$JSONL" "$WORK" "$REPO" "$DSFS" >"$MD" <<'PYEOF'
 import json, os, statistics, sys
-sys.path.insert(0, os.path.join(sys.argv[3], "bench"))
+sys.path.insert(0, os.path.join(sys.argv[3], "bench", "lib"))
 from report import machine_lines, fmt_rate, fmt_s
 jsonl, work, repo, dsfs = sys.argv[1:5]
 m, notes = {}, []

@@ -54,7 +54,7 @@ def main():
     for name in a.datasets.split(","):
         src = os.path.join(a.work, name)
         if not os.path.isdir(src):
-            sys.exit(f"store_size_bench: no dataset tree {src} (bench/datasets.py makes them)")
+            sys.exit(f"store_size_bench: no dataset tree {src} (bench/lib/datasets.py makes them)")
         times = {}
         sizes = {}
         info = {}

@@ -5,9 +5,9 @@
                              resolves: the
                              file exists and a #anchor names a heading of the file it points at
   docs_test.py charts REPO   every chart (.svg) those pages link exists and was drawn from the
-                             data its results file holds now: bench/plot.py writes each source's
+                             data its results file holds now: bench/lib/plot.py writes each source's
                              sha256 into the SVG's metadata; so does every chart beside a .jsonl
-  docs_test.py redraw REPO   bench/plot.py, run again on the README chart's sources in a scratch
+  docs_test.py redraw REPO   bench/lib/plot.py, run again on the README chart's sources in a scratch
                              directory, draws the committed bytes (deterministic SVGs: drawing
                              again changes nothing); skipped (77) without python3-matplotlib
 
@@ -92,11 +92,11 @@ def sha256(path):
 def check_chart(repo, svg, why):
     rel = os.path.relpath(svg, repo)
     if not os.path.exists(svg):
-        return [f"{rel} ({why}) does not exist: run /usr/bin/python3 bench/plot.py"]
+        return [f"{rel} ({why}) does not exist: run /usr/bin/python3 bench/lib/plot.py"]
     with open(svg, encoding="utf-8") as f:
         sources = SOURCE.findall(f.read())
     if not sources:
-        return [f"{rel} ({why}) names no sources: draw it with bench/plot.py"]
+        return [f"{rel} ({why}) names no sources: draw it with bench/lib/plot.py"]
     problems = []
     for name, digest in sources:
         data = os.path.join(os.path.dirname(svg), name)
@@ -104,7 +104,7 @@ def check_chart(repo, svg, why):
             problems.append(f"{rel}: its source {name} does not exist")
         elif sha256(data) != digest:
             problems.append(f"{rel} is older than {name} (drawn from other data): run "
-                            "/usr/bin/python3 bench/plot.py")
+                            "/usr/bin/python3 bench/lib/plot.py")
     return problems
 
 
@@ -140,19 +140,19 @@ def check_redraw(repo):
             if name.endswith((".jsonl", ".md")):
                 shutil.copy(os.path.join(results, name), tmp)
         drawn = [os.path.join(tmp, n) for n in sources if n.startswith("views-")]
-        p = subprocess.run([sys.executable, os.path.join(repo, "bench", "plot.py"), "--results",
+        p = subprocess.run([sys.executable, os.path.join(repo, "bench", "lib", "plot.py"), "--results",
                             tmp] + drawn, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True)
         if "python3-matplotlib is not installed" in p.stdout:
             print("skipped: python3-matplotlib is not installed (bash scripts/setup.sh)")
             sys.exit(77)
         if p.returncode != 0:
-            return [f"bench/plot.py failed (status {p.returncode}): {p.stdout.strip()}"]
+            return [f"bench/lib/plot.py failed (status {p.returncode}): {p.stdout.strip()}"]
         problems = check_gpu_chart(repo, tmp)
         for name in ["headline.svg"] + [os.path.basename(d)[:-6] + ".svg" for d in drawn]:
             new, old = os.path.join(tmp, name), os.path.join(results, name)
             if not os.path.exists(new):
-                problems.append(f"bench/plot.py drew no {name}")
+                problems.append(f"bench/lib/plot.py drew no {name}")
             elif sha256(new) != sha256(old):
                 problems.append(f"bench/results/{name}: drawn again from the same data it "
                                 "differs (not deterministic, or drawn by another plot.py)")
@@ -160,7 +160,7 @@ def check_redraw(repo):
 
 
 def check_gpu_chart(repo, tmp):
-    """The GPU host's chart from lines as bench/gpu_run.sh writes them (no GPU results are
+    """The GPU host's chart from lines as bench/gpu/gpu_run.sh writes them (no GPU results are
     committed yet: made-up figures, in a temporary directory only)."""
     import json
     import subprocess
@@ -176,11 +176,11 @@ def check_gpu_chart(repo, tmp):
         for mode, label, workers, ips in rows:
             f.write(json.dumps({"mode": mode, "label": label, "workers": workers,
                                 "images_per_s": ips}) + "\n")
-    p = subprocess.run([sys.executable, os.path.join(repo, "bench", "plot.py"), "--results", tmp,
+    p = subprocess.run([sys.executable, os.path.join(repo, "bench", "lib", "plot.py"), "--results", tmp,
                         path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     svg = path[:-len(".jsonl")] + ".svg"
     if p.returncode != 0 or not os.path.exists(svg):
-        return [f"bench/plot.py drew no chart of GPU results: {p.stdout.strip()}"]
+        return [f"bench/lib/plot.py drew no chart of GPU results: {p.stdout.strip()}"]
     with open(svg, encoding="utf-8") as f:
         text = f.read()
     return [f"the GPU chart lacks {want!r}" for want in ("GPU alone", "dsfs -o kernel", "16 workers")

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Charts of the measurements: bench/results/*.jsonl -> SVG beside them.
 
-  /usr/bin/python3 bench/plot.py [--results bench/results] [FILE.jsonl ...]
+  /usr/bin/python3 bench/lib/plot.py [--results bench/results] [FILE.jsonl ...]
 
 For every results file of a kind it knows (core-*, views-*, kernel-*, backends-*,
 sample-costs-*, gpu-*, memory-*) it writes FILE.svg next to FILE.jsonl; it also writes
@@ -34,7 +34,7 @@ except ImportError:
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATASETS = {
     "photo32": "photo32: 150,000 32x32 JPEG photo crops, 100 classes",
     "fmnist": "fmnist: Fashion-MNIST, 70,000 28x28 PNGs, 10 classes",
@@ -109,6 +109,8 @@ def caption(paths, datasets):
 def save(fig, out, sources, note):
     fig.text(0.01, 0.005, note, fontsize=7, va="bottom", ha="left", color="#444444")
     desc = "sources: " + " ".join(f"{os.path.basename(s)} sha256:{sha256(s)}" for s in sources)
+    # Creator: the name every committed chart carries (this file's before bench/lib/); another
+    # would change the bytes of every chart drawn again.
     fig.savefig(out, format="svg", metadata={
         "Date": None, "Creator": "bench/plot.py", "Description": desc,
         "Title": os.path.basename(out)})
@@ -404,7 +406,7 @@ def plot_headline(results):
     return out
 
 
-# --- gpu-*.jsonl (bench/gpu_run.sh: bench/gpu_train.py's lines) ---------------------------
+# --- gpu-*.jsonl (bench/gpu/gpu_run.sh: bench/gpu/gpu_train.py's lines) -------------------
 
 GPU_READERS = [("JPEG on local disk", "JPEG,\nlocal disk"), ("dsfs original tree", "dsfs\noriginal"),
                ("dsfs bmp view", "dsfs\nbmp view"),

@@ -21,7 +21,7 @@ against a full repack of M + M/100 files from a stream.
 --scale-store PATH (an LMDB store, e.g. bench/scale_bench.sh --keep-store's): `dsfs convert` to
 RocksDB, then mount time (after drop_caches) and daemon RSS of both, 3 times each (medians).
 --datasets with no names skips the per-data-set part.
-Writes bench/results/backends-<date>.md and .jsonl. Mounts only under WORK/mnt.
+Writes bench/results/backends/backends-<date>.md and .jsonl. Mounts only under WORK/mnt.
 """
 import argparse
 import json
@@ -34,7 +34,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 from bench_util import (LIB, READBENCH, REPO, Mount, daemon_rss_kb, drop_caches,  # noqa: E402
-                        imagefolder, readbench, sh)
+                        imagefolder, readbench, results_dir, sh)
 
 
 def main():
@@ -53,7 +53,7 @@ def main():
     dsfs, rb = os.path.abspath(a.dsfs), os.path.abspath(a.readbench)
     gentar = os.path.abspath(a.gentar or os.path.join(os.path.dirname(rb), "dsfs-gentar"))
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = os.path.join(REPO, "bench", "results", f"backends-{stamp}")
+    out = os.path.join(results_dir("backends"), f"backends-{stamp}")
     jsonl = open(out + ".jsonl", "w")
     mnt = os.path.join(a.work, "mnt", "backends")
     res = {}

@@ -12,7 +12,8 @@
 # goes through the daemon again. A sampler reads the daemon's /proc/PID/status every 0.2 s:
 # VmRSS, RssAnon (heap: the cache lives here) and RssFile (pages of the memory-mapped store,
 # which are the kernel's reclaimable page cache). Reports peak RSS against the budget and the
-# overhead above it, and the RSS right after mount. Writes bench/results/cache-budget-<date>.md.
+# overhead above it, and the RSS right after mount. Writes
+# bench/results/cache-budget/cache-budget-<date>.md.
 # Environment: DSFS (default build/dsfs), DSFS_DESC (how it was built, for the report), BENCH_WORK.
 set -uo pipefail
 export LC_ALL=C
@@ -32,7 +33,7 @@ while (($#)); do
   shift
 done
 STAMP=$(date +%Y%m%d-%H%M%S)
-RESULTS=$REPO/bench/results
+RESULTS=$REPO/bench/results/cache-budget
 JSONL=$RESULTS/cache-budget-$STAMP.jsonl
 MD=$RESULTS/cache-budget-$STAMP.md
 LOG=$WORK/logs/cache-budget-$STAMP.log

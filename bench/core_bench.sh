@@ -22,7 +22,7 @@
 #     scan is the `find`) and second epoch over the same images; for seq1g sequential read MB/s
 #     of the 1 GiB file, cold and hot; CPU seconds and peak RSS of every FUSE daemon.
 #     The report has a "targets" section (bench/lib/targets.json: target, measured, met?).
-# Writes bench/results/core-<date>.md (and .jsonl with every raw figure) and prints the table.
+# Writes bench/results/core/core-<date>.md (and .jsonl with every raw figure) and prints the table.
 # Mounts only under WORK/mnt, unmounts them on exit, and kills only the PIDs it started.
 #
 # Environment: DSFS (the binary, default BUILD_DIR/dsfs), BENCH_BUILD_DIR, DSFS_PACK_OPTS,
@@ -69,7 +69,7 @@ done
 
 DSFS=${DSFS:-$BUILD_DIR/dsfs}
 STAMP=$(date +%Y%m%d-%H%M%S)
-RESULTS=$REPO/bench/results
+RESULTS=$REPO/bench/results/core
 MD=$RESULTS/core-$STAMP.md
 JSONL=$RESULTS/core-$STAMP.jsonl
 LOGDIR=$WORK/logs

@@ -10,7 +10,7 @@ optionally `find` over the tree, then one shuffled pass over the first LIMIT fil
 with dsfs-readbench), for ext4 and each variant in turn, ROUNDS times interleaved so that a
 drift of the machine hits every variant alike. Each variant mounts its STORE (default: the core
 benchmark's WORK/DATASET.dsfs) with its own binary and options. Prints and writes
-bench/results/first-touch-ab-<date>.md (medians and every round) and .jsonl.
+bench/results/first-touch/first-touch-ab-<date>.md (medians and every round) and .jsonl.
 """
 import argparse
 import json
@@ -21,7 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from bench_util import READBENCH, REPO, Mount, drop_caches, readbench, sh  # noqa: E402
+from bench_util import READBENCH, Mount, drop_caches, readbench, results_dir, sh  # noqa: E402
 
 
 def read_pass(rb, root, lst, threads, limit):
@@ -53,7 +53,7 @@ def main():
         variants.append((label, os.path.abspath(binary), ["-o", opts] if opts else [],
                          vstore or store))
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = os.path.join(REPO, "bench", "results", f"first-touch-ab-{stamp}")
+    out = os.path.join(results_dir("first-touch"), f"first-touch-ab-{stamp}")
     res = {}
     with open(out + ".jsonl", "w") as jsonl:
         for rnd in range(1, a.rounds + 1):

@@ -10,7 +10,8 @@
 #   first touch: unmount, drop_caches, mount, `find` over the tree, one pass.
 # The daemon's request counters (/.dsfs/stats) before and after the hot passes give requests
 # per file. Configurations (default): defaults; zero_open=0; zero_open=0,timeout=1; push=0;
-# threads=1; threads=4 ("defaults" = no -o). Writes bench/results/fuse-options-<date>.md (and .jsonl).
+# threads=1; threads=4 ("defaults" = no -o). Writes
+# bench/results/fuse-options/fuse-options-<date>.md (and .jsonl).
 # Environment: DSFS (default build/dsfs), DSFS_DESC (how it was built, for the report), BENCH_WORK.
 set -uo pipefail
 export LC_ALL=C
@@ -32,7 +33,7 @@ while (($#)); do
   shift
 done
 STAMP=$(date +%Y%m%d-%H%M%S)
-RESULTS=$REPO/bench/results
+RESULTS=$REPO/bench/results/fuse-options
 JSONL=$RESULTS/fuse-options-$STAMP.jsonl
 MD=$RESULTS/fuse-options-$STAMP.md
 LOG=$WORK/logs/fuse-options-$STAMP.log

@@ -27,7 +27,7 @@ of 5 hot passes) on
 ext4, a tmpfs copy, dsfs classic and dsfs -o kernel. With --scale STORE..., for each store:
 `dsfs mount -o kernel` after drop_caches (seconds until it returns, the layout's own time and
 memory, the daemon's VmRSS/VmHWM), against a classic mount of the same store.
-Writes bench/results/kernel-<date>.md and .jsonl (medians over rounds). Mounts only under
+Writes bench/results/kernel/kernel-<date>.md and .jsonl (medians over rounds). Mounts only under
 WORK/mnt and unmounts what it mounted, even on failure.
 """
 import argparse
@@ -44,7 +44,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 from bench_util import (LIB, PY, READBENCH, REPO, Mount, daemon_memory, drop_caches,  # noqa: E402
-                        imagefolder, readbench, sh)
+                        imagefolder, readbench, results_dir, sh)
 
 READERS = (
     ("ext4", "ImageFolder, source on ext4", None),
@@ -117,7 +117,7 @@ def main():
     a = ap.parse_args()
     dsfs = os.path.abspath(a.dsfs)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_dir = os.path.join(REPO, "bench", "results")
+    out_dir = results_dir("kernel")
     jsonl = open(os.path.join(out_dir, f"kernel-{stamp}.jsonl"), "w")
     mnt = os.path.join(a.work, "mnt", "kernel")
     results = {}

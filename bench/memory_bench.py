@@ -25,9 +25,9 @@ the daemon's VmHWM. Then the unmodified ImageFolder script (bench/lib/imagefolde
 workers, --imagefolder-subset images, epoch 1 after drop_caches) on ext4, classic and `-o
 kernel`, the cgroup's limit raised by the script's own peak (measured first, on 512 images).
 
-Writes bench/results/memory-<date>.{jsonl,md} and the chart (bench/lib/plot.py); `--report JSONL`
-writes them again from a results file (also one of a run stopped early). Mounts only under
-WORK/mnt; unmounts and detaches what it made, even on failure.
+Writes bench/results/memory/memory-<date>.{jsonl,md} and the chart (bench/lib/plot.py);
+`--report JSONL` writes them again from a results file (also one of a run stopped early).
+Mounts only under WORK/mnt; unmounts and detaches what it made, even on failure.
 """
 import argparse
 import json
@@ -41,7 +41,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 from bench_util import (LIB, PY, READBENCH, REPO, daemon_memory, drop_caches, epochs_of,  # noqa: E402
-                        is_mounted, readbench_argv, sh)
+                        is_mounted, readbench_argv, results_dir, sh)
 
 MIB = 1 << 20
 READERS = {
@@ -353,7 +353,7 @@ def main():
     a.work = os.path.abspath(a.work)
     os.makedirs(a.work, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = os.path.join(REPO, "bench", "results", f"memory-{stamp}")
+    out = os.path.join(results_dir("memory"), f"memory-{stamp}")
     t_start = time.monotonic()
     paths = prepare(a)
     files, nbytes, fp = footprint(paths["src"])

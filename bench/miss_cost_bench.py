@@ -14,7 +14,7 @@ and for each variant binary on each store: drop_caches, a fresh mount with -o ca
 and PASSES shuffled passes of open+read+close over every file with dsfs-readbench (THREADS
 threads), all of it in a memory cgroup of --memory-limit (the files' page cache is charged to
 it, as in a container: set it below the tree's page-cache footprint). Variants run on the same stores in the same run, so a before/after binary pair is
-compared on equal terms. Writes bench/results/miss-cost-<date>.md and .jsonl.
+compared on equal terms. Writes bench/results/miss-cost/miss-cost-<date>.md and .jsonl.
 """
 import argparse
 import json
@@ -24,7 +24,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from bench_util import READBENCH, REPO, Mount, drop_caches, readbench, sh  # noqa: E402
+from bench_util import READBENCH, Mount, drop_caches, readbench, results_dir, sh  # noqa: E402
 
 
 def du_bytes(path):
@@ -79,7 +79,7 @@ def main():
     lst = os.path.join(a.work, "files.list")
     sh([a.readbench, src, "--write-list", lst])
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = os.path.join(REPO, "bench", "results", f"miss-cost-{stamp}")
+    out = os.path.join(results_dir("miss-cost"), f"miss-cost-{stamp}")
     jsonl = open(out + ".jsonl", "w")
 
     def emit(row):

@@ -19,7 +19,7 @@ drop_caches, epoch 2 hot. Readers (ROOT):
   kernel_bmp  dsfs mount -o kernel,view=bmp-SIZE (EROFS in the kernel)
 Also: the store's size, each tree's footprint (the bytes a reader's files take: what the page
 cache holds once an epoch has read them, after the view rendered them), the daemon's resize
-counters. Writes bench/results/resize-<date>.md and .jsonl. Mounts only under WORK/mnt and
+counters. Writes bench/results/resize/resize-<date>.md and .jsonl. Mounts only under WORK/mnt and
 unmounts what it mounted, even on failure.
 """
 import argparse
@@ -109,7 +109,7 @@ def main():
     if not os.path.isdir(src):
         sys.exit(f"resize_bench: {src} is missing (bench/lib/datasets.py photos {src})")
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_dir = os.path.join(REPO, "bench", "results")
+    out_dir = bench_util.results_dir("resize")
     os.makedirs(out_dir, exist_ok=True)
     mnt = os.path.join(a.work, "mnt", "resize")
     store = os.path.join(a.work, f"{a.dataset}.dsfs")

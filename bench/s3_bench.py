@@ -24,7 +24,7 @@ pushed, then `dsfs mount s3://...` with an empty disk cache, 3 times (time until
 answers, a stat and a listing of the root; daemon RSS after); then, still mounted, the time to
 list one class directory and stat a file in it (the segments that takes are fetched then).
 --scale-store STORE: that store (already packed) instead of packing one; --scale-only: only the
-scale runs (no ImageFolder epochs). Writes bench/results/s3-<date>.md and .jsonl. Mounts only
+scale runs (no ImageFolder epochs). Writes bench/results/s3/s3-<date>.md and .jsonl. Mounts only
 under WORK/mnt.
 """
 import argparse
@@ -38,7 +38,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from bench_util import PY, REPO, Mount, drop_caches, imagefolder, sh  # noqa: E402
+from bench_util import PY, REPO, Mount, drop_caches, imagefolder, results_dir, sh  # noqa: E402
 
 
 class Node:
@@ -227,7 +227,7 @@ def main():
             node.__exit__(None, None, None)
         sh([script, "stop", ceph_dir], timeout=60)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = os.path.join(REPO, "bench", "results", f"s3-{stamp}")
+    out = os.path.join(results_dir("s3"), f"s3-{stamp}")
     with open(out + ".jsonl", "w") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")

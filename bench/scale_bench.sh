@@ -17,7 +17,7 @@
 #    at 1M files first; --ext4-files auto (default) compares at N when N files should take under
 #    5 minutes to create at that pace, else at 1M (the report says which).
 #    --ext4-files 0 skips ext4. --reuse-store measures an existing store (no pack figures).
-# Writes bench/results/scale-<date>.md (and .jsonl); deletes the trees it made, and the store
+# Writes bench/results/scale/scale-<date>.md (and .jsonl); deletes the trees it made, and the store
 # unless it is under 5 GB or --keep-store. Everything under WORK/scale (default /var/tmp/dsfs-bench).
 # Environment: DSFS (default build/dsfs), DSFS_DESC (how it was built, for the report), BENCH_WORK, SCALE_PACK_TIMEOUT (s, default 900).
 set -uo pipefail
@@ -51,7 +51,7 @@ while (($#)); do
   shift
 done
 STAMP=$(date +%Y%m%d-%H%M%S)
-RESULTS=$REPO/bench/results
+RESULTS=$REPO/bench/results/scale
 JSONL=$RESULTS/scale-$STAMP.jsonl
 MD=$RESULTS/scale-$STAMP.md
 LOG=$WORK/logs/scale-$STAMP.log

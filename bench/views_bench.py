@@ -16,7 +16,7 @@ both built by bench/lib/datasets.py as for the core benchmark), in one run:
     (np.load(mmap_mode="r"), random batches of 256, converted to float CHW tensors as ToTensor
     would), epoch 1 after drop_caches and epoch 2;
   - the ratios the issue sets as targets.
-Writes bench/results/views-<date>.md and .jsonl. Mounts only under WORK/mnt, unmounts what it
+Writes bench/results/views/views-<date>.md and .jsonl. Mounts only under WORK/mnt, unmounts what it
 mounted, even on failure.
 """
 import argparse
@@ -69,7 +69,7 @@ def main():
     a = ap.parse_args()
     dsfs = os.path.abspath(a.dsfs)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_dir = os.path.join(REPO, "bench", "results")
+    out_dir = results_dir("views")
     jsonl = open(os.path.join(out_dir, f"views-{stamp}.jsonl"), "w")
     mnt = os.path.join(a.work, "mnt", "views")
     results = {}

@@ -1,14 +1,16 @@
 #!/usr/bin/python3
-"""Charts of the measurements: bench/results/*.jsonl -> SVG beside them.
+"""Charts of the measurements: bench/results/KIND/*.jsonl -> SVG beside them.
 
   /usr/bin/python3 bench/lib/plot.py [--results bench/results] [FILE.jsonl ...]
 
 For every results file of a kind it knows (core-*, views-*, kernel-*, backends-*,
 sample-costs-*, gpu-*, memory-*) it writes FILE.svg next to FILE.jsonl; it also writes
 headline.svg, the chart the README shows (the newest full core run and the newest views run,
-photo32). With FILE arguments only those files' charts (and the headline) are drawn. Every chart names the machine,
-the data set, the date and, where the run recorded one, the commit, taken from the results
-(the .md report written beside each .jsonl holds the machine and the build).
+photo32), in bench/results/ itself. With FILE arguments only those files' charts (and the
+headline) are drawn. Every chart names the machine, the data set, the date and, where the run
+recorded one, the commit, taken from the results (the .md report written beside each .jsonl
+holds the machine and the build). An SVG names its sources by file name alone: beside it, or
+for the headline in core/ and views/.
 
 The SVGs are deterministic (fixed hash salt, no date, text kept as text) so that drawing again
 from the same data changes no byte. Each SVG's metadata names its sources with their sha256:
@@ -379,8 +381,9 @@ def full_core(path):
 
 
 def plot_headline(results):
-    cores = [p for p in sorted(glob.glob(os.path.join(results, "core-*.jsonl"))) if full_core(p)]
-    views = [p for p in sorted(glob.glob(os.path.join(results, "views-*.jsonl")))
+    cores = [p for p in sorted(glob.glob(os.path.join(results, "core", "core-*.jsonl")))
+             if full_core(p)]
+    views = [p for p in sorted(glob.glob(os.path.join(results, "views", "views-*.jsonl")))
              if ("photo32", "tensor") in simple_index(load(p))]
     if not cores or not views:
         return None
@@ -501,7 +504,7 @@ def main():
     ap.add_argument("files", nargs="*", help="results files to draw (default: all)")
     args = ap.parse_args()
     setup()
-    files = args.files or sorted(glob.glob(os.path.join(args.results, "*.jsonl")))
+    files = args.files or sorted(glob.glob(os.path.join(args.results, "*", "*.jsonl")))
     for path in files:
         for prefix, fn in KINDS:
             if os.path.basename(path).startswith(prefix):

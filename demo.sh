@@ -13,7 +13,7 @@ cmake --build build
 DSFS=$REPO/build/dsfs
 mkdir -p "$WORK"
 echo "== Fashion-MNIST as an ImageFolder tree of PNG files: $WORK/fashion-mnist"
-/usr/bin/python3 bench/datasets.py fashion-mnist "$WORK/fashion-mnist"
+/usr/bin/python3 bench/lib/datasets.py fashion-mnist "$WORK/fashion-mnist"
 echo "== dsfs pack"
 "$DSFS" pack --force "$WORK/fashion-mnist" "$WORK/fashion-mnist.db"
 "$DSFS" info "$WORK/fashion-mnist.db"
@@ -25,7 +25,7 @@ echo "== dsfs mount $WORK/fashion-mnist.db $MNT"
 trap '"$DSFS" umount "$MNT" || umount -l "$MNT"' EXIT
 ls "$MNT"
 echo "== unmodified torchvision ImageFolder + DataLoader (2 workers, batch 256) over the mount"
-/usr/bin/python3 bench/imagefolder_read.py "$MNT" --epochs 2 --workers 2 --batch 256 --label dsfs \
+/usr/bin/python3 bench/lib/imagefolder_read.py "$MNT" --epochs 2 --workers 2 --batch 256 --label dsfs \
   | tee "$WORK/imagefolder.jsonl"
 /usr/bin/python3 - "$WORK/imagefolder.jsonl" <<'PY'
 import json, sys

@@ -6,7 +6,7 @@
                                           [--scale-files N] [--add-files M] [--scale-store PATH]
                                           [--gentar BUILD/bench/dsfs-gentar]
 
-Per data set (the core benchmark's trees, built by bench/datasets.py if missing), for each
+Per data set (the core benchmark's trees, built by bench/lib/datasets.py if missing), for each
 backend: `dsfs pack` time and store size; `dsfs add` of 1% more files (a copy of 1% of the
 tree under a new directory) against a full repack of the grown tree; mount time; shuffled
 open+read+close of every file (dsfs-readbench, the same shuffled list for both), first touch
@@ -21,7 +21,7 @@ against a full repack of M + M/100 files from a stream.
 --scale-store PATH (an LMDB store, e.g. bench/scale_bench.sh --keep-store's): `dsfs convert` to
 RocksDB, then mount time (after drop_caches) and daemon RSS of both, 3 times each (medians).
 --datasets with no names skips the per-data-set part.
-Writes bench/results/backends-<date>.md and .jsonl. Mounts only under WORK/mnt.
+Writes bench/results/backends/backends-<date>.md and .jsonl. Mounts only under WORK/mnt.
 """
 import argparse
 import json
@@ -32,37 +32,15 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "bench"))
-from views_bench import Mount, drop_caches, imagefolder, sh  # noqa: E402
-
-
-def readbench(rb, root, lst, threads, passes, stat=False):
-    r = sh([rb, root, "--list", lst, "--threads", str(threads), "--passes", str(passes)]
-           + (["--stat"] if stat else []), timeout=1800)
-    rows = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
-    if r.returncode != 0 or not rows:
-        raise RuntimeError(f"readbench {root}: {r.stderr.strip()[-300:]}")
-    return rows
-
-
-def daemon_rss_kb(store):
-    r = sh(["pgrep", "-f", f"dsfs mount {store}"])
-    for pid in r.stdout.split():
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1])
-        except OSError:
-            pass
-    return None
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from bench_util import (LIB, READBENCH, REPO, Mount, daemon_rss_kb, drop_caches,  # noqa: E402
+                        imagefolder, readbench, results_dir, sh)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dsfs", default=os.path.join(REPO, "build", "dsfs"))
-    ap.add_argument("--readbench", default=os.path.join(REPO, "build", "bench", "dsfs-readbench"))
+    ap.add_argument("--readbench", default=READBENCH)
     ap.add_argument("--work", default=os.environ.get("BENCH_WORK", "/var/tmp/dsfs-bench"))
     ap.add_argument("--datasets", nargs="*", default=["photo32", "fmnist"])
     ap.add_argument("--subset", type=int, default=20000)
@@ -75,7 +53,7 @@ def main():
     dsfs, rb = os.path.abspath(a.dsfs), os.path.abspath(a.readbench)
     gentar = os.path.abspath(a.gentar or os.path.join(os.path.dirname(rb), "dsfs-gentar"))
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = os.path.join(REPO, "bench", "results", f"backends-{stamp}")
+    out = os.path.join(results_dir("backends"), f"backends-{stamp}")
     jsonl = open(out + ".jsonl", "w")
     mnt = os.path.join(a.work, "mnt", "backends")
     res = {}
@@ -203,7 +181,7 @@ def main():
             with Mount(dsfs, store, mnt):
                 mount_s = time.perf_counter() - t0
                 rss = daemon_rss_kb(store)
-                stat = readbench(rb, mnt, paths, 4, 2, stat=True)
+                stat = readbench(rb, mnt, paths, 4, 2, "--stat")
             rec("scale", f"{backend}_scale", {
                 "files": n, "pack_s": round(pack_s, 1), "bytes": size,
                 "mount_s": round(mount_s, 3), "rss_kb": rss,
@@ -323,8 +301,8 @@ def main():
     with open(out + ".md", "w") as f:
         f.write("\n".join(lines))
     print("\n".join(lines))
-    # The charts of these results and the README's (bench/plot.py), beside them.
-    subprocess.run(["/usr/bin/python3", os.path.join(REPO, "bench", "plot.py"), out + ".jsonl"],
+    # The charts of these results and the README's (bench/lib/plot.py), beside them.
+    subprocess.run(["/usr/bin/python3", os.path.join(LIB, "plot.py"), out + ".jsonl"],
                    check=False)
     return 0
 

@@ -12,7 +12,8 @@
 # goes through the daemon again. A sampler reads the daemon's /proc/PID/status every 0.2 s:
 # VmRSS, RssAnon (heap: the cache lives here) and RssFile (pages of the memory-mapped store,
 # which are the kernel's reclaimable page cache). Reports peak RSS against the budget and the
-# overhead above it, and the RSS right after mount. Writes bench/results/cache-budget-<date>.md.
+# overhead above it, and the RSS right after mount. Writes
+# bench/results/cache-budget/cache-budget-<date>.md.
 # Environment: DSFS (default build/dsfs), DSFS_DESC (how it was built, for the report), BENCH_WORK.
 set -uo pipefail
 export LC_ALL=C
@@ -32,19 +33,19 @@ while (($#)); do
   shift
 done
 STAMP=$(date +%Y%m%d-%H%M%S)
-RESULTS=$REPO/bench/results
+RESULTS=$REPO/bench/results/cache-budget
 JSONL=$RESULTS/cache-budget-$STAMP.jsonl
 MD=$RESULTS/cache-budget-$STAMP.md
 LOG=$WORK/logs/cache-budget-$STAMP.log
 mkdir -p "$RESULTS" "$WORK/logs" "$WORK/mnt" || exit 1
 : >"$JSONL"
-# shellcheck source=bench/lib.sh
-source "$REPO/bench/lib.sh"
+# shellcheck source=bench/lib/lib.sh
+source "$REPO/bench/lib/lib.sh"
 
 render() {
   "$PY" - "$JSONL" "$WORK" "$REPO" "$DSFS" "$THREADS" >"$MD" <<'PYEOF'
 import json, os, sys
-sys.path.insert(0, os.path.join(sys.argv[3], "bench"))
+sys.path.insert(0, os.path.join(sys.argv[3], "bench", "lib"))
 from report import machine_lines
 jsonl, work, repo, dsfs, threads = sys.argv[1:6]
 by = {}
@@ -118,8 +119,8 @@ for c in $CASES; do
   budget=${c#*:}
   src=$WORK/$ds
   case $ds in
-    rand64k) "$PY" "$REPO/bench/datasets.py" random-files "$src" --count 11000 --file-size 64K >>"$LOG" 2>&1 ;;
-    seq1g) [[ -d $src ]] || "$PY" "$REPO/bench/datasets.py" blob "$src" --from "$WORK/photo32" --from "$WORK/fmnist" --size 1G >>"$LOG" 2>&1 ;;
+    rand64k) "$PY" "$REPO/bench/lib/datasets.py" random-files "$src" --count 11000 --file-size 64K >>"$LOG" 2>&1 ;;
+    seq1g) [[ -d $src ]] || "$PY" "$REPO/bench/lib/datasets.py" blob "$src" --from "$WORK/photo32" --from "$WORK/fmnist" --size 1G >>"$LOG" 2>&1 ;;
   esac
   store=$WORK/$ds.dsfs
   if [[ ! -f $store || $store -ot $src ]]; then

@@ -21,8 +21,8 @@
 #     ImageFolder (2 workers, batch 256, shuffled) images/s, first epoch after drop_caches (its
 #     scan is the `find`) and second epoch over the same images; for seq1g sequential read MB/s
 #     of the 1 GiB file, cold and hot; CPU seconds and peak RSS of every FUSE daemon.
-#     The report has a "targets" section (bench/targets.json: target, measured, met?).
-# Writes bench/results/core-<date>.md (and .jsonl with every raw figure) and prints the table.
+#     The report has a "targets" section (bench/lib/targets.json: target, measured, met?).
+# Writes bench/results/core/core-<date>.md (and .jsonl with every raw figure) and prints the table.
 # Mounts only under WORK/mnt, unmounts them on exit, and kills only the PIDs it started.
 #
 # Environment: DSFS (the binary, default BUILD_DIR/dsfs), BENCH_BUILD_DIR, DSFS_PACK_OPTS,
@@ -69,7 +69,7 @@ done
 
 DSFS=${DSFS:-$BUILD_DIR/dsfs}
 STAMP=$(date +%Y%m%d-%H%M%S)
-RESULTS=$REPO/bench/results
+RESULTS=$REPO/bench/results/core
 MD=$RESULTS/core-$STAMP.md
 JSONL=$RESULTS/core-$STAMP.jsonl
 LOGDIR=$WORK/logs
@@ -77,8 +77,8 @@ LOG=$LOGDIR/core-$STAMP.log
 MNT=$WORK/mnt
 mkdir -p "$RESULTS" "$LOGDIR" "$MNT" || exit 1
 : >"$JSONL"
-# shellcheck source=bench/lib.sh
-source "$REPO/bench/lib.sh"
+# shellcheck source=bench/lib/lib.sh
+source "$REPO/bench/lib/lib.sh"
 
 cleanup_done=0
 cleanup() {
@@ -86,10 +86,10 @@ cleanup() {
   cleanup_done=1
   bench_cleanup
   if [[ -s $JSONL ]]; then
-    "$PY" "$REPO/bench/report.py" "$JSONL" --work "$WORK" --repo "$REPO" --out "$MD" \
+    "$PY" "$REPO/bench/lib/report.py" "$JSONL" --work "$WORK" --repo "$REPO" --out "$MD" \
       --log "$LOG" && { echo; cat "$MD"; echo; log "results: $MD"; }
-    # The charts of this run and the README's, beside the results (bench/plot.py).
-    "$PY" "$REPO/bench/plot.py" "$JSONL" || log "charts not drawn (bench/plot.py failed)"
+    # The charts of this run and the README's, beside the results (bench/lib/plot.py).
+    "$PY" "$REPO/bench/lib/plot.py" "$JSONL" || log "charts not drawn (bench/lib/plot.py failed)"
   fi
 }
 trap cleanup EXIT
@@ -174,7 +174,7 @@ imagefolder() {
     remount_cold "$ds" "$sys" "$root" "$kind" "$store" imagefolder || return
   fi
   log "$ds/$sys: ImageFolder ${args[*]}"
-  out=$(timeout -k 10 "$IF_TIMEOUT" "$PY" "$REPO/bench/imagefolder_read.py" "$root" "${args[@]}" \
+  out=$(timeout -k 10 "$IF_TIMEOUT" "$PY" "$REPO/bench/lib/imagefolder_read.py" "$root" "${args[@]}" \
     --label "$ds/$sys" 2>>"$LOG")
   rec "$ds" "$sys" imagefolder "$(jarray <<<"$out")"
   [[ $sys == dsfs ]] && dsfs_stats "$ds" "$root" imagefolder
@@ -249,11 +249,11 @@ make_dataset() {
   local ds=$1 src
   src=$(src_of "$ds")
   case $ds in
-    fmnist) "$PY" "$REPO/bench/datasets.py" fashion-mnist "$src" --limit "$FMNIST_LIMIT" ;;
-    photo32) "$PY" "$REPO/bench/datasets.py" photo-crops "$src" --count "$PHOTOS" ;;
+    fmnist) "$PY" "$REPO/bench/lib/datasets.py" fashion-mnist "$src" --limit "$FMNIST_LIMIT" ;;
+    photo32) "$PY" "$REPO/bench/lib/datasets.py" photo-crops "$src" --count "$PHOTOS" ;;
     seq1g)
       make_dataset photo32 && make_dataset fmnist &&
-        "$PY" "$REPO/bench/datasets.py" blob "$src" --from "$(src_of photo32)" \
+        "$PY" "$REPO/bench/lib/datasets.py" blob "$src" --from "$(src_of photo32)" \
           --from "$(src_of fmnist)" --size "$SEQ_SIZE" ;;
     *) echo "unknown data set $ds" >&2; return 1 ;;
   esac

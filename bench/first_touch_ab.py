@@ -10,7 +10,7 @@ optionally `find` over the tree, then one shuffled pass over the first LIMIT fil
 with dsfs-readbench), for ext4 and each variant in turn, ROUNDS times interleaved so that a
 drift of the machine hits every variant alike. Each variant mounts its STORE (default: the core
 benchmark's WORK/DATASET.dsfs) with its own binary and options. Prints and writes
-bench/results/first-touch-ab-<date>.md (medians and every round) and .jsonl.
+bench/results/first-touch/first-touch-ab-<date>.md (medians and every round) and .jsonl.
 """
 import argparse
 import json
@@ -20,17 +20,14 @@ import statistics
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "bench"))
-from views_bench import Mount, drop_caches, sh  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from bench_util import READBENCH, Mount, drop_caches, readbench, results_dir, sh  # noqa: E402
 
 
 def read_pass(rb, root, lst, threads, limit):
-    r = sh([rb, root, "--list", lst, "--threads", str(threads), "--passes", "1",
-            "--limit", str(limit)], timeout=1800)
-    rows = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
-    if r.returncode != 0 or not rows or rows[0]["errors"]:
-        raise RuntimeError(f"readbench {root}: {r.stderr.strip()[-300:]} {rows}")
+    rows = readbench(rb, root, lst, threads, 1, "--limit", str(limit))
+    if rows[0]["errors"]:
+        raise RuntimeError(f"readbench {root}: {rows}")
     return rows[0]["files_per_s"]
 
 
@@ -41,7 +38,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--limit", type=int, default=50000)
     ap.add_argument("--threads", type=int, default=4)
-    ap.add_argument("--readbench", default=os.path.join(REPO, "build", "bench", "dsfs-readbench"))
+    ap.add_argument("--readbench", default=READBENCH)
     ap.add_argument("--variant", action="append", required=True)
     a = ap.parse_args()
     src = os.path.join(a.work, a.dataset)
@@ -56,7 +53,7 @@ def main():
         variants.append((label, os.path.abspath(binary), ["-o", opts] if opts else [],
                          vstore or store))
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = os.path.join(REPO, "bench", "results", f"first-touch-ab-{stamp}")
+    out = os.path.join(results_dir("first-touch"), f"first-touch-ab-{stamp}")
     res = {}
     with open(out + ".jsonl", "w") as jsonl:
         for rnd in range(1, a.rounds + 1):

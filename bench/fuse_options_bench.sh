@@ -10,7 +10,8 @@
 #   first touch: unmount, drop_caches, mount, `find` over the tree, one pass.
 # The daemon's request counters (/.dsfs/stats) before and after the hot passes give requests
 # per file. Configurations (default): defaults; zero_open=0; zero_open=0,timeout=1; push=0;
-# threads=1; threads=4 ("defaults" = no -o). Writes bench/results/fuse-options-<date>.md (and .jsonl).
+# threads=1; threads=4 ("defaults" = no -o). Writes
+# bench/results/fuse-options/fuse-options-<date>.md (and .jsonl).
 # Environment: DSFS (default build/dsfs), DSFS_DESC (how it was built, for the report), BENCH_WORK.
 set -uo pipefail
 export LC_ALL=C
@@ -32,19 +33,19 @@ while (($#)); do
   shift
 done
 STAMP=$(date +%Y%m%d-%H%M%S)
-RESULTS=$REPO/bench/results
+RESULTS=$REPO/bench/results/fuse-options
 JSONL=$RESULTS/fuse-options-$STAMP.jsonl
 MD=$RESULTS/fuse-options-$STAMP.md
 LOG=$WORK/logs/fuse-options-$STAMP.log
 mkdir -p "$RESULTS" "$WORK/logs" "$WORK/mnt" || exit 1
 : >"$JSONL"
-# shellcheck source=bench/lib.sh
-source "$REPO/bench/lib.sh"
+# shellcheck source=bench/lib/lib.sh
+source "$REPO/bench/lib/lib.sh"
 
 render() {
   "$PY" - "$JSONL" "$WORK" "$REPO" "$LIMIT" "$PASSES" "$DSFS" >"$MD" <<'PYEOF'
 import json, os, statistics, sys
-sys.path.insert(0, os.path.join(sys.argv[3], "bench"))
+sys.path.insert(0, os.path.join(sys.argv[3], "bench", "lib"))
 from report import machine_lines, fmt_rate
 jsonl, work, repo, limit, passes, dsfs = sys.argv[1:7]
 recs = [json.loads(l) for l in open(jsonl) if l.strip()]
@@ -103,7 +104,7 @@ build_readbench || exit 1
 SRC=$WORK/photo32
 STORE=$WORK/photo32.dsfs
 LIST=$WORK/photo32.list
-[[ -d $SRC ]] || "$PY" "$REPO/bench/datasets.py" photo-crops "$SRC" >>"$LOG" 2>&1 || exit 1
+[[ -d $SRC ]] || "$PY" "$REPO/bench/lib/datasets.py" photo-crops "$SRC" >>"$LOG" 2>&1 || exit 1
 [[ -f $LIST ]] || rb "$SRC" --write-list "$LIST" || exit 1
 [[ -f $STORE ]] || "$DSFS" pack "$SRC" "$STORE" --force >>"$LOG" 2>&1 || exit 1
 M=$WORK/mnt/options-photo32

@@ -9,7 +9,7 @@ an ImageFolder worker pays one round trip to the daemon between ~150 us of decod
 of the core benchmark's tree (mounted from WORK/DATASET.dsfs): the mean time of os.isatty() on
 an open file, with 0 and 150 us of busy Python work before each call, with the daemon's threads
 free to run on any CPU, pinned to the caller's CPU, and pinned to the other one (the caller on
-CPU 0), and on ext4. Writes bench/results/fuse-wakeup-<date>.md.
+CPU 0), and on ext4. Writes bench/results/roundtrip/fuse-wakeup-<date>.md.
 """
 import argparse
 import glob
@@ -19,9 +19,8 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "bench"))
-from views_bench import Mount, sh  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from bench_util import REPO, Mount, results_dir, sh  # noqa: E402
 
 
 def probe(root, files, busy_us):
@@ -83,7 +82,7 @@ def main():
              "| where | busy us before each call | isatty() mean us |", "|---|---|---|"]
     lines += [f"| {w} | {b} | {us} |" for w, b, us in rows]
     lines += ["", "Command: `bench/fuse_wakeup.py`.", ""]
-    with open(os.path.join(REPO, "bench", "results", f"fuse-wakeup-{stamp}.md"), "w") as f:
+    with open(os.path.join(results_dir("roundtrip"), f"fuse-wakeup-{stamp}.md"), "w") as f:
         f.write("\n".join(lines))
     print("\n".join(lines))
     return 0

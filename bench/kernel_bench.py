@@ -7,9 +7,9 @@ dsfs `-o kernel`, side by side in one run.
                                          [--rounds 1] [--readers KEY...] [--skip-files]
 
 Per data set (fmnist: Fashion-MNIST, 70,000 28x28 PNGs; photo32: 32x32 JPEG photo crops, both
-built by bench/datasets.py), one `dsfs pack`, then for each reader, in turn, round after round:
+built by bench/lib/datasets.py), one `dsfs pack`, then for each reader, in turn, round after round:
 ImageFolder(ROOT, transform=ToTensor()) + DataLoader(2 workers, batch 256) over the same
---subset random images in both epochs (bench/imagefolder_read.py); epoch 1 after a fresh mount
+--subset random images in both epochs (bench/lib/imagefolder_read.py); epoch 1 after a fresh mount
 and drop_caches, epoch 2 hot. Readers:
   - the source tree on ext4, and the bmp view's files copied to ext4 (what the bmp view can reach
     without any FUSE);
@@ -21,13 +21,13 @@ and drop_caches, epoch 2 hot. Readers:
     enable_uring set to Y for those mounts and put back): the original tree and the bmp view;
   - dsfs classic and over io_uring with the daemon in a session of its own (`setsid dsfs
     mount`: another scheduler autogroup than the reader, as a daemon started elsewhere is).
-Then, per data set, shuffled open+read+close of the --subset files with bench/readfiles.cc
+Then, per data set, shuffled open+read+close of the --subset files with bench/tools/readbench.cc
 (dsfs-readbench, 1 and 4 threads; pass 1 after a fresh mount and drop_caches, then the median
 of 5 hot passes) on
 ext4, a tmpfs copy, dsfs classic and dsfs -o kernel. With --scale STORE..., for each store:
 `dsfs mount -o kernel` after drop_caches (seconds until it returns, the layout's own time and
 memory, the daemon's VmRSS/VmHWM), against a classic mount of the same store.
-Writes bench/results/kernel-<date>.md and .jsonl (medians over rounds). Mounts only under
+Writes bench/results/kernel/kernel-<date>.md and .jsonl (medians over rounds). Mounts only under
 WORK/mnt and unmounts what it mounted, even on failure.
 """
 import argparse
@@ -42,8 +42,9 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from views_bench import PY, REPO, Mount, drop_caches, imagefolder, sh  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from bench_util import (LIB, PY, READBENCH, REPO, Mount, daemon_memory, drop_caches,  # noqa: E402
+                        imagefolder, readbench, results_dir, sh)
 
 READERS = (
     ("ext4", "ImageFolder, source on ext4", None),
@@ -91,30 +92,9 @@ FILES_READERS = (
 )
 
 
-def readbench(tool, root, listing, threads):
+def read_passes(tool, root, listing, threads):
     """dsfs-readbench's JSON lines over `listing`: pass 1 (cold), then 5 hot passes."""
-    r = sh([tool, root, "--list", listing, "--threads", str(threads), "--passes", "6"])
-    if r.returncode != 0:
-        raise SystemExit(f"dsfs-readbench {root}: {r.stderr.strip()}")
-    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
-
-
-def daemon_memory(mnt):
-    """VmRSS and VmHWM (kB) of the dsfs daemon serving `mnt`."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-            if b"mount" not in argv or mnt.encode() not in argv:
-                continue
-            with open(f"/proc/{pid}/status") as f:
-                st = dict(line.split(":", 1) for line in f if ":" in line)
-            return {k: int(st[k].split()[0]) for k in ("VmRSS", "VmHWM", "RssAnon", "RssFile")}
-        except OSError:
-            continue
-    return {}
+    return readbench(tool, root, listing, threads, 6, timeout=None)
 
 
 def main():
@@ -126,7 +106,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--photo-count", type=int, default=150000)
     ap.add_argument("--desc", default=os.environ.get("DSFS_DESC", ""))
-    ap.add_argument("--readbench", default=os.path.join(REPO, "build", "bench", "dsfs-readbench"))
+    ap.add_argument("--readbench", default=READBENCH)
     ap.add_argument("--scale", nargs="*", default=[], metavar="STORE",
                     help="stores whose -o kernel mount time and memory to measure")
     ap.add_argument("--skip-imagefolder", action="store_true")
@@ -137,7 +117,7 @@ def main():
     a = ap.parse_args()
     dsfs = os.path.abspath(a.dsfs)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_dir = os.path.join(REPO, "bench", "results")
+    out_dir = results_dir("kernel")
     jsonl = open(os.path.join(out_dir, f"kernel-{stamp}.jsonl"), "w")
     mnt = os.path.join(a.work, "mnt", "kernel")
     results = {}
@@ -154,7 +134,7 @@ def main():
         if not os.path.isdir(src):
             gen = {"photo32": ["photo-crops", src, "--count", str(a.photo_count)],
                    "fmnist": ["fashion-mnist", src]}[ds]
-            r = sh([PY, os.path.join(REPO, "bench", "datasets.py"), *gen])
+            r = sh([PY, os.path.join(LIB, "datasets.py"), *gen])
             if r.returncode != 0:
                 raise SystemExit(f"cannot build {ds}: {r.stderr.strip()}")
         store = os.path.join(a.work, f"{ds}.kernel.dsfs")
@@ -220,13 +200,13 @@ def main():
                     for threads in (1, 4):
                         drop_caches()
                         if key in ("ext4", "tmpfs"):
-                            passes = readbench(a.readbench, src if key == "ext4" else tmpfs,
+                            passes = read_passes(a.readbench, src if key == "ext4" else tmpfs,
                                                listing, threads)
                         else:
                             with Mount(dsfs, store, mnt, ["-o", "kernel"] if key == "kernel"
                                        else []):
                                 drop_caches()
-                                passes = readbench(a.readbench, mnt, listing, threads)
+                                passes = read_passes(a.readbench, mnt, listing, threads)
                         rec(ds, f"files_{key}_t{threads}",
                             {"cold": passes[0]["files_per_s"],
                              "hot": statistics.median(p["files_per_s"] for p in passes[1:]),
@@ -258,7 +238,7 @@ def main():
              f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.1f} GiB RAM, "
              f"kernel {platform.release()}",
              f"- dsfs: {dsfs} {a.desc}",
-             f"- bench/imagefolder_read.py: ToTensor(), DataLoader(2 workers, batch 256), the same "
+             f"- bench/lib/imagefolder_read.py: ToTensor(), DataLoader(2 workers, batch 256), the same "
              f"{a.subset} random images in both epochs; epoch 1 after a fresh mount and "
              f"drop_caches; medians of {a.rounds} round(s), readers taking turns", ""]
     for ds, r in results.items():
@@ -309,7 +289,7 @@ def main():
     with open(md, "w") as f:
         f.write("\n".join(lines))
     print("\n".join(lines))
-    subprocess.run([PY, os.path.join(REPO, "bench", "plot.py"),
+    subprocess.run([PY, os.path.join(LIB, "plot.py"),
                     os.path.join(out_dir, f"kernel-{stamp}.jsonl")], check=False)
     return 0
 

@@ -6,7 +6,7 @@
 # the image server's reads and readahead. Root, cgroup v1 (memory controller).
 #
 #   bench/kernel_cache_bench.sh DSFS_BINARY LABEL [FILES] [EXTRA MOUNT OPTIONS...]
-# One JSON line per run on stdout (and in bench/results/kernel-cache-DATE.jsonl).
+# One JSON line per run on stdout (and in bench/results/kernel/kernel-cache-DATE.jsonl).
 set -euo pipefail
 DSFS=$(realpath "$1"); LABEL=$2; N=${3:-10000}; shift 3 || true
 OPTS=${*:-kernel}
@@ -74,5 +74,5 @@ print(json.dumps({"label": a[0], "limit": int(a[15]), "options": a[1], "files": 
 PY
 )
 echo "$line"
-mkdir -p "$(dirname "$0")/results"
-echo "$line" >>"$(dirname "$0")/results/kernel-cache-$(date +%Y%m%d).jsonl"
+mkdir -p "$(dirname "$0")/results/kernel"
+echo "$line" >>"$(dirname "$0")/results/kernel/kernel-cache-$(date +%Y%m%d).jsonl"

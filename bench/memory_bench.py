@@ -6,7 +6,7 @@
       [--limits 2x,1x,0.5x,store] [--threads 1,2] [--passes 3] [--readers ...]
       [--imagefolder-subset 20000] [--small-group 16K]
 
-The tree (default: 120,000 32x32 JPEG photo crops built by bench/datasets.py photo-crops) is
+The tree (default: 120,000 32x32 JPEG photo crops built by bench/lib/datasets.py photo-crops) is
 packed as a dsfs store at the default group size and at --small-group, as `mksquashfs -comp zstd`
 and as `mkfs.erofs -zlz4hc`, and copied to a tmpfs. Its page-cache footprint as files (one page
 per started 4 KiB of each file) sets the limits: 2x, 1x and 0.5x the footprint, and `store`: the
@@ -21,13 +21,13 @@ open+read+close with each thread count. Readers: ext4 (TREE itself), dsfs classi
 kernel` (both stores), `-o kernel=loop`, squashfuse_ll, EROFS on a read-only loop device with
 direct I/O; at the largest limit also the tmpfs copy and `-o kernel` with 4 threads (hot). Each
 row records the failed reads, the cgroup's OOM kills (memory.oom_control), its peak usage and
-the daemon's VmHWM. Then the unmodified ImageFolder script (bench/imagefolder_read.py, 2
+the daemon's VmHWM. Then the unmodified ImageFolder script (bench/lib/imagefolder_read.py, 2
 workers, --imagefolder-subset images, epoch 1 after drop_caches) on ext4, classic and `-o
 kernel`, the cgroup's limit raised by the script's own peak (measured first, on 512 images).
 
-Writes bench/results/memory-<date>.{jsonl,md} and the chart (bench/plot.py); `--report JSONL`
-writes them again from a results file (also one of a run stopped early). Mounts only under
-WORK/mnt; unmounts and detaches what it made, even on failure.
+Writes bench/results/memory/memory-<date>.{jsonl,md} and the chart (bench/lib/plot.py);
+`--report JSONL` writes them again from a results file (also one of a run stopped early).
+Mounts only under WORK/mnt; unmounts and detaches what it made, even on failure.
 """
 import argparse
 import json
@@ -39,9 +39,9 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernel_bench import daemon_memory  # noqa: E402
-from views_bench import PY, REPO, drop_caches, epochs_of, is_mounted, sh  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from bench_util import (LIB, PY, READBENCH, REPO, daemon_memory, drop_caches, epochs_of,  # noqa: E402
+                        is_mounted, readbench_argv, results_dir, sh)
 
 MIB = 1 << 20
 READERS = {
@@ -167,9 +167,9 @@ def stats_of(mnt):
 
 
 def readbench(cg, a, root, lst, threads):
-    r = cg.run([a.readbench, root, "--list", lst, "--threads", str(threads), "--passes",
-                str(a.passes)], timeout=1800)
-    rows = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    # Failed reads are figures here (the limit may be too small), not an error of the run.
+    r = cg.run(readbench_argv(a.readbench, root, lst, threads, a.passes), timeout=1800)
+    rows = epochs_of(r.stdout)
     return {"files_per_s": [x["files_per_s"] for x in rows], "errors": [x["errors"] for x in rows],
             "files": rows[0]["files"] if rows else 0,
             "failed": None if rows else (r.stderr.strip()[-300:] or f"exit {r.returncode}")}
@@ -197,7 +197,7 @@ def measure(cg, a, paths, limit, spec, threads, emit, extra):
 
 
 def imagefolder(cg, a, root, subset, epochs=2):
-    r = cg.run([PY, os.path.join(REPO, "bench", "imagefolder_read.py"), root, "--epochs",
+    r = cg.run([PY, os.path.join(LIB, "imagefolder_read.py"), root, "--epochs",
                 str(epochs), "--workers", "2", "--batch", "256", "--subset", str(subset)],
                timeout=3600)
     ev = epochs_of(r.stdout)
@@ -216,7 +216,7 @@ def hot(v):
 def prepare(a):
     src = a.src or os.path.join(a.work, f"photo32-{a.count}")
     if not a.src and not os.path.isdir(src):
-        r = sh([PY, os.path.join(REPO, "bench", "datasets.py"), "photo-crops", src, "--count",
+        r = sh([PY, os.path.join(LIB, "datasets.py"), "photo-crops", src, "--count",
                 str(a.count)])
         if r.returncode != 0:
             raise SystemExit(f"memory_bench: cannot build the tree: {r.stderr.strip()}")
@@ -325,7 +325,7 @@ def report(jsonl, desc="", run_s=None):
     with open(md, "w") as f:
         f.write("\n".join(lines))
     print("\n".join(lines))
-    subprocess.run([PY, os.path.join(REPO, "bench", "plot.py"), jsonl], check=False)
+    subprocess.run([PY, os.path.join(LIB, "plot.py"), jsonl], check=False)
 
 
 def main():
@@ -335,7 +335,7 @@ def main():
     ap.add_argument("--work", default=os.path.join(os.environ.get("BENCH_WORK", "/var/tmp/dsfs-bench"),
                                                    "memory"))
     ap.add_argument("--dsfs", default=os.path.join(REPO, "build", "dsfs"))
-    ap.add_argument("--readbench", default=os.path.join(REPO, "build", "bench", "dsfs-readbench"))
+    ap.add_argument("--readbench", default=READBENCH)
     ap.add_argument("--limits", default="2x,1x,0.5x,store",
                     help="multiples of the page-cache footprint, 'store' (its size + 64 MiB) or sizes in MiB")
     ap.add_argument("--threads", default="1,2")
@@ -353,7 +353,7 @@ def main():
     a.work = os.path.abspath(a.work)
     os.makedirs(a.work, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = os.path.join(REPO, "bench", "results", f"memory-{stamp}")
+    out = os.path.join(results_dir("memory"), f"memory-{stamp}")
     t_start = time.monotonic()
     paths = prepare(a)
     files, nbytes, fp = footprint(paths["src"])

@@ -13,8 +13,8 @@
 #      thread, pass 1 cold and pass 2 hot), on that mount; RSS after.
 #   3. `dsfs mount -o kernel`: its EROFS layout time (the log line "laid out in") and the
 #      mount's total; RSS after.
-# Writes bench/results/metadata-<date>.md and .jsonl. Environment: DSFS (default build/dsfs),
-# BENCH_WORK (default /var/tmp/dsfs-bench), GENTAR (default build/bench/dsfs-gentar).
+# Writes bench/results/metadata/metadata-<date>.md and .jsonl. Environment: DSFS (default
+# build/dsfs), BENCH_WORK (default /var/tmp/dsfs-bench), GENTAR (default build/bench/dsfs-gentar).
 set -uo pipefail
 export LC_ALL=C
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -70,14 +70,14 @@ if [[ -n $RENDER ]]; then
 fi
 ((${#STORES[@]})) || { echo "metadata_bench: no store given" >&2; exit 2; }
 STAMP=$(date +%Y%m%d-%H%M%S)
-RESULTS=$REPO/bench/results
+RESULTS=$REPO/bench/results/metadata
 JSONL=$RESULTS/metadata-$STAMP.jsonl
 MD=$RESULTS/metadata-$STAMP.md
 LOG=$WORK/logs/metadata-$STAMP.log
 mkdir -p "$RESULTS" "$WORK/logs" "$WORK/mnt" || exit 1
 : >"$JSONL"
-# shellcheck source=bench/lib.sh
-source "$REPO/bench/lib.sh"
+# shellcheck source=bench/lib/lib.sh
+source "$REPO/bench/lib/lib.sh"
 trap bench_cleanup EXIT
 build_readbench || exit 1
 M=$WORK/mnt/metadata

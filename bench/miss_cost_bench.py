@@ -14,7 +14,7 @@ and for each variant binary on each store: drop_caches, a fresh mount with -o ca
 and PASSES shuffled passes of open+read+close over every file with dsfs-readbench (THREADS
 threads), all of it in a memory cgroup of --memory-limit (the files' page cache is charged to
 it, as in a container: set it below the tree's page-cache footprint). Variants run on the same stores in the same run, so a before/after binary pair is
-compared on equal terms. Writes bench/results/miss-cost-<date>.md and .jsonl.
+compared on equal terms. Writes bench/results/miss-cost/miss-cost-<date>.md and .jsonl.
 """
 import argparse
 import json
@@ -23,9 +23,8 @@ import platform
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "bench"))
-from views_bench import Mount, drop_caches, sh  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from bench_util import READBENCH, Mount, drop_caches, readbench, results_dir, sh  # noqa: E402
 
 
 def du_bytes(path):
@@ -47,10 +46,9 @@ def enter_cgroup(limit):
 
 
 def passes(rb, root, lst, threads, n):
-    r = sh([rb, root, "--list", lst, "--threads", str(threads), "--passes", str(n)], timeout=3600)
-    rows = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
-    if r.returncode != 0 or len(rows) != n or any(x["errors"] for x in rows):
-        raise RuntimeError(f"readbench {root}: {r.stderr.strip()[-300:]} {rows}")
+    rows = readbench(rb, root, lst, threads, n, timeout=3600)
+    if len(rows) != n or any(x["errors"] for x in rows):
+        raise RuntimeError(f"readbench {root}: {rows}")
     return [x["files_per_s"] for x in rows]
 
 
@@ -64,7 +62,7 @@ def main():
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--pack-binary")
     ap.add_argument("--pack-args", default="", help="extra dsfs pack arguments, space-separated")
-    ap.add_argument("--readbench", default=os.path.join(REPO, "build-h6", "bench", "dsfs-readbench"))
+    ap.add_argument("--readbench", default=READBENCH)
     ap.add_argument("--variant", action="append", required=True)
     ap.add_argument("--no-ext4", action="store_true")
     ap.add_argument("--memory-limit", default="96M",
@@ -81,7 +79,7 @@ def main():
     lst = os.path.join(a.work, "files.list")
     sh([a.readbench, src, "--write-list", lst])
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = os.path.join(REPO, "bench", "results", f"miss-cost-{stamp}")
+    out = os.path.join(results_dir("miss-cost"), f"miss-cost-{stamp}")
     jsonl = open(out + ".jsonl", "w")
 
     def emit(row):

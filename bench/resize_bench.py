@@ -5,8 +5,8 @@
                                          [--dataset photos20k] [--size 256] [--crop 224]
                                          [--subset N] [--rounds 1] [--readers ...]
 
-The tree is WORK/DATASET: photographs at ImageNet-like sizes (bench/datasets.py photos: 300-800
-px, JPEG q90). The script is bench/imagefolder_read.py with --resize SIZE --crop CROP:
+The tree is WORK/DATASET: photographs at ImageNet-like sizes (bench/lib/datasets.py photos: 300-800
+px, JPEG q90). The script is bench/lib/imagefolder_read.py with --resize SIZE --crop CROP:
 ImageFolder(ROOT, Compose([Resize(SIZE), CenterCrop(CROP), ToTensor()])), DataLoader(2 workers,
 batch 256, the same --subset random images in both epochs), epoch 1 after a fresh mount and
 drop_caches, epoch 2 hot. Readers (ROOT):
@@ -19,7 +19,7 @@ drop_caches, epoch 2 hot. Readers (ROOT):
   kernel_bmp  dsfs mount -o kernel,view=bmp-SIZE (EROFS in the kernel)
 Also: the store's size, each tree's footprint (the bytes a reader's files take: what the page
 cache holds once an epoch has read them, after the view rendered them), the daemon's resize
-counters. Writes bench/results/resize-<date>.md and .jsonl. Mounts only under WORK/mnt and
+counters. Writes bench/results/resize/resize-<date>.md and .jsonl. Mounts only under WORK/mnt and
 unmounts what it mounted, even on failure.
 """
 import argparse
@@ -30,9 +30,9 @@ import shutil
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import views_bench  # noqa: E402
-from views_bench import PY, REPO, Mount, drop_caches, sh  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import bench_util  # noqa: E402
+from bench_util import PY, REPO, Mount, drop_caches, sh  # noqa: E402
 
 READERS = ["ext4", "ext4_bmp", "ext4_jpeg", "dsfs", "bmp", "jpeg", "kernel_bmp"]
 
@@ -81,7 +81,7 @@ with ProcessPoolExecutor(2) as ex:
 
 
 def imagefolder(root, subset, size, crop, label):
-    res = views_bench.imagefolder(root, subset, label,
+    res = bench_util.imagefolder(root, subset, label,
                                   ["--resize", str(size), "--crop", str(crop)], timeout=3600)
     res["images"] = res.pop("epoch_images")  # the images an epoch read
     return res
@@ -107,9 +107,9 @@ def main():
     dsfs = os.path.abspath(a.dsfs)
     src = os.path.join(a.work, a.dataset)
     if not os.path.isdir(src):
-        sys.exit(f"resize_bench: {src} is missing (bench/datasets.py photos {src})")
+        sys.exit(f"resize_bench: {src} is missing (bench/lib/datasets.py photos {src})")
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_dir = os.path.join(REPO, "bench", "results")
+    out_dir = bench_util.results_dir("resize")
     os.makedirs(out_dir, exist_ok=True)
     mnt = os.path.join(a.work, "mnt", "resize")
     store = os.path.join(a.work, f"{a.dataset}.dsfs")
@@ -171,7 +171,7 @@ def main():
              + (f"; {a.desc}" if a.desc else ""),
              f"- tree: {src}: {files} JPEG photographs, {src_bytes / 1e6:.1f} MB; store "
              f"{store_bytes / 1e6:.1f} MB",
-             f"- bench/imagefolder_read.py --resize {a.size} --crop {a.crop}: DataLoader(2 "
+             f"- bench/lib/imagefolder_read.py --resize {a.size} --crop {a.crop}: DataLoader(2 "
              f"workers, batch 256), the same {a.subset} random images per epoch; epoch 1 after "
              f"a fresh mount and drop_caches, epoch 2 hot; medians of {a.rounds} round(s)", "",
              "| reader | epoch 1 img/s | x ext4 | epoch 2 img/s | x ext4 | footprint MB |",

@@ -17,9 +17,9 @@ shuffled open+read+close of every file, mounted by the shipped dsfs, with dsfs-r
 and the daemon's RSS after the cold 4-thread pass. The settings take turns, ROUNDS times, and
 the table shows each figure's median over the rounds (a drift of the machine hits all alike).
 (Reading through a RocksDB block cache instead of the memory map, a reader setting, was
-measured until 2026-12 with a knob since removed from dsfs: bench/results/rocksdb-options-*.md
-before that date.)
-Writes bench/results/rocksdb-options-<date>.md
+measured until 2026-12 with a knob since removed from dsfs:
+bench/results/backends/rocksdb-options-*.md before that date.)
+Writes bench/results/backends/rocksdb-options-<date>.md
 and .jsonl. Mounts only under WORK/mnt.
 """
 import argparse
@@ -31,10 +31,9 @@ import statistics
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "bench"))
-from backend_bench import daemon_rss_kb, readbench  # noqa: E402
-from views_bench import Mount, drop_caches, sh  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from bench_util import (READBENCH, REPO, Mount, daemon_rss_kb, drop_caches, readbench,  # noqa: E402
+                        results_dir, sh)
 
 SETTINGS = [
     ("default: 4 KiB blocks, no bloom filter, no RocksDB compression, mmap reads, no block cache", ""),
@@ -49,7 +48,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dsfs", default=os.path.join(REPO, "build", "dsfs"))
     ap.add_argument("--tuned-pack", default=os.path.join(REPO, "build", "bench", "dsfs-tuned-pack"))
-    ap.add_argument("--readbench", default=os.path.join(REPO, "build", "bench", "dsfs-readbench"))
+    ap.add_argument("--readbench", default=READBENCH)
     ap.add_argument("--work", default=os.environ.get("BENCH_WORK", "/var/tmp/dsfs-bench"))
     ap.add_argument("--dataset", default="photo32")
     ap.add_argument("--rounds", type=int, default=3)
@@ -63,7 +62,7 @@ def main():
     if not os.path.exists(lst):
         sh([rb, src, "--write-list", lst])
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = os.path.join(REPO, "bench", "results", f"rocksdb-options-{stamp}")
+    out = os.path.join(results_dir("backends"), f"rocksdb-options-{stamp}")
     mnt = os.path.join(a.work, "mnt", "rocksdb-options")
     store = os.path.join(a.work, f"{a.dataset}.rocksdb-options.dsfs")
     runs = {}

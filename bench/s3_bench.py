@@ -5,11 +5,11 @@
                                      [--subset 20000] [--rounds 3] [--delay-ms 1]
                                      [--scale-files N] [--scale-store STORE] [--scale-only]
 
-Starts its own single-host Ceph cluster (tests/support/ceph_rgw.sh, 127.0.0.1, memstore) and stops it at
-the end. Packs TREE (default: the core benchmark's fmnist_20000 ImageFolder tree, built by
-bench/datasets.py) into an LMDB store, times `dsfs push` to s3://bench/ds, then runs an unmodified
-torchvision ImageFolder + DataLoader (bench/imagefolder_read.py: 2 workers, batch 256, --subset
-images, epochs 1 and 2) over
+Starts its own single-host Ceph cluster (tests/support/ceph_rgw.sh, 127.0.0.1, memstore) and
+stops it at the end. Packs TREE (default: the core benchmark's fmnist_20000 ImageFolder tree,
+built by bench/lib/datasets.py) into an LMDB store, times `dsfs push` to s3://bench/ds, then runs
+an unmodified torchvision ImageFolder + DataLoader (bench/lib/imagefolder_read.py: 2 workers,
+batch 256, --subset images, epochs 1 and 2) over
   local    the store on local disk, mounted after drop_caches
   s3-cold  s3://bench/ds with an empty disk cache, after drop_caches
   s3-warm  s3://bench/ds mounted again after drop_caches, its disk cache kept from s3-cold
@@ -24,7 +24,7 @@ pushed, then `dsfs mount s3://...` with an empty disk cache, 3 times (time until
 answers, a stat and a listing of the root; daemon RSS after); then, still mounted, the time to
 list one class directory and stat a file in it (the segments that takes are fetched then).
 --scale-store STORE: that store (already packed) instead of packing one; --scale-only: only the
-scale runs (no ImageFolder epochs). Writes bench/results/s3-<date>.md and .jsonl. Mounts only
+scale runs (no ImageFolder epochs). Writes bench/results/s3/s3-<date>.md and .jsonl. Mounts only
 under WORK/mnt.
 """
 import argparse
@@ -37,9 +37,8 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "bench"))
-from views_bench import PY, Mount, drop_caches, imagefolder, sh  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from bench_util import PY, REPO, Mount, drop_caches, imagefolder, results_dir, sh  # noqa: E402
 
 
 class Node:
@@ -64,7 +63,7 @@ class Node:
                     f"the relay's delay line, {self.delay_ms} ms each way (this kernel has no "
                     "sch_netem)")
         self.proxy = subprocess.Popen(
-            [PY, os.path.join(REPO, "tests", "netns_proxy.py"), self.name, "8000", str(self.port),
+            [PY, os.path.join(REPO, "tests", "support", "netns_proxy.py"), self.name, "8000", str(self.port),
              "0" if netem else str(self.delay_ms)], stdout=subprocess.PIPE, text=True)
         if self.proxy.stdout.readline().strip() != "ready":
             raise RuntimeError("netns_proxy.py did not start")
@@ -122,11 +121,11 @@ def main():
     ap.add_argument("--scale-only", action="store_true")
     a = ap.parse_args()
     if not os.path.isdir(a.src):
-        sys.exit(f"s3_bench: {a.src} missing (bench/datasets.py builds it)")
+        sys.exit(f"s3_bench: {a.src} missing (bench/lib/datasets.py builds it)")
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
     ceph_dir = os.path.join(a.work, "ceph")
-    script = os.path.join(REPO, "tests", "ceph_rgw.sh")
+    script = os.path.join(REPO, "tests", "support", "ceph_rgw.sh")
     t0 = time.monotonic()
     r = sh([script, "start", ceph_dir, str(os.getpid())], timeout=180)
     ceph_start_s = time.monotonic() - t0
@@ -228,7 +227,7 @@ def main():
             node.__exit__(None, None, None)
         sh([script, "stop", ceph_dir], timeout=60)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = os.path.join(REPO, "bench", "results", f"s3-{stamp}")
+    out = os.path.join(results_dir("s3"), f"s3-{stamp}")
     with open(out + ".jsonl", "w") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")

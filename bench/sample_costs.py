@@ -16,7 +16,7 @@ with one torch thread, as in a DataLoader worker (no DataLoader), the mean micro
 on: the source tree on ext4, a copy of the dsfs bmp view's files on ext4 (BMP without FUSE:
 what any file system serving BMP could reach at best), dsfs original files and the dsfs bmp
 view (a --predecode store). Every step of every tree is timed in turn, round after round, and
-the median kept. Writes bench/results/sample-costs-<date>.md and .jsonl.
+the median kept. Writes bench/results/sample-costs/sample-costs-<date>.md and .jsonl.
 """
 import argparse
 import io
@@ -35,9 +35,8 @@ from PIL import Image
 from torchvision.datasets.folder import default_loader
 from torchvision.transforms import ToTensor
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "bench"))
-from views_bench import Mount, sh  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from bench_util import LIB, REPO, Mount, results_dir  # noqa: E402
 
 IMAGE_EXT = (".jpg", ".jpeg", ".png")
 
@@ -111,7 +110,7 @@ def main():
     torch.set_num_threads(1)
     dsfs = os.path.abspath(a.dsfs)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = os.path.join(REPO, "bench", "results", f"sample-costs-{stamp}")
+    out = os.path.join(results_dir("sample-costs"), f"sample-costs-{stamp}")
     res = {}
     with open(out + ".jsonl", "w") as jsonl:
         for ds in a.datasets:
@@ -169,8 +168,8 @@ def main():
     with open(out + ".md", "w") as f:
         f.write("\n".join(lines))
     print("\n".join(lines))
-    # The charts of these results and the README's (bench/plot.py), beside them.
-    subprocess.run(["/usr/bin/python3", os.path.join(REPO, "bench", "plot.py"), out + ".jsonl"],
+    # The charts of these results and the README's (bench/lib/plot.py), beside them.
+    subprocess.run(["/usr/bin/python3", os.path.join(LIB, "plot.py"), out + ".jsonl"],
                    check=False)
     return 0
 

@@ -6,7 +6,7 @@
 #   bench/scale_bench.sh --render RESULTS.jsonl     (writes RESULTS.md from raw figures)
 #
 # 1. `dsfs-gentar --files N | dsfs pack - STORE` (N default 10,000,000 in 1000 class dirs, files
-#    of 100-600 bytes; the generator is bench/gentar.cc, built with the other bench tools), timed;
+#    of 100-600 bytes; the generator is bench/tools/gentar.cc, built with the other bench tools), timed;
 #    store size. --from-tree (or a dsfs that cannot pack a tar from stdin) writes the tree to disk
 #    first and packs the directory instead, and the report says so.
 # 2. `dsfs mount` time (until it returns) and the daemon's RSS right after it.
@@ -17,7 +17,7 @@
 #    at 1M files first; --ext4-files auto (default) compares at N when N files should take under
 #    5 minutes to create at that pace, else at 1M (the report says which).
 #    --ext4-files 0 skips ext4. --reuse-store measures an existing store (no pack figures).
-# Writes bench/results/scale-<date>.md (and .jsonl); deletes the trees it made, and the store
+# Writes bench/results/scale/scale-<date>.md (and .jsonl); deletes the trees it made, and the store
 # unless it is under 5 GB or --keep-store. Everything under WORK/scale (default /var/tmp/dsfs-bench).
 # Environment: DSFS (default build/dsfs), DSFS_DESC (how it was built, for the report), BENCH_WORK, SCALE_PACK_TIMEOUT (s, default 900).
 set -uo pipefail
@@ -51,20 +51,20 @@ while (($#)); do
   shift
 done
 STAMP=$(date +%Y%m%d-%H%M%S)
-RESULTS=$REPO/bench/results
+RESULTS=$REPO/bench/results/scale
 JSONL=$RESULTS/scale-$STAMP.jsonl
 MD=$RESULTS/scale-$STAMP.md
 LOG=$WORK/logs/scale-$STAMP.log
 S=$WORK/scale
 mkdir -p "$RESULTS" "$WORK/logs" "$S" || exit 1
 : >"$JSONL"
-# shellcheck source=bench/lib.sh
-source "$REPO/bench/lib.sh"
+# shellcheck source=bench/lib/lib.sh
+source "$REPO/bench/lib/lib.sh"
 
 render() {
   "$PY" - "$JSONL" "$WORK" "$REPO" "$DSFS" >"$MD" <<'PYEOF'
 import json, os, statistics, sys
-sys.path.insert(0, os.path.join(sys.argv[3], "bench"))
+sys.path.insert(0, os.path.join(sys.argv[3], "bench", "lib"))
 from report import machine_lines, fmt_rate, fmt_s
 jsonl, work, repo, dsfs = sys.argv[1:5]
 m, notes = {}, []
@@ -90,7 +90,7 @@ out = [f"# dsfs at scale: {n:,} files, {os.path.basename(jsonl)[6:-6]}", ""]
 out += machine_lines(work, repo)
 out.append(f"- dsfs binary: {dsfs}" + (f" ({os.environ['DSFS_DESC']})" if os.environ.get("DSFS_DESC") else ""))
 src = g("dsfs", "source") or "?"
-out.append(f"- data set: `dsfs-gentar --files {n} --classes {cfg.get('classes')}` (bench/gentar.cc): "
+out.append(f"- data set: `dsfs-gentar --files {n} --classes {cfg.get('classes')}` (bench/tools/gentar.cc): "
            f"{n:,} files of 100-600 bytes ({(g('_', 'file_bytes') or 0) / 1e6:,.0f} MB of file data) in "
            f"{cfg.get('classes')} class directories, partly compressible; packed from {src}")
 out.append("")

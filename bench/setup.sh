@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the benchmarks need, from Debian 12 packages only: the core's dependencies
-# (scripts/setup.sh), then the photographs that bench/datasets.py crops, the peers (squashfs-tools,
-# squashfuse) and the small tools bench/core_bench.sh calls. Idempotent: apt runs only when a
+# (scripts/setup.sh), then the photographs that bench/lib/datasets.py crops, the peers
+# (squashfs-tools, squashfuse) and the small tools bench/core_bench.sh calls. Idempotent: apt runs only when a
 # package is missing.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive

@@ -12,8 +12,8 @@ same with another dsfs binary, e.g. one from before a format change), and
 zstd level 15), one after the other, ROUNDS times (sizes do not vary; pack times are medians).
 Reports each store's size on disk, its ratio to the squashfs image, the store's own breakdown
 (`dsfs info --json`: payloads, metadata, dictionary) and the pack times. Writes
-bench/results/store-size-<date>.md and .jsonl. Stores and images go to WORK/size-bench and
-are removed at the end.
+bench/results/store-size/store-size-<date>.md and .jsonl. Stores and images go to
+WORK/size-bench and are removed at the end.
 """
 import argparse
 import json
@@ -46,7 +46,8 @@ def main():
     out_dir = os.path.join(a.work, "size-bench")
     os.makedirs(out_dir, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    results = os.path.join(REPO, "bench", "results")
+    results = os.path.join(REPO, "bench", "results", "store-size")
+    os.makedirs(results, exist_ok=True)
     rows = []
     packers = [("dsfs", os.path.abspath(a.dsfs))]
     if a.baseline:
@@ -54,7 +55,7 @@ def main():
     for name in a.datasets.split(","):
         src = os.path.join(a.work, name)
         if not os.path.isdir(src):
-            sys.exit(f"store_size_bench: no dataset tree {src} (bench/datasets.py makes them)")
+            sys.exit(f"store_size_bench: no dataset tree {src} (bench/lib/datasets.py makes them)")
         times = {}
         sizes = {}
         info = {}
@@ -104,7 +105,7 @@ def main():
                     f"{r['bytes']:,} | {r['ratio_to_squashfs']:.4f} | "
                     f"{n(r.get('payload_bytes'))} | {n(r.get('metadata_bytes'))} | "
                     f"{n(r.get('dictionary_bytes'))} | {r['pack_s']} |\n")
-    print(f"wrote bench/results/store-size-{stamp}.md")
+    print(f"wrote bench/results/store-size/store-size-{stamp}.md")
 
 
 if __name__ == "__main__":

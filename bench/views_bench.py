@@ -5,10 +5,10 @@
                                         [--datasets photo32 fmnist] [--subset 20000]
 
 Per data set (photo32: 150,000 32x32 JPEG photo crops; fmnist: Fashion-MNIST, 70,000 28x28 PNGs,
-both built by bench/datasets.py as for the core benchmark), in one run:
+both built by bench/lib/datasets.py as for the core benchmark), in one run:
   - `dsfs pack` and `dsfs pack --predecode`: time and size;
   - ImageFolder(ROOT, transform=ToTensor()) + DataLoader(2 workers, batch 256, shuffled) over the
-    same --subset random images each epoch (bench/imagefolder_read.py), epoch 1 after
+    same --subset random images each epoch (bench/lib/imagefolder_read.py), epoch 1 after
     drop_caches (and a fresh mount) and epoch 2, with ROOT = the source tree on ext4, the dsfs
     mount (original files), the bmp view of the plain store (decoded on demand) and the bmp view
     of the --predecode store;
@@ -16,7 +16,7 @@ both built by bench/datasets.py as for the core benchmark), in one run:
     (np.load(mmap_mode="r"), random batches of 256, converted to float CHW tensors as ToTensor
     would), epoch 1 after drop_caches and epoch 2;
   - the ratios the issue sets as targets.
-Writes bench/results/views-<date>.md and .jsonl. Mounts only under WORK/mnt, unmounts what it
+Writes bench/results/views/views-<date>.md and .jsonl. Mounts only under WORK/mnt, unmounts what it
 mounted, even on failure.
 """
 import argparse
@@ -27,8 +27,8 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PY = "/usr/bin/python3"
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from bench_util import LIB, PY, REPO, Mount, drop_caches, epochs_of, imagefolder, results_dir, sh  # noqa: E402
 
 # The 3-line loader, as a user would write it (plus timing): random batches straight from the map.
 TENSOR_LOADER = r"""
@@ -50,63 +50,6 @@ for epoch in range(1, epochs + 1):
 """
 
 
-def sh(argv, **kw):
-    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
-
-
-def drop_caches():
-    sh(["sync"])
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
-
-
-def is_mounted(path):
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == path for line in f)
-
-
-class Mount:
-    def __init__(self, dsfs, store, mnt, opts=()):
-        self.dsfs, self.store, self.mnt, self.opts = dsfs, store, mnt, list(opts)
-
-    def __enter__(self):
-        os.makedirs(self.mnt, exist_ok=True)
-        r = sh([self.dsfs, "mount", self.store, self.mnt, *self.opts])
-        if r.returncode != 0:
-            raise RuntimeError(f"dsfs mount {self.store}: {r.stderr.strip()}")
-        return self
-
-    def stats(self):
-        with open(os.path.join(self.mnt, ".dsfs", "stats")) as f:
-            return json.loads(f.read())
-
-    def __exit__(self, *exc):
-        for _ in range(50):
-            if not is_mounted(self.mnt):
-                return False
-            sh([self.dsfs, "umount", self.mnt])
-            time.sleep(0.1)
-        sh([self.dsfs, "umount", "--lazy", self.mnt])
-        return False
-
-
-def epochs_of(output):
-    return [json.loads(l) for l in output.splitlines() if l.startswith("{")]
-
-
-def imagefolder(root, subset, label, extra=(), timeout=1800):
-    """Two epochs of bench/imagefolder_read.py (`extra`: more of its options, e.g. --resize)."""
-    r = sh([PY, os.path.join(REPO, "bench", "imagefolder_read.py"), root, "--epochs", "2",
-            "--workers", "2", "--batch", "256", "--subset", str(subset), "--label", label,
-            *extra], timeout=timeout)
-    if r.returncode != 0:
-        raise RuntimeError(f"imagefolder_read {root}: {r.stderr.strip()[-500:]}")
-    ev = epochs_of(r.stdout)
-    return {"scan_s": ev[0]["scan_s"], "images": ev[0]["images"],
-            "epoch_images": ev[1]["images"],
-            "epoch1": ev[1]["images_per_s"], "epoch2": ev[2]["images_per_s"]}
-
-
 def tensor_loader(root):
     r = sh([PY, "-c", TENSOR_LOADER, root, "2"], timeout=1800)
     if r.returncode != 0:
@@ -126,7 +69,7 @@ def main():
     a = ap.parse_args()
     dsfs = os.path.abspath(a.dsfs)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_dir = os.path.join(REPO, "bench", "results")
+    out_dir = results_dir("views")
     jsonl = open(os.path.join(out_dir, f"views-{stamp}.jsonl"), "w")
     mnt = os.path.join(a.work, "mnt", "views")
     results = {}
@@ -142,7 +85,7 @@ def main():
         if not os.path.isdir(src):
             gen = {"photo32": ["photo-crops", src, "--count", "150000"],
                    "fmnist": ["fashion-mnist", src]}[ds]
-            r = sh([PY, os.path.join(REPO, "bench", "datasets.py"), *gen])
+            r = sh([PY, os.path.join(LIB, "datasets.py"), *gen])
             if r.returncode != 0:
                 raise SystemExit(f"cannot build {ds}: {r.stderr.strip()}")
         stores = {}
@@ -178,7 +121,7 @@ def main():
              f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.1f} GiB RAM, "
              f"kernel {platform.release()}",
              f"- dsfs: {dsfs} {a.desc}",
-             f"- ImageFolder runs: bench/imagefolder_read.py, ToTensor(), DataLoader(2 workers, "
+             f"- ImageFolder runs: bench/lib/imagefolder_read.py, ToTensor(), DataLoader(2 workers, "
              f"batch 256, shuffled), the same {a.subset} random images in both epochs; epoch 1 "
              f"after drop_caches and a fresh mount",
              "- tensor: the 3-line loader over MOUNT/.dsfs/tensor/images.npy (mmap, random "
@@ -207,8 +150,8 @@ def main():
     with open(md, "w") as f:
         f.write("\n".join(lines))
     print("\n".join(lines))
-    # The charts of these results and the README's (bench/plot.py), beside them.
-    subprocess.run(["/usr/bin/python3", os.path.join(REPO, "bench", "plot.py"), os.path.join(out_dir, f"views-{stamp}.jsonl")],
+    # The charts of these results and the README's (bench/lib/plot.py), beside them.
+    subprocess.run([PY, os.path.join(LIB, "plot.py"), os.path.join(out_dir, f"views-{stamp}.jsonl")],
                    check=False)
     return 0
 

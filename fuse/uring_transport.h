@@ -70,12 +70,12 @@ struct TransportOptions {
   // so a pinned thread is woken on the CPU that waits for it.
   bool pin_threads = true;
   // Before sleeping in the kernel, look for the next request this long (0 = never). Only
-  // useful where the serving thread has a CPU of its own (see bench/roundtrip_bench.cc).
+  // useful where the serving thread has a CPU of its own (see bench/tools/roundtrip_bench.cc).
   int busy_poll_us = 0;
   // Set up each ring with IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN: only the
   // queue thread submits, and the kernel runs the ring's completions (a request arriving)
   // when that thread waits for them instead of interrupting it. A round trip costs about a
-  // quarter less (bench/results/roundtrip-20261201-2100.md).
+  // quarter less (bench/results/roundtrip/roundtrip-20261201-2100.md).
   bool defer_taskrun = true;
   // Added to each ring's io_uring_setup flags (IORING_SETUP_COOP_TASKRUN, ..._SINGLE_ISSUER,
   // for measurements). A flag the kernel rejects makes the setup fail, and the transport falls
@@ -84,7 +84,7 @@ struct TransportOptions {
   // The session's filesystem has no ioctl callback: answer every FUSE_IOCTL with ENOSYS (what
   // libfuse would answer; the caller sees ENOTTY) in the transport, on either path, without
   // a libfuse request. Python's open() sends one per file (isatty); this took a tenth off
-  // its round trip over io_uring (bench/results/roundtrip-20261202-0403.md).
+  // its round trip over io_uring (bench/results/roundtrip/roundtrip-20261202-0403.md).
   bool answer_ioctls = false;
   // The session's filesystem serves lookups and readdirs of one directory concurrently (dsfs
   // is read-only): the transport adds FUSE_PARALLEL_DIROPS to libfuse's INIT reply where the

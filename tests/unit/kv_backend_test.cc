@@ -253,7 +253,7 @@ TEST_P(KvBackendTest, NoSpaceIsACleanErrorAndLeavesNothing) {
 }
 
 TEST(KvRocksdbLayoutTest, EveryLayoutIsAValidStoreReadLikeAnyOther) {
-  // bench/rocksdb_options_bench.py writes stores of other table layouts (bench/tuned_pack.cc):
+  // bench/rocksdb_options_bench.py writes stores of other table layouts (bench/tools/tuned_pack.cc):
   // each reads back, through the one reader dsfs has, exactly as it was written.
   std::vector<KvWriterOptions::RocksdbLayout> layouts(4);
   layouts[1].block_bytes = 16384;

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """ResNet-18 training throughput on 32x32 images: the unmodified-script rate vs the GPU alone.
 
-  python3 bench/gpu_train.py imagefolder ROOT [--workers 16] [--seconds 60]
-  python3 bench/gpu_train.py ram ROOT          (the whole tree decoded once into one tensor)
-  python3 bench/gpu_train.py gpu-only ROOT     (one batch on the GPU, trained on again and again)
+  python3 bench/gpu/gpu_train.py imagefolder ROOT [--workers 16] [--seconds 60]
+  python3 bench/gpu/gpu_train.py ram ROOT          (the whole tree decoded once into one tensor)
+  python3 bench/gpu/gpu_train.py gpu-only ROOT     (one batch on the GPU, trained on again and again)
       common: [--batch 512] [--device cuda] [--warmup 20] [--label TEXT]
 
 imagefolder is what an unmodified training script does: ImageFolder(ROOT, transform=ToTensor()),

@@ -1,12 +1,12 @@
 #!/usr/bin/python3
 """Turns the raw figures of bench/core_bench.sh (a .jsonl file) into a Markdown report.
 
-  /usr/bin/python3 bench/report.py RESULTS.jsonl [--work DIR] [--repo DIR] [--out FILE.md] [--log FILE]
+  /usr/bin/python3 bench/lib/report.py RESULTS.jsonl [--work DIR] [--repo DIR] [--out FILE.md] [--log FILE]
 
 Each input line is {"ds", "sys", "metric", "data", "note"}; data holds a number, a string, or the
 JSON lines that dsfs-readbench / imagefolder_read.py printed. Hot read figures are the median of
 the passes after the first (warm) one; first-touch figures are the single pass after drop_caches.
-The targets section checks bench/targets.json (or --targets FILE) against the measured ratios.
+The targets section checks bench/lib/targets.json (or --targets FILE) against the measured ratios.
 Other bench scripts import machine_lines() for their report headers.
 """
 import argparse
@@ -268,7 +268,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("jsonl")
     ap.add_argument("--work", default="/var/tmp/dsfs-bench")
-    ap.add_argument("--repo", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ap.add_argument("--repo", default=os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
     ap.add_argument("--out")
     ap.add_argument("--log", default="")
     ap.add_argument("--targets", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "targets.json"))
@@ -378,7 +379,7 @@ def main():
                "`dsfs-readbench --seq FILE` (1 MiB reads)")
     out.append("- first touch with find: drop_caches (daemon restarted), `find ROOT`, then the read pass; "
                "without find: the read pass right away (every file is looked up by path)")
-    out.append("- ImageFolder: `bench/imagefolder_read.py ROOT --workers 2 --batch 256 --subset N` "
+    out.append("- ImageFolder: `bench/lib/imagefolder_read.py ROOT --workers 2 --batch 256 --subset N` "
                "(torchvision ImageFolder + ToTensor; the scan lists the whole tree, then each epoch reads "
                "the same N random images in a new order); an epoch's time includes worker start")
     out.append("- daemon CPU and RSS: utime+stime from /proc/PID/stat and VmHWM from /proc/PID/status of "

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# bench/gpu_bundle.sh: prepares build-gpu/ for bench/gpu_run.sh (issue 4's end-to-end check on
-# a GPU machine, which has no package registry): the dsfs binary, its shared libraries (an
+# bench/gpu/gpu_bundle.sh: prepares build-gpu/ for bench/gpu/gpu_run.sh (issue 4's end-to-end
+# check on a GPU machine, which has no package registry): the dsfs binary, its shared libraries (an
 # xz-compressed tar, glibc excluded) and a store of the photo32 benchmark tree limited to its
 # first CLASSES classes, so that all of it fits in what one device run can carry (64 MiB).
 #
-#   bench/gpu_bundle.sh [--dsfs BUILD/dsfs] [--work /var/tmp/dsfs-bench] [--classes 50]
+#   bench/gpu/gpu_bundle.sh [--dsfs BUILD/dsfs] [--work /var/tmp/dsfs-bench] [--classes 50]
 #
-# Then, with a device lent: run(command="bench/gpu_run.sh", carry=["build-gpu"]).
+# Then, with a device lent: run(command="bench/gpu/gpu_run.sh", carry=["build-gpu"]).
 set -euo pipefail
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 DSFS=$REPO/build/dsfs
 WORK=${BENCH_WORK:-/var/tmp/dsfs-bench}
 CLASSES=50

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
-# bench/gpu_run.sh: issue 4's end-to-end check, on a machine with a GPU, from the repository
-# root, with build-gpu/ from bench/gpu_bundle.sh carried along. ResNet-18 (bf16) on the 32x32
-# photo32 subset, images/s of (bench/gpu_train.py, SECONDS each, default 40):
+# bench/gpu/gpu_run.sh: issue 4's end-to-end check, on a machine with a GPU, from the
+# repository root, with build-gpu/ from bench/gpu/gpu_bundle.sh carried along. ResNet-18 (bf16)
+# on the 32x32 photo32 subset, images/s of (bench/gpu/gpu_train.py, SECONDS each, default 40):
 #   the GPU alone; the whole tree decoded once into one tensor on the GPU ("in RAM");
 #   an unmodified ImageFolder script over the JPEG tree on local disk, over dsfs's original tree
 #   and its bmp view (classic FUSE mounts), and over both as `-o kernel` mounts (EROFS; needs
 #   root, skipped with a line otherwise), with 16 and with 4 DataLoader workers; the original
 #   tree also over FUSE over io_uring (root, enable_uring set to Y for that mount and put back;
 #   skipped with a line where the kernel says no), the A/B of the transports. Then, where
-#   build-gpu/ has it, bench/roundtrip_bench.cc on a file of the store: isatty() and a 4 KiB
-#   O_DIRECT pread per call, classic against io_uring against the same file on local disk,
+#   build-gpu/ has it, bench/tools/roundtrip_bench.cc on a file of the store: isatty() and a
+#   4 KiB O_DIRECT pread per call, classic against io_uring against the same file on local disk,
 #   idle and beside 16 busy processes.
 # The JPEG tree is copied out of the store onto the local disk (not /tmp, which may be tmpfs).
 # Writes OUT/gpu-<date>.jsonl and .md (OUT: $OUT, else /tmp/gpu-out). Unmounts what it mounted.
 set -uo pipefail
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 B=$REPO/build-gpu
 SECONDS_EACH=${1:-40}
 PY=${PY:-python3}
@@ -56,7 +56,7 @@ dsfs mount "$B/photo32.dsfs" "$KORIG" -o kernel && dsfs mount "$B/photo32.dsfs" 
 findmnt -n -o TARGET,FSTYPE,SOURCE "$KORIG" "$KBMP" 2>/dev/null
 echo "images: $(find "$JPEG" -type f | wc -l)"
 # TRAIN_ARGS: extra gpu_train.py options (e.g. "--batch 16 --warmup 1" for a smoke test on a CPU)
-train() { "$PY" "$REPO/bench/gpu_train.py" "$@" --seconds "$SECONDS_EACH" ${TRAIN_ARGS:-} | tee -a "$JSONL"; }
+train() { "$PY" "$REPO/bench/gpu/gpu_train.py" "$@" --seconds "$SECONDS_EACH" ${TRAIN_ARGS:-} | tee -a "$JSONL"; }
 train gpu-only "$JPEG" --label "GPU alone"
 train ram "$JPEG" --label "whole tree in one tensor on the GPU"
 for w in 16 4; do

@@ -1,4 +1,4 @@
-# bench/lib.sh: shell helpers shared by the bench/*_bench.sh scripts (sourced, not run).
+# bench/lib/lib.sh: shell helpers shared by the bench/*_bench.sh scripts (sourced, not run).
 #
 # The sourcing script sets before use: LOG (log file), JSONL (raw figures), DSFS (the binary),
 # REPO, WORK. It calls bench_cleanup from its EXIT trap: that unmounts everything mounted here and
@@ -179,7 +179,7 @@ mount_fs() {
 # under WORK named after this checkout); sets RB (dsfs-readbench) and GENTAR (dsfs-gentar).
 build_readbench() {
   local dir=${1:-$WORK/bench-tools-$(printf %s "$REPO" | cksum | cut -d' ' -f1)}
-  if { cmake -S "$REPO/bench" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
+  if { cmake -S "$REPO/bench/tools" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
     cmake --build "$dir"; } >>"$LOG" 2>&1; then
     RB=$dir/dsfs-readbench
     GENTAR=$dir/dsfs-gentar

@@ -1,14 +1,16 @@
 #!/usr/bin/python3
-"""Charts of the measurements: bench/results/*.jsonl -> SVG beside them.
+"""Charts of the measurements: bench/results/KIND/*.jsonl -> SVG beside them.
 
-  /usr/bin/python3 bench/plot.py [--results bench/results] [FILE.jsonl ...]
+  /usr/bin/python3 bench/lib/plot.py [--results bench/results] [FILE.jsonl ...]
 
 For every results file of a kind it knows (core-*, views-*, kernel-*, backends-*,
 sample-costs-*, gpu-*, memory-*) it writes FILE.svg next to FILE.jsonl; it also writes
 headline.svg, the chart the README shows (the newest full core run and the newest views run,
-photo32). With FILE arguments only those files' charts (and the headline) are drawn. Every chart names the machine,
-the data set, the date and, where the run recorded one, the commit, taken from the results
-(the .md report written beside each .jsonl holds the machine and the build).
+photo32), in bench/results/ itself. With FILE arguments only those files' charts (and the
+headline) are drawn. Every chart names the machine, the data set, the date and, where the run
+recorded one, the commit, taken from the results (the .md report written beside each .jsonl
+holds the machine and the build). An SVG names its sources by file name alone: beside it, or
+for the headline in core/ and views/.
 
 The SVGs are deterministic (fixed hash salt, no date, text kept as text) so that drawing again
 from the same data changes no byte. Each SVG's metadata names its sources with their sha256:
@@ -34,7 +36,7 @@ except ImportError:
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATASETS = {
     "photo32": "photo32: 150,000 32x32 JPEG photo crops, 100 classes",
     "fmnist": "fmnist: Fashion-MNIST, 70,000 28x28 PNGs, 10 classes",
@@ -109,6 +111,8 @@ def caption(paths, datasets):
 def save(fig, out, sources, note):
     fig.text(0.01, 0.005, note, fontsize=7, va="bottom", ha="left", color="#444444")
     desc = "sources: " + " ".join(f"{os.path.basename(s)} sha256:{sha256(s)}" for s in sources)
+    # Creator: the name every committed chart carries (this file's before bench/lib/); another
+    # would change the bytes of every chart drawn again.
     fig.savefig(out, format="svg", metadata={
         "Date": None, "Creator": "bench/plot.py", "Description": desc,
         "Title": os.path.basename(out)})
@@ -377,8 +381,9 @@ def full_core(path):
 
 
 def plot_headline(results):
-    cores = [p for p in sorted(glob.glob(os.path.join(results, "core-*.jsonl"))) if full_core(p)]
-    views = [p for p in sorted(glob.glob(os.path.join(results, "views-*.jsonl")))
+    cores = [p for p in sorted(glob.glob(os.path.join(results, "core", "core-*.jsonl")))
+             if full_core(p)]
+    views = [p for p in sorted(glob.glob(os.path.join(results, "views", "views-*.jsonl")))
              if ("photo32", "tensor") in simple_index(load(p))]
     if not cores or not views:
         return None
@@ -404,7 +409,7 @@ def plot_headline(results):
     return out
 
 
-# --- gpu-*.jsonl (bench/gpu_run.sh: bench/gpu_train.py's lines) ---------------------------
+# --- gpu-*.jsonl (bench/gpu/gpu_run.sh: bench/gpu/gpu_train.py's lines) -------------------
 
 GPU_READERS = [("JPEG on local disk", "JPEG,\nlocal disk"), ("dsfs original tree", "dsfs\noriginal"),
                ("dsfs bmp view", "dsfs\nbmp view"),
@@ -499,7 +504,7 @@ def main():
     ap.add_argument("files", nargs="*", help="results files to draw (default: all)")
     args = ap.parse_args()
     setup()
-    files = args.files or sorted(glob.glob(os.path.join(args.results, "*.jsonl")))
+    files = args.files or sorted(glob.glob(os.path.join(args.results, "*", "*.jsonl")))
     for path in files:
         for prefix, fn in KINDS:
             if os.path.basename(path).startswith(prefix):

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Reads an ImageFolder tree the way an unmodified torchvision training script does.
 
-  /usr/bin/python3 bench/imagefolder_read.py ROOT [--epochs 2] [--workers 2] [--batch 256]
-                                              [--samples N | --subset N] [--seed S] [--label TEXT]
-                                              [--resize N [--crop C]]
+  /usr/bin/python3 bench/lib/imagefolder_read.py ROOT [--epochs 2] [--workers 2] [--batch 256]
+                                                  [--samples N | --subset N] [--seed S] [--label TEXT]
+                                                  [--resize N [--crop C]]
 
 ImageFolder(ROOT, transform=ToTensor()) (with --resize: Compose([Resize(N), CenterCrop(C),
 ToTensor()]), the usual evaluation transform of ImageNet-style trees) and DataLoader(shuffle=True, num_workers, batch_size),

@@ -138,8 +138,8 @@ struct KvWriterOptions {
   std::function<bool(const std::string& path)> is_store;
   // How a RocksDB store lays out its tables (LMDB has no such choice). dsfs always writes the
   // defaults, chosen by bench/rocksdb_options_bench.py (results in
-  // bench/results/rocksdb-options-*.md); only that benchmark's own pack tool
-  // (bench/tuned_pack.cc) writes others. Any layout is a valid store, read like any other.
+  // bench/results/backends/rocksdb-options-*.md); only that benchmark's own pack tool
+  // (bench/tools/tuned_pack.cc) writes others. Any layout is a valid store, read like any other.
   struct RocksdbLayout {
     uint32_t block_bytes = 4096;  // SST block size: small payload records share blocks
     uint32_t bloom_bits = 0;      // bloom filter bits per key; 0: none (dsfs reads by Seek)

@@ -58,7 +58,7 @@ Status FromRocks(const rocksdb::Status& s, const std::string& path, std::string_
 }
 
 // The settings dsfs uses, and the alternatives bench/rocksdb_options_bench.py measured against
-// them (results in bench/results/rocksdb-options-*.md). The defaults:
+// them (results in bench/results/backends/rocksdb-options-*.md). The defaults:
 //  - No RocksDB compression: payload and pixel groups are zstd-compressed (with dsfs's own
 //    dictionary) already, and so are the metadata segments; an
 //    uncompressed block is used as it is read, a compressed one would be decompressed into

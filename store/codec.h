@@ -60,7 +60,8 @@ class PayloadEncoder {
   ZSTD_CCtx* cctx_;
 };
 
-// The zstd block size of solid groups (GroupSizing::block_bytes); see bench/results/miss-cost-*.
+// The zstd block size of solid groups (GroupSizing::block_bytes); see
+// bench/results/miss-cost/miss-cost-*.
 inline constexpr uint32_t kSolidBlockBytes = 8 << 10;
 
 // How a pack cuts records into solid groups (store/format.h).

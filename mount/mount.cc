@@ -188,8 +188,7 @@ Status Serve(const MountConfig& config, const std::function<void()>& on_mounted)
     ko.readahead_bytes = fo.push_bytes;
     // A store in object storage: the image's reads wait on fetch threads, as a classic
     // mount's (mount/serve.cc), never on the session threads the stats file needs.
-    constexpr int kFetchThreads = 16;
-    so.fetch_threads = fs.store().remote() ? kFetchThreads : 0;
+    so.fetch_threads = fs.store().remote() ? kRemoteFetchThreads : 0;
     return ServeKernel(&fs, cache.get(), config.mountpoint, fo, ko, on_mounted);
   }
   return ServeFuse(&fs, cache.get(), config.mountpoint, fo, on_mounted);

@@ -123,10 +123,9 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
   // wait on the network, not on a core: more threads than cores, bounded, so a stalled
   // endpoint holds these and never the request threads, and slow fetches do not starve
   // decodes either. A local store has none (its requests never ask).
-  constexpr int kFetchThreads = 16;
   std::unique_ptr<WorkerGroup> fetchers;
   if (fs->store().remote()) {
-    fetchers = std::make_unique<WorkerGroup>("dsfs-fetch", kFetchThreads, WorkerGroup::kKeepNice,
+    fetchers = std::make_unique<WorkerGroup>("dsfs-fetch", kRemoteFetchThreads, WorkerGroup::kKeepNice,
                                              WorkerGroup::OnStop::kAbandon);
   }
   session->SetWorkers(decoders.get(), fetchers.get());

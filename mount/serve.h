@@ -19,6 +19,11 @@
 
 namespace dsfs {
 
+// Fetch threads of a mount of a store in object storage, the tree's and the EROFS image's:
+// requests that may fetch wait on the network, not on a core, so more threads than cores,
+// bounded, so that a stalled endpoint holds these and never the request threads.
+inline constexpr int kRemoteFetchThreads = 16;
+
 // Mounts `fs` at `mountpoint`, calls `on_mounted` once the kernel mount exists, then serves
 // requests until the filesystem is unmounted or SIGINT/SIGTERM arrives; unmounts on the way
 // out. SIGHUP reopens the log file and does not end the session. Errors are returned before

@@ -6,7 +6,7 @@
       [--work /var/tmp/dsfs-bench] [--dataset photo32]
       [--rounds 3]
 
-For each table layout (KvWriterOptions::RocksdbLayout, see backend/kv_store.h; the first row is
+For each table layout (KvWriterOptions::RocksdbLayout, see backend/kv_open.h; the first row is
 dsfs's default): `dsfs-tuned-pack` of the core benchmark's tree into a RocksDB store (time,
 store size; with the default layout it writes what `dsfs pack --backend rocksdb` writes), then
 shuffled open+read+close of every file, mounted by the shipped dsfs, with dsfs-readbench:

@@ -1,6 +1,6 @@
 // What every FUSE session of dsfs sets up the same way: its arguments and its classic
 // multithreaded loop. The tree's mount (mount/serve.cc) and the EROFS image's private mount
-// (fuse/image_server.cc) both start from here.
+// (fuse/erofs_server.cc) both start from here.
 #pragma once
 
 #include <fuse_lowlevel.h>

@@ -34,7 +34,7 @@ namespace dsfs {
 enum class TransportMode { kAuto, kUring, kClassic };
 
 // What every FUSE session of dsfs is made with: the tree's (FuseOptions::session) and the EROFS
-// image's (ImageServerOptions::session), set once by the mount.
+// image's (ErofsServerOptions::session), set once by the mount.
 struct SessionOptions {
   int threads = 2;  // session loop threads (on 2 cores 1-2 beat libfuse's 10)
   // How requests reach the daemon (`-o transport=`): FUSE over io_uring where the kernel, its

@@ -85,7 +85,7 @@ bool WaitFor(const std::function<bool()>& done, milliseconds timeout) {
 // If `backing` is the image of a dsfs image mount, its directory.
 std::optional<std::string> PrivateDirOfImage(const std::string& backing) {
   const std::string prefix = std::string(kKernelRunDir) + "/";
-  const std::string suffix = std::string("/") + ImageServer::kImageName;
+  const std::string suffix = std::string("/") + ErofsServer::kImageName;
   if (backing.rfind(prefix, 0) != 0) return std::nullopt;
   if (backing.size() <= prefix.size() + suffix.size() ||
       backing.compare(backing.size() - suffix.size(), suffix.size(), suffix) != 0) {
@@ -223,17 +223,17 @@ Status KernelMount::Mount(Filesystem* fs, ByteCache* cache, const std::string& m
     return Status::FromErrno(err, "pipe");
   }
   KernelMount* self = km.get();
-  ImageServerOptions so = options.server;
+  ErofsServerOptions so = options.server;
   so.on_read = [self](uint64_t offset) {
     if (self->readahead_on_.load(std::memory_order_acquire)) self->readahead_->Touched(offset);
   };
-  km->server_ = std::make_unique<ImageServer>(
+  km->server_ = std::make_unique<ErofsServer>(
       km->image_.get(), std::move(so), [self] { return self->StatsJson(); },
       [self] {
         // The loop device let go of the image: EROFS is gone.
         if (self->serving_.load()) (void)!::write(self->events_[1], "c", 1);
       });
-  ImageServer& server = *km->server_;
+  ErofsServer& server = *km->server_;
   server.OnEnded([self] { (void)!::write(self->events_[1], "e", 1); });
   Status s = server.Start(dir);
   if (!s.ok()) {
@@ -247,7 +247,7 @@ Status KernelMount::Mount(Filesystem* fs, ByteCache* cache, const std::string& m
   // its reads go through the image's page cache, so the kernel reads ahead in the image and a
   // first touch of a directory brings its neighbours in large requests. Kernels without
   // file-backed mounts (ENOTBLK), and -o kernel=loop, put a loop device between the two.
-  const std::string image_path = dir + "/" + ImageServer::kImageName;
+  const std::string image_path = dir + "/" + ErofsServer::kImageName;
   const unsigned long flags = MS_RDONLY | MS_NOSUID | MS_NODEV;
   int err = 0;
   // directio (Linux 6.13+): EROFS reads the image file with direct I/O, so each block is cached
@@ -312,7 +312,7 @@ Status KernelMount::Mount(Filesystem* fs, ByteCache* cache, const std::string& m
   // Into the image's page cache, which neither EROFS with directio nor a loop device with
   // direct I/O ever reads: there the pushed pages would only be charged to the limit.
   if (loop.empty() && !km->directio_.load() && options.readahead_bytes > 0) {
-    km->readahead_ = std::make_unique<ImageReadahead>(
+    km->readahead_ = std::make_unique<ErofsReadahead>(
         km->image_.get(), options.readahead_bytes,
         [&server](uint64_t offset, std::string_view data) {
           return server.StoreImage(offset, data);
@@ -333,7 +333,7 @@ KernelMount::~KernelMount() {
 }
 
 bool KernelMount::ServeUntil(int stop_fd) {
-  ImageServer& server = *server_;
+  ErofsServer& server = *server_;
   while (!server.ended()) {
     if (serving_.load() && server.open_images() == 0) return false;
     struct pollfd pfd[2] = {{events_[0], POLLIN, 0}, {stop_fd, POLLIN, 0}};
@@ -352,7 +352,7 @@ bool KernelMount::ServeUntil(int stop_fd) {
 void KernelMount::Finish() {
   if (finished_ || !server_) return;
   finished_ = true;
-  ImageServer& server = *server_;
+  ErofsServer& server = *server_;
   if (!serving_.load()) {
     // EROFS never mounted (or refused): it may still hold the image a moment.
     WaitFor([&] { return server.open_images() == 0; }, milliseconds(2000));
@@ -381,7 +381,7 @@ void KernelMount::Finish() {
 }
 
 std::string KernelMount::StatusLine() const {
-  const ImageServer::Counters& c = server_->counters();
+  const ErofsServer::Counters& c = server_->counters();
   return "serving EROFS: " + std::to_string(c.reads.load()) + " image reads, " +
          std::to_string(c.bytes_read.load() >> 20) + " MiB read, " +
          std::to_string(c.errors.load()) + " errors";
@@ -389,7 +389,7 @@ std::string KernelMount::StatusLine() const {
 
 std::string KernelMount::StatsJson() const {
   const erofs::Image& image = *image_;
-  const ImageServer* server = server_.get();
+  const ErofsServer* server = server_.get();
   nlohmann::ordered_json kernel = {{"image_bytes", image.size_bytes()},
                                    {"inodes", image.inode_count()},
                                    {"layout_bytes", image.memory_bytes()},
@@ -400,14 +400,14 @@ std::string KernelMount::StatsJson() const {
                                    // of it in the image's page cache)
                                    {"directio", directio_.load() ? 1 : 0}};
   if (server) {
-    const ImageServer::Counters& c = server->counters();
+    const ErofsServer::Counters& c = server->counters();
     kernel["transport"] = server->transport();
     kernel["image_reads"] = c.reads.load(std::memory_order_relaxed);
     kernel["image_bytes_read"] = c.bytes_read.load(std::memory_order_relaxed);
     kernel["image_read_errors"] = c.errors.load(std::memory_order_relaxed);
-    if (const ImageReadahead* ra =
+    if (const ErofsReadahead* ra =
             readahead_on_.load(std::memory_order_acquire) ? readahead_.get() : nullptr) {
-      const ImageReadahead::Stats st = ra->stats();
+      const ErofsReadahead::Stats st = ra->stats();
       kernel["readahead"] = {{"dirs", st.dirs},
                              {"bytes", st.bytes},
                              {"failures", st.failures},
@@ -442,7 +442,7 @@ Status UnmountKernel(const std::string& mountpoint, bool lazy, bool* handled) {
                                    " is an EROFS mount that dsfs did not make; use umount(8)");
   }
   const pid_t pid = PidOfPrivateDir(*dir);
-  const std::string image = *dir + "/" + ImageServer::kImageName;
+  const std::string image = *dir + "/" + ErofsServer::kImageName;
   // 1. EROFS.
   if (::umount2(abs.c_str(), lazy ? MNT_DETACH : 0) != 0) {
     int err = errno;
@@ -491,7 +491,7 @@ bool KernelStatsPath(const std::string& mountpoint, std::string* stats_path) {
   std::string loop;
   std::optional<std::string> dir = KernelLayers(AbsolutePath(mountpoint), &erofs, &loop);
   if (!dir) return false;
-  *stats_path = *dir + "/" + ImageServer::kStatsName;
+  *stats_path = *dir + "/" + ErofsServer::kStatsName;
   return true;
 }
 

@@ -1,7 +1,7 @@
 // `dsfs mount -o kernel`: the tree (or one view) served by the kernel's EROFS driver, with no
 // per-file FUSE round trip (README, "The kernel path"). Two layers, bottom to top:
 //
-//   1. a private FUSE mount (fuse/image_server.h) at /run/dsfs/<dev>-<ino>-<pid> (mode 0700; dev
+//   1. a private FUSE mount (fuse/erofs_server.h) at /run/dsfs/<dev>-<ino>-<pid> (mode 0700; dev
 //      and ino identify MNT's directory, pid is the daemon's) holding one file, `image`: an
 //      EROFS image synthesized on demand from the store (erofs/image.h), and `stats`;
 //   2. EROFS mounted read-only (nosuid, nodev) at MNT on that file: a file-backed mount
@@ -27,8 +27,8 @@
 #include "common/status.h"
 #include "erofs/image.h"
 #include "fs/filesystem.h"
-#include "fuse/image_server.h"
-#include "kernel/image_readahead.h"
+#include "fuse/erofs_server.h"
+#include "kernel/erofs_readahead.h"
 
 namespace dsfs {
 
@@ -45,8 +45,8 @@ struct KernelOptions {
   bool loop = false;  // -o kernel=loop: EROFS over a loop device, never over the file
   // The private mount's session (its fsname is "dsfs-image:" + the store path; on_read is the
   // kernel path's own).
-  ImageServerOptions server;
-  // Budget of the readahead into the image's page cache (kernel/image_readahead.h); 0: none.
+  ErofsServerOptions server;
+  // Budget of the readahead into the image's page cache (kernel/erofs_readahead.h); 0: none.
   uint64_t readahead_bytes = 0;
   // Let other users in: without it the image's root directory is the mounting user's alone.
   bool allow_other = false;
@@ -96,10 +96,10 @@ class KernelMount {
   std::atomic<bool> directio_{false};  // EROFS reads the image file with direct I/O
   std::atomic<bool> serving_{false};   // EROFS is mounted on the image
   int events_[2] = {-1, -1};           // 'c': the image was let go of; 'e': the session ended
-  std::unique_ptr<ImageServer> server_;
+  std::unique_ptr<ErofsServer> server_;
   // Made once EROFS reads the image through its page cache (never through a loop device or
   // with direct I/O, which would not see what it stores); on from then until Finish.
-  std::unique_ptr<ImageReadahead> readahead_;
+  std::unique_ptr<ErofsReadahead> readahead_;
   std::atomic<bool> readahead_on_{false};
   bool finished_ = false;
 };

@@ -182,7 +182,7 @@ Status Serve(const MountConfig& config, const std::function<void()>& on_mounted)
     ko.loop = config.kernel_loop;
     ko.allow_other = fo.allow_other;
     ko.metadata_readahead_bytes = budgets.metadata_readahead_bytes;
-    ImageServerOptions& so = ko.server;
+    ErofsServerOptions& so = ko.server;
     so.session = fo.session;
     so.session.fsname = "dsfs-image:" + fo.session.fsname;
     ko.readahead_bytes = fo.push_bytes;

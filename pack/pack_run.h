@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/kv_store.h"
+#include "backend/kv_open.h"
 #include "common/status.h"
 #include "pack/compressor.h"
 #include "pack/packer.h"

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/kv_store.h"
+#include "backend/kv_open.h"
 #include "common/status.h"
 #include "store/store.h"
 

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "backend/kv_store.h"
+#include "backend/kv_open.h"
 #include "common/status.h"
 #include "store/format.h"
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/coding.h"
+
 namespace dsfs {
 
 std::string PayloadKey(uint64_t id, char space) {
@@ -30,9 +32,8 @@ void GroupBuilder::Add(std::string_view record) {
 std::string GroupBuilder::Finish() {
   std::string out;
   out.reserve(bytes());
-  uint32_t n = count();
-  out.append(reinterpret_cast<const char*>(&n), 4);
-  out.append(reinterpret_cast<const char*>(ends_.data()), 4 * ends_.size());
+  PutFixed32(&out, count());
+  for (uint32_t end : ends_) PutFixed32(&out, end);
   out.append(records_);
   ends_.clear();
   records_.clear();
@@ -41,17 +42,15 @@ std::string GroupBuilder::Finish() {
 
 Status FindInGroup(std::string_view group, uint64_t last_id, uint64_t id,
                    std::string_view* record) {
-  uint32_t count;
   if (group.size() < 4) return Status::Corruption("payload group too short");
-  std::memcpy(&count, group.data(), 4);
+  const uint32_t count = DecodeFixed32(group.data());
   if (count == 0 || group.size() < 4 + 4ull * count) {
     return Status::Corruption("payload group index damaged");
   }
   if (id > last_id || last_id - id >= count) return Status::Corruption("payload record missing");
   uint32_t i = count - 1 - static_cast<uint32_t>(last_id - id);
-  uint32_t begin = 0, end;
-  if (i > 0) std::memcpy(&begin, group.data() + 4 + 4 * (i - 1), 4);
-  std::memcpy(&end, group.data() + 4 + 4 * i, 4);
+  const uint32_t begin = i > 0 ? DecodeFixed32(group.data() + 4 + 4 * (i - 1)) : 0;
+  const uint32_t end = DecodeFixed32(group.data() + 4 + 4 * i);
   uint64_t base = 4 + 4ull * count;
   if (begin > end || base + end > group.size()) {
     return Status::Corruption("payload group index damaged");

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <thread>
 
+#include "common/coding.h"
+
 namespace dsfs {
 namespace {
 
@@ -16,19 +18,6 @@ constexpr size_t kEntryBytes = 4 + 4 + 8;
 // Stored segments above this size are announced to the backend before they are read (one
 // request from a cold disk instead of a page fault at a time).
 constexpr size_t kWillNeedBytes = 16 << 10;
-
-void PutU32(std::string* s, uint32_t v) { s->append(reinterpret_cast<const char*>(&v), 4); }
-void PutU64(std::string* s, uint64_t v) { s->append(reinterpret_cast<const char*>(&v), 8); }
-uint32_t GetU32(const char* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-uint64_t GetU64(const char* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
 
 struct DCtx {
   DCtx() : ctx(ZSTD_createDCtx()) {}
@@ -71,33 +60,33 @@ thread_local ThreadRing<SegmentedTable::kInodeRingSlots> t_inode_ring;
 
 std::string SegmentIndex::Serialize() const {
   std::string out;
-  PutU32(&out, inodes_per_segment);
-  PutU32(&out, flags);
-  PutU64(&out, inodes.size());
-  PutU64(&out, names.size());
+  PutFixed32(&out, inodes_per_segment);
+  PutFixed32(&out, flags);
+  PutFixed64(&out, inodes.size());
+  PutFixed64(&out, names.size());
   for (const auto* list : {&inodes, &names}) {
     for (const SegmentEntry& e : *list) {
-      PutU32(&out, e.raw_bytes);
-      PutU32(&out, e.stored_bytes);
-      PutU64(&out, e.sum);
+      PutFixed32(&out, e.raw_bytes);
+      PutFixed32(&out, e.stored_bytes);
+      PutFixed64(&out, e.sum);
     }
   }
-  PutU64(&out, XXH3_64bits(out.data(), out.size()));
+  PutFixed64(&out, XXH3_64bits(out.data(), out.size()));
   return out;
 }
 
 Status SegmentIndex::Parse(std::string_view bytes, SegmentIndex* index) {
   if (bytes.size() < kIndexHeaderBytes + 8) return Status::Corruption("segment index too short");
-  if (XXH3_64bits(bytes.data(), bytes.size() - 8) != GetU64(bytes.data() + bytes.size() - 8)) {
+  if (XXH3_64bits(bytes.data(), bytes.size() - 8) != DecodeFixed64(bytes.data() + bytes.size() - 8)) {
     return Status::Corruption("segment index checksum mismatch");
   }
   SegmentIndex ix;
-  ix.inodes_per_segment = GetU32(bytes.data());
-  ix.flags = GetU32(bytes.data() + 4);
+  ix.inodes_per_segment = DecodeFixed32(bytes.data());
+  ix.flags = DecodeFixed32(bytes.data() + 4);
   if ((ix.flags & ~kSegmentFlags) != 0 || !(ix.flags & kSegmentTransposed)) {
     return Status::Corruption("segment index: unknown flags");
   }
-  const uint64_t ni = GetU64(bytes.data() + 8), nn = GetU64(bytes.data() + 16);
+  const uint64_t ni = DecodeFixed64(bytes.data() + 8), nn = DecodeFixed64(bytes.data() + 16);
   const uint64_t room = (bytes.size() - kIndexHeaderBytes - 8) / kEntryBytes;
   if (ni > room || nn > room - ni ||
       bytes.size() != kIndexHeaderBytes + 8 + kEntryBytes * (ni + nn)) {
@@ -105,7 +94,7 @@ Status SegmentIndex::Parse(std::string_view bytes, SegmentIndex* index) {
   }
   const char* p = bytes.data() + kIndexHeaderBytes;
   for (uint64_t i = 0; i < ni + nn; ++i, p += kEntryBytes) {
-    SegmentEntry e{GetU32(p), GetU32(p + 4), GetU64(p + 8)};
+    SegmentEntry e{DecodeFixed32(p), DecodeFixed32(p + 4), DecodeFixed64(p + 8)};
     if (e.raw_bytes == 0 || e.raw_bytes > kMaxSegmentRawBytes || e.stored_bytes == 0 ||
         e.stored_bytes > ZSTD_compressBound(e.raw_bytes)) {
       return Status::Corruption("segment index: impossible segment size");

@@ -29,7 +29,7 @@
 #include <utility>
 #include <vector>
 
-#include "backend/kv_store.h"
+#include "backend/kv_open.h"
 #include "cache/byte_cache.h"
 #include "common/status.h"
 #include "store/format.h"

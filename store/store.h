@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-#include "backend/kv_store.h"
+#include "backend/kv_open.h"
 #include "cache/byte_cache.h"
 #include "image/image.h"
 #include "store/codec.h"
@@ -256,7 +256,8 @@ inline bool IsLink(const InodeRecord& r) { return (r.mode & 0170000) == 0120000;
 // The limits are checked here too, not only at pack time: a damaged or crafted store claiming a
 // huge image gets it served as is, never a huge decode buffer or view file.
 inline bool IsDecodableImage(const InodeRecord& r) {
-  return IsReg(r) && (r.image == 1 || r.image == 2) && r.width > 0 && r.height > 0 &&
+  const auto kind = static_cast<ImageKind>(r.image);
+  return IsReg(r) && (kind == ImageKind::kJpeg || kind == ImageKind::kPng) && r.width > 0 && r.height > 0 &&
          r.width <= kMaxImageSide && r.height <= kMaxImageSide &&
          uint64_t{r.width} * r.height <= kMaxImagePixels && r.size <= kMaxImageFileBytes;
 }

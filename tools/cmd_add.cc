@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "backend/kv_store.h"
+#include "backend/kv_open.h"
 #include "common/units.h"
 #include "fs/control_dir.h"
 #include "store/store.h"

@@ -3,7 +3,7 @@
 
 #include <cstdio>
 
-#include "backend/kv_store.h"
+#include "backend/kv_open.h"
 #include "common/log.h"
 #include "common/units.h"
 #include "fs/control_dir.h"

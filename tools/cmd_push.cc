@@ -1,11 +1,11 @@
-// dsfs push: a store uploaded to S3 object storage (backend/s3_store.h).
+// dsfs push: a store uploaded to S3 object storage (backend/s3_kv.h).
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 
-#include "backend/kv_store.h"
-#include "backend/s3_store.h"
+#include "backend/kv_open.h"
+#include "s3/url.h"
 #include "common/units.h"
 #include "store/store.h"
 #include "tools/commands.h"

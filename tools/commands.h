@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/kv_store.h"
+#include "backend/kv_open.h"
 #include "common/status.h"
 #include "mount/mount.h"
 #include "pack/packer.h"
@@ -62,7 +62,7 @@ struct PushCommand {
   bool quiet = false;
 };
 // dsfs push SRC s3://BUCKET/PREFIX: uploads every record of SRC (as convert does) into a store
-// in S3 object storage (backend/s3_store.h), with progress on `err`.
+// in S3 object storage (backend/s3_kv.h), with progress on `err`.
 Status RunPush(const PushCommand& cmd, std::ostream& out, std::ostream& err);
 
 // Parses a mount option list ("threads=2,allow_other,...") into `config`: the one place where

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "backend/kv_store.h"
+#include "backend/kv_open.h"
 #include "common/path.h"
 #include "pack/packer.h"
 #include "store/store.h"

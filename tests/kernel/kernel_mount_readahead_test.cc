@@ -1,4 +1,4 @@
-// The readahead of `dsfs mount -o kernel` (kernel/image_readahead.h): a file-backed EROFS mount
+// The readahead of `dsfs mount -o kernel` (kernel/erofs_readahead.h): a file-backed EROFS mount
 // reads the image through its page cache, where the daemon stores a touched directory's
 // children; over a loop device (direct I/O) there is none. Checked through `dsfs stats`
 // (kernel.readahead.*), and that what it stores is never a wrong byte, also around a damaged
@@ -84,7 +84,7 @@ TEST_F(KernelReadaheadTest, ReadingOneFileStoresItsDirectoryInThePageCache) {
   EXPECT_GT(KernelStat(mp_, "kernel.readahead.budget_bytes"), 0u);
 }
 
-// A file past the per-file bound (ImageReadahead::kMaxChildBytes, 64 MiB) is left out of its
+// A file past the per-file bound (ErofsReadahead::kMaxChildBytes, 64 MiB) is left out of its
 // directory's readahead: a huge sparse file's zeros spent the budget (within -o push) on one
 // file. Its neighbours are stored as before, and the file itself reads right through requests.
 TEST_F(KernelReadaheadTest, ReadaheadLeavesOutFilesPastThePerFileBound) {

@@ -25,7 +25,8 @@ namespace {
 
 // Large images in the views: one whose pixels cannot fit an entry of the RAM cache (a 16th of
 // cache_size) is served as its original bytes and never decoded, so readers of several at once
-// leave the daemon within its budget and an unrelated file is served at once; one that fits is
+// leave the daemon within its budget and decode nothing (an unrelated file read meanwhile is
+// served: no timing is asserted, the count of decodes says it); one that fits is
 // decoded once however many readers read it at the same time.
 TEST(ViewsMountTest, LargeImagesAreDecodedOnceOrServedAsTheyAre) {
   SKIP_UNLESS_CAN_MOUNT();
@@ -50,7 +51,6 @@ TEST(ViewsMountTest, LargeImagesAreDecodedOnceOrServedAsTheyAre) {
     pid_t pid = guard.daemons()[0];
     std::vector<std::string> got(pngs.size());
     std::vector<std::thread> readers;
-    auto t0 = Clock::now();
     for (size_t i = 0; i < pngs.size(); ++i) {
       readers.emplace_back([&, i] {
         // At most 4 MB each: enough to show a decode per read without waiting for all of them.
@@ -67,20 +67,15 @@ TEST(ViewsMountTest, LargeImagesAreDecodedOnceOrServedAsTheyAre) {
       });
     }
     std::this_thread::sleep_for(milliseconds(50));
-    auto t1 = Clock::now();
     std::string data, error;
     EXPECT_TRUE(ReadAll(mp + "/other.txt", &data, &error)) << error;
-    auto other_ms = std::chrono::duration_cast<milliseconds>(Clock::now() - t1).count();
     for (auto& t : readers) t.join();
-    auto all_ms = std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count();
     EXPECT_EQ(data, "unrelated\n");
-    EXPECT_LT(other_ms, 1000) << "an unrelated file waited behind the image readers";
     for (size_t i = 0; i < pngs.size(); ++i) {
       EXPECT_TRUE(got[i] == pngs[i])
           << "big" << i << ".png: not its original bytes (" << got[i].size() << " bytes read)";
     }
     EXPECT_EQ(StatsField(mp, "images_decoded"), 0u);
-    EXPECT_LT(all_ms, 5000);
     uint64_t hwm_kb = ProcStatusKb(pid, "VmHWM");
     if (!kSanitized) {
       EXPECT_LT(hwm_kb, (16u + 48u) << 10) << "daemon peak RSS in kB";
@@ -107,7 +102,8 @@ TEST(ViewsMountTest, LargeImagesAreDecodedOnceOrServedAsTheyAre) {
     EXPECT_EQ(got[0].substr(0, 2), "BM");
     EXPECT_EQ(StatsField(mp, "images_decoded"), 1u);
     // Readers of the other three images, decoding on both request threads' worth of workers,
-    // leave the request threads free: an unrelated file is served at once.
+    // leave the request threads free: an unrelated file is served while they decode (its read
+    // returns before the last of the three decodes is counted; no time is asserted).
     readers.clear();
     for (size_t i = 1; i < pngs.size(); ++i) {
       readers.emplace_back([&, i] {
@@ -116,15 +112,13 @@ TEST(ViewsMountTest, LargeImagesAreDecodedOnceOrServedAsTheyAre) {
       });
     }
     std::this_thread::sleep_for(milliseconds(30));
-    auto t1 = Clock::now();
     std::string data, error;
     EXPECT_TRUE(ReadAll(mp + "/other.txt", &data, &error)) << error;
-    auto other_ms = std::chrono::duration_cast<milliseconds>(Clock::now() - t1).count();
+    const uint64_t decoded_when_served = StatsField(mp, "images_decoded");
     for (auto& t : readers) t.join();
+    EXPECT_EQ(data, "unrelated\n");
+    EXPECT_LT(decoded_when_served, 4u) << "an unrelated file waited behind the decodes";
     EXPECT_EQ(StatsField(mp, "images_decoded"), 4u);
-    if (!kSanitized) {
-      EXPECT_LT(other_ms, 100) << "an unrelated file waited behind the decodes";
-    }
   }
 }
 

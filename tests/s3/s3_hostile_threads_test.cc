@@ -3,7 +3,7 @@
 // answering what is in memory, the stats file and files in the RAM cache, over the classic
 // /dev/fuse loop and over io_uring. Hang guards only (std::async with generous waits), no
 // timed assertion. Under -o kernel the image server's reads wait on its own fetch threads
-// (fuse/image_server.h), so its stats file answers while they stall. A stalled lookup holds no
+// (fuse/erofs_server.h), so its stats file answers while they stall. A stalled lookup holds no
 // other lookup (the kernel's parallel dirops).
 #include <fcntl.h>
 #include <linux/magic.h>

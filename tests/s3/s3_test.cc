@@ -15,9 +15,9 @@
 #include <optional>
 #include <thread>
 
-#include "backend/aws_credentials.h"
-#include "backend/s3_client.h"
-#include "backend/s3_store.h"
+#include "s3/credentials.h"
+#include "s3/client.h"
+#include "backend/s3_kv.h"
 #include "tests/support/hostile_s3.h"
 #include "tests/support/mount_util.h"
 #include "tests/support/test_util.h"

@@ -10,8 +10,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "backend/aws_credentials.h"
-#include "backend/s3_client.h"
+#include "s3/credentials.h"
+#include "s3/client.h"
 
 namespace dsfs::testing {
 

@@ -15,7 +15,7 @@
 #include <random>
 #include <thread>
 
-#include "backend/kv_store.h"
+#include "backend/kv_open.h"
 #include "pack/packer.h"
 #include "store/store.h"
 #include "tests/support/test_util.h"

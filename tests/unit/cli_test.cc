@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/kv_store.h"
+#include "backend/kv_open.h"
 #include "common/log.h"
 #include "common/version.h"
 #include "pack/packer.h"

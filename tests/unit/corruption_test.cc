@@ -17,7 +17,7 @@
 #include <set>
 #include <sstream>
 
-#include "backend/kv_store.h"
+#include "backend/kv_open.h"
 #include "fs/filesystem.h"
 #include "pack/packer.h"
 #include "tests/support/test_util.h"

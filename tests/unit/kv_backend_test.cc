@@ -10,7 +10,7 @@
 #include <map>
 #include <thread>
 
-#include "backend/kv_store.h"
+#include "backend/kv_open.h"
 #include "tests/support/test_util.h"
 
 namespace dsfs {

@@ -7,7 +7,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "backend/kv_store.h"
+#include "backend/kv_open.h"
 #include "fs/filesystem.h"
 #include "store/format.h"
 #include "store/segments.h"

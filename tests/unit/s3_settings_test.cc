@@ -6,10 +6,10 @@
 #include <memory>
 #include <string>
 
-#include "backend/aws_credentials.h"
-#include "backend/kv_store.h"
-#include "backend/s3_client.h"
-#include "backend/s3_store.h"
+#include "s3/credentials.h"
+#include "backend/kv_open.h"
+#include "s3/client.h"
+#include "backend/s3_kv.h"
 #include "tests/support/test_util.h"
 
 namespace dsfs::testing {

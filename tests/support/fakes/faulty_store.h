@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "backend/kv_store.h"
+#include "backend/kv_open.h"
 
 namespace dsfs {
 

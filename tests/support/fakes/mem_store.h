@@ -6,7 +6,7 @@
 #include <shared_mutex>
 #include <string>
 
-#include "backend/kv_store.h"
+#include "backend/kv_open.h"
 
 namespace dsfs {
 

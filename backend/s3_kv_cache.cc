@@ -1,4 +1,4 @@
-#include "backend/s3_disk_cache.h"
+#include "backend/s3_kv_cache.h"
 
 #include <dirent.h>
 #include <fcntl.h>

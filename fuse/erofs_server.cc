@@ -1,4 +1,4 @@
-#include "fuse/image_server.h"
+#include "fuse/erofs_server.h"
 
 #include <sys/mount.h>
 #include <sys/resource.h>
@@ -26,12 +26,12 @@ constexpr size_t kBlock = 4096;
 }  // namespace
 
 // The callbacks: each unpacks, asks the image (or the stats function) and replies once.
-struct ImageServerOps {
-  static ImageServer* Srv(fuse_req_t req) {
-    return static_cast<ImageServer*>(fuse_req_userdata(req));
+struct ErofsServerOps {
+  static ErofsServer* Srv(fuse_req_t req) {
+    return static_cast<ErofsServer*>(fuse_req_userdata(req));
   }
 
-  static bool Attr(ImageServer* s, fuse_ino_t ino, struct stat* st) {
+  static bool Attr(ErofsServer* s, fuse_ino_t ino, struct stat* st) {
     std::memset(st, 0, sizeof(*st));
     st->st_ino = ino;
     st->st_nlink = 1;
@@ -50,7 +50,7 @@ struct ImageServerOps {
         return true;
       case kStatsIno:
         st->st_mode = S_IFREG | 0400;
-        st->st_size = static_cast<off_t>(ImageServer::kStatsBytes);
+        st->st_size = static_cast<off_t>(ErofsServer::kStatsBytes);
         st->st_mtim = now;
         return true;
       default:
@@ -75,8 +75,8 @@ struct ImageServerOps {
       fuse_entry_param e;
       std::memset(&e, 0, sizeof(e));
       fuse_ino_t ino = 0;
-      if (parent == kRootIno && std::strcmp(name, ImageServer::kImageName) == 0) ino = kImageIno;
-      if (parent == kRootIno && std::strcmp(name, ImageServer::kStatsName) == 0) ino = kStatsIno;
+      if (parent == kRootIno && std::strcmp(name, ErofsServer::kImageName) == 0) ino = kImageIno;
+      if (parent == kRootIno && std::strcmp(name, ErofsServer::kStatsName) == 0) ino = kStatsIno;
       if (ino == 0) {
         fuse_reply_err(req, ENOENT);
         return;
@@ -110,8 +110,8 @@ struct ImageServerOps {
       }
       const std::pair<const char*, fuse_ino_t> entries[] = {{".", kRootIno},
                                                             {"..", kRootIno},
-                                                            {ImageServer::kImageName, kImageIno},
-                                                            {ImageServer::kStatsName, kStatsIno}};
+                                                            {ErofsServer::kImageName, kImageIno},
+                                                            {ErofsServer::kStatsName, kStatsIno}};
       std::vector<char> buf(size);
       size_t used = 0;
       for (off_t i = off; i < 4; ++i) {
@@ -149,7 +149,7 @@ struct ImageServerOps {
   }
 
   static void Release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
-    ImageServer* s = Srv(req);
+    ErofsServer* s = Srv(req);
     fuse_reply_err(req, 0);
     if (ino == kImageIno && s->open_images_.fetch_sub(1) == 1 && s->on_image_closed_) {
       s->on_image_closed_();
@@ -158,11 +158,11 @@ struct ImageServerOps {
 
   static void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
     Guard(req, "read", [&] {
-      ImageServer* s = Srv(req);
+      ErofsServer* s = Srv(req);
       if (ino == kStatsIno) {
         s->counters_.stats_reads.fetch_add(1, std::memory_order_relaxed);
         std::string j = s->stats_json_ ? s->stats_json_() : "{}";
-        j.resize(ImageServer::kStatsBytes - 1, ' ');
+        j.resize(ErofsServer::kStatsBytes - 1, ' ');
         j += '\n';
         const size_t from = std::min<size_t>(static_cast<size_t>(off), j.size());
         fuse_reply_buf(req, j.data() + from, std::min(size, j.size() - from));
@@ -188,7 +188,7 @@ struct ImageServerOps {
 
   // Image bytes [off, off + size) answered to `req` (once), on whichever thread serves it.
   static void ReadImage(fuse_req_t req, size_t size, off_t off) {
-    ImageServer* s = Srv(req);
+    ErofsServer* s = Srv(req);
     const uint64_t total = s->image_->size_bytes();
     const uint64_t offset = static_cast<uint64_t>(off);
     const size_t len =
@@ -265,7 +265,7 @@ struct ImageServerOps {
 #pragma GCC diagnostic pop
 };
 
-ImageServer::ImageServer(const erofs::Image* image, ImageServerOptions options,
+ErofsServer::ErofsServer(const erofs::Image* image, ErofsServerOptions options,
                          std::function<std::string()> stats_json,
                          std::function<void()> on_image_closed)
     : image_(image),
@@ -273,7 +273,7 @@ ImageServer::ImageServer(const erofs::Image* image, ImageServerOptions options,
       stats_json_(std::move(stats_json)),
       on_image_closed_(std::move(on_image_closed)) {}
 
-ImageServer::~ImageServer() {
+ErofsServer::~ErofsServer() {
   Stop();
   if (!se_) return;
   // Closes the device; unmounts nothing that is already gone (the device reports POLLERR).
@@ -282,18 +282,18 @@ ImageServer::~ImageServer() {
   fuse_session_destroy(se_);
 }
 
-int ImageServer::StoreImage(uint64_t offset, std::string_view data) {
+int ErofsServer::StoreImage(uint64_t offset, std::string_view data) {
   struct fuse_bufvec bv = FUSE_BUFVEC_INIT(data.size());
   bv.buf[0].mem = const_cast<char*>(data.data());
   return fuse_lowlevel_notify_store(se_, kImageIno, static_cast<off_t>(offset), &bv,
                                     static_cast<fuse_buf_copy_flags>(0));
 }
 
-Status ImageServer::Start(const std::string& dir) {
+Status ErofsServer::Start(const std::string& dir) {
   dir_ = dir;
   FuseArgs args("dsfs-image", options_.session.fsname.empty() ? "dsfs-image" : options_.session.fsname,
                 /*allow_other=*/false, options_.session.debug);
-  static const fuse_lowlevel_ops ops = ImageServerOps::Make();
+  static const fuse_lowlevel_ops ops = ErofsServerOps::Make();
   se_ = fuse_session_new(args.get(), &ops, sizeof(ops), this);
   if (!se_) return Status::InvalidArgument("cannot create the image's FUSE session");
   if (Status ms = MountSession(se_, dir, dir + " (the image's mount)"); !ms.ok()) {
@@ -326,7 +326,7 @@ Status ImageServer::Start(const std::string& dir) {
   return Status::OK();
 }
 
-void ImageServer::Stop() {
+void ErofsServer::Stop() {
   if (!se_ || stopped_) return;
   stopped_ = true;
   if (!ended_.load()) {
@@ -339,7 +339,7 @@ void ImageServer::Stop() {
   fetchers_.reset();
 }
 
-std::string ImageServer::transport() const {
+std::string ErofsServer::transport() const {
   return transport_ ? transport_->info().Describe() : no_transport_;
 }
 

@@ -1,4 +1,4 @@
-// ImageReadahead: the kernel path's answer to a first touch (kernel/kernel_mount.h), as the push is
+// ErofsReadahead: the kernel path's answer to a first touch (kernel/kernel_mount.h), as the push is
 // the classic mount's (fs/prefetcher.h). When EROFS reads a block of a directory's entries, or a
 // block of one of its files, the data of all the directory's children (side by side in the
 // image: erofs::Image::ChildrenData) is read from the image by a background worker and stored
@@ -25,7 +25,7 @@
 
 namespace dsfs {
 
-class ImageReadahead {
+class ErofsReadahead {
  public:
   // Stores image bytes [offset, offset + data.size()) in the kernel's page cache of the image
   // file: 0 or -errno.
@@ -35,10 +35,10 @@ class ImageReadahead {
   static constexpr uint64_t kMaxChildBytes = 64ull << 20;
 
   // REQUIRES: `image` outlives this. budget_bytes == 0: Touched does nothing.
-  ImageReadahead(const erofs::Image* image, uint64_t budget_bytes, StoreFn store);
-  ~ImageReadahead();  // drops what is queued, finishes the piece being stored
-  ImageReadahead(const ImageReadahead&) = delete;
-  ImageReadahead& operator=(const ImageReadahead&) = delete;
+  ErofsReadahead(const erofs::Image* image, uint64_t budget_bytes, StoreFn store);
+  ~ErofsReadahead();  // drops what is queued, finishes the piece being stored
+  ErofsReadahead(const ErofsReadahead&) = delete;
+  ErofsReadahead& operator=(const ErofsReadahead&) = delete;
 
   // A read of image bytes at `offset` was served (cheap: two binary searches and a set lookup).
   void Touched(uint64_t offset);

@@ -1,10 +1,12 @@
-#include "backend/s3_index.h"
+#include "backend/s3_kv_index.h"
 
 #include <xxhash.h>
 #include <zstd.h>
 
 #include <cstring>
 #include <memory>
+
+#include "common/coding.h"
 
 namespace dsfs {
 namespace {
@@ -19,31 +21,6 @@ constexpr uint64_t kMinEntryBytes = 5 + 8;
 // An entry list compresses little (every entry holds an 8-byte checksum): more than this many
 // times the compressed list is a bomb, not an index.
 constexpr uint64_t kMaxListRatio = 16;
-
-void PutU64(std::string* s, uint64_t v) { s->append(reinterpret_cast<const char*>(&v), 8); }
-void PutU32(std::string* s, uint32_t v) { s->append(reinterpret_cast<const char*>(&v), 4); }
-void PutVarint(std::string* s, uint64_t v) {
-  while (v >= 0x80) {
-    s->push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  s->push_back(static_cast<char>(v));
-}
-bool GetVarint(std::string_view* in, uint64_t* v) {
-  *v = 0;
-  for (int shift = 0; shift < 64 && !in->empty(); shift += 7) {
-    uint8_t b = static_cast<uint8_t>(in->front());
-    in->remove_prefix(1);
-    *v |= uint64_t{b & 0x7fu} << shift;
-    if (!(b & 0x80)) return true;
-  }
-  return false;
-}
-uint64_t GetU64(const char* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
 
 uint64_t IndexSum(std::string_view header, std::string_view body) {
   XXH3_state_t* st = XXH3_createState();
@@ -85,20 +62,20 @@ bool DecompressExactly(std::string_view in, uint64_t raw, std::string* out) {
 
 void S3IndexBuilder::Add(std::string_view key, uint64_t object, uint64_t offset, uint64_t length,
                          uint64_t raw_length, uint64_t sum) {
-  PutVarint(&list_, key.size());
+  PutVarint64(&list_, key.size());
   list_.append(key);
-  PutVarint(&list_, object);
-  PutVarint(&list_, offset);
-  PutVarint(&list_, length);
-  PutVarint(&list_, raw_length);
-  PutU64(&list_, sum);
+  PutVarint64(&list_, object);
+  PutVarint64(&list_, offset);
+  PutVarint64(&list_, length);
+  PutVarint64(&list_, raw_length);
+  PutFixed64(&list_, sum);
   ++entries_;
 }
 
 Status S3IndexBuilder::Finish(uint64_t id, const std::vector<uint64_t>& object_sizes,
                               std::string* index) const {
   std::string body;
-  for (uint64_t n : object_sizes) PutU64(&body, n);
+  for (uint64_t n : object_sizes) PutFixed64(&body, n);
   std::string z(ZSTD_compressBound(list_.size()), '\0');
   size_t zn = ZSTD_compress(z.data(), z.size(), list_.data(), list_.size(), 3);
   if (ZSTD_isError(zn)) return Status::IOError("S3 index: zstd failed");
@@ -107,21 +84,20 @@ Status S3IndexBuilder::Finish(uint64_t id, const std::vector<uint64_t>& object_s
     return Status::InvalidArgument("S3 index: the store has too many values for one index");
   }
   index->assign(kIndexMagic, 8);
-  PutU32(index, kIndexVersion);
-  PutU32(index, 0);
-  PutU64(index, id);
-  PutU64(index, object_sizes.size());
-  PutU64(index, entries_);
-  PutU64(index, list_.size());
-  PutU64(index, IndexSum(*index, body));
+  PutFixed32(index, kIndexVersion);
+  PutFixed32(index, 0);
+  PutFixed64(index, id);
+  PutFixed64(index, object_sizes.size());
+  PutFixed64(index, entries_);
+  PutFixed64(index, list_.size());
+  PutFixed64(index, IndexSum(*index, body));
   index->append(body);
   return Status::OK();
 }
 
 uint64_t S3IndexChecksum(std::string_view bytes) {
   if (bytes.size() < kIndexHeaderBytes) return 0;
-  uint32_t version;
-  std::memcpy(&version, bytes.data() + 8, 4);
+  const uint32_t version = DecodeFixed32(bytes.data() + 8);
   std::string_view body = bytes.substr(kIndexHeaderBytes);
   return version == kOldIndexVersion ? XXH3_64bits(body.data(), body.size())
                                      : IndexSum(bytes.substr(0, kSumOffset), body);
@@ -131,7 +107,7 @@ bool S3IndexId(std::string_view bytes, uint64_t* id) {
   if (bytes.size() < kIndexHeaderBytes || std::memcmp(bytes.data(), kIndexMagic, 8) != 0) {
     return false;
   }
-  *id = GetU64(bytes.data() + 16);
+  *id = DecodeFixed64(bytes.data() + 16);
   return true;
 }
 
@@ -143,17 +119,16 @@ Status ParseS3Index(const std::string& name, std::string_view bytes, S3Index* in
   if (bytes.size() < kIndexHeaderBytes || std::memcmp(bytes.data(), kIndexMagic, 8) != 0) {
     return Status::InvalidArgument(name + ": not a dsfs store (no dsfs index object)");
   }
-  uint32_t version;
-  std::memcpy(&version, bytes.data() + 8, 4);
+  const uint32_t version = DecodeFixed32(bytes.data() + 8);
   if (version != kIndexVersion && version != kOldIndexVersion) {
     return Status::NotSupported(name + ": S3 index version " + std::to_string(version) +
                                 " (this dsfs reads versions " + std::to_string(kOldIndexVersion) +
                                 " and " + std::to_string(kIndexVersion) + ")");
   }
   if (bytes.size() > kS3MaxIndexBytes) return bad("larger than any index");
-  const uint64_t id = GetU64(bytes.data() + 16);
-  const uint64_t objects = GetU64(bytes.data() + 24), entries = GetU64(bytes.data() + 32);
-  const uint64_t raw = GetU64(bytes.data() + 40), sum = GetU64(bytes.data() + kSumOffset);
+  const uint64_t id = DecodeFixed64(bytes.data() + 16);
+  const uint64_t objects = DecodeFixed64(bytes.data() + 24), entries = DecodeFixed64(bytes.data() + 32);
+  const uint64_t raw = DecodeFixed64(bytes.data() + 40), sum = DecodeFixed64(bytes.data() + kSumOffset);
   std::string_view body = bytes.substr(kIndexHeaderBytes);
   if (S3IndexChecksum(bytes) != sum) return bad("checksum");
   // Version 2's header is outside its checksum: its counts are only trusted as far as the
@@ -164,7 +139,7 @@ Status ParseS3Index(const std::string& name, std::string_view bytes, S3Index* in
   index->id = id;
   index->object_sizes.reserve(objects);
   for (uint64_t i = 0; i < objects; ++i) {
-    uint64_t size = GetU64(body.data() + 8 * i);
+    uint64_t size = DecodeFixed64(body.data() + 8 * i);
     if (size > kS3MaxObjectBytes) return bad("object size");
     index->object_sizes.push_back(size);
   }
@@ -176,7 +151,7 @@ Status ParseS3Index(const std::string& name, std::string_view bytes, S3Index* in
   index->entries.reserve(std::min<uint64_t>(entries, list.size() / kMinEntryBytes));
   for (uint64_t i = 0; i < entries; ++i) {
     uint64_t klen, obj, off, len, raw_len;
-    if (!GetVarint(&in, &klen) || klen > in.size() || klen > UINT32_MAX) {
+    if (!GetVarint64(&in, &klen) || klen > in.size() || klen > UINT32_MAX) {
       return bad("entry key");
     }
     S3IndexEntry e;
@@ -184,15 +159,15 @@ Status ParseS3Index(const std::string& name, std::string_view bytes, S3Index* in
     e.key_len = static_cast<uint32_t>(klen);
     index->keys.append(in.substr(0, klen));
     in.remove_prefix(klen);
-    if (!GetVarint(&in, &obj) || !GetVarint(&in, &off) || !GetVarint(&in, &len) ||
-        !GetVarint(&in, &raw_len) || in.size() < 8) {
+    if (!GetVarint64(&in, &obj) || !GetVarint64(&in, &off) || !GetVarint64(&in, &len) ||
+        !GetVarint64(&in, &raw_len) || in.size() < 8) {
       return bad("entry");
     }
     if (len > kS3MaxValueBytes || raw_len > kS3MaxValueBytes) return bad("value size");
     if (obj >= objects || off > index->object_sizes[obj] || len > index->object_sizes[obj] - off) {
       return bad("entry out of its object");
     }
-    e.sum = GetU64(in.data());
+    e.sum = DecodeFixed64(in.data());
     in.remove_prefix(8);
     e.object = static_cast<uint32_t>(obj);
     e.offset = off;

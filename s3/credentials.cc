@@ -1,4 +1,4 @@
-#include "backend/aws_credentials.h"
+#include "s3/credentials.h"
 
 #include <cstdlib>
 #include <fstream>

@@ -30,20 +30,11 @@
 #include <string_view>
 #include <vector>
 
-#include "backend/aws_credentials.h"
 #include "common/status.h"
+#include "s3/credentials.h"
+#include "s3/url.h"
 
 namespace dsfs {
-
-// "s3://BUCKET/PREFIX": PREFIX may be empty; a trailing '/' is dropped.
-struct S3Url {
-  std::string bucket;
-  std::string prefix;
-  std::string ToString() const { return "s3://" + bucket + (prefix.empty() ? "" : "/" + prefix); }
-};
-inline bool IsS3Url(std::string_view s) { return s.rfind("s3://", 0) == 0; }
-// InvalidArgument for anything that is not s3://BUCKET[/PREFIX] with a valid bucket name.
-[[nodiscard]] Status ParseS3Url(std::string_view s, S3Url* url);
 
 class S3Client {
  public:

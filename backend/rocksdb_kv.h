@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "backend/kv_store.h"
+#include "backend/kv.h"
 
 namespace dsfs {
 

@@ -1,4 +1,4 @@
-#include "backend/rocksdb_store.h"
+#include "backend/rocksdb_kv.h"
 
 #include <fcntl.h>
 #include <rocksdb/db.h>
@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/store_files.h"
 #include "common/file_watch.h"
 #include "common/log.h"
 #include "common/path.h"

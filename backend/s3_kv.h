@@ -11,8 +11,8 @@
 // the same store again finds its data objects already there and skips them (a resumed push);
 // a changed store gets new objects, and caches keyed by ID never serve stale bytes.
 //
-// The index's format: backend/s3_index.h. The disk cache (KvReaderOptions::cache_dir), what it
-// trusts and how it evicts: backend/s3_disk_cache.h. Values are fetched in whole blocks of
+// The index's format: backend/s3_kv_index.h. The disk cache (KvReaderOptions::cache_dir), what it
+// trusts and how it evicts: backend/s3_kv_cache.h. Values are fetched in whole blocks of
 // kS3BlockBytes (adjacent values coalesced into one GET).
 #pragma once
 
@@ -21,28 +21,13 @@
 #include <memory>
 #include <string>
 
-#include "backend/kv_store.h"
-#include "backend/s3_client.h"
-#include "backend/s3_disk_cache.h"
+#include "backend/kv.h"
+#include "backend/s3_kv_cache.h"
+#include "s3/client.h"
 
 namespace dsfs {
 
 inline constexpr std::string_view kS3IndexName = "dsfs-index";
-
-struct S3WriterOptions {
-  uint64_t object_bytes = 64 << 20;  // data objects close after this many bytes
-  uint64_t part_bytes = 16 << 20;    // multipart part size (objects above it are multipart)
-  int threads = 4;                   // parts uploaded at once
-  // Called after each data object and at the end: bytes uploaded (or found already there) so
-  // far, objects done, objects skipped because a previous push left them complete.
-  std::function<void(uint64_t bytes, uint64_t objects, uint64_t skipped)> progress;
-};
-
-// A writer of a store at `url` (s3://BUCKET/PREFIX). Without options.overwrite, an index
-// already there is Exists. Settings from LoadAwsSettings.
-[[nodiscard]] Status NewS3Writer(const std::string& url, const KvWriterOptions& options,
-                                 const S3WriterOptions& s3_options,
-                                 std::unique_ptr<KvWriter>* writer);
 
 // Opens the store at `url` read-only (see the file comment for the cache).
 [[nodiscard]] Status OpenS3Reader(const std::string& url, const KvReaderOptions& options,

@@ -7,8 +7,10 @@
 // an existing store in one atomic step; readers opened before keep the version they opened.
 //
 // Backends: "lmdb" (one file), "rocksdb" (a directory) and "s3" (objects under
-// s3://BUCKET/PREFIX, backend/s3_store.h; read-only once written). Readers detect the backend
-// from what is on disk (or the s3:// of the source); writers are created by name.
+// s3://BUCKET/PREFIX, backend/s3_kv.h; read-only once written). Readers detect the backend
+// from what is on disk (or the s3:// of the source); writers are created by name: both by the
+// opener, backend/kv_open.h. Store files (replace, move into place, temporaries):
+// backend/store_files.h.
 #pragma once
 
 #include <chrono>
@@ -147,71 +149,6 @@ struct KvWriterOptions {
   } rocksdb;
 };
 
-// What is at a new store's destination, as checked before writing (st_ino 0: nothing).
-struct StoreDestination {
-  std::string path;
-  struct Found {
-    uint64_t dev = 0, ino = 0;
-    uint32_t mode = 0;
-    // An empty directory: replaced only if it still is (nothing put in it meanwhile).
-    bool empty_dir = false;
-  } found;
-};
-
-// Checks that a new store may be written at `path`: nothing is there; or, with
-// options.overwrite, a store that options.is_store accepts (damaged ones included, as long as
-// they still are one) or an empty directory. A symlink, any other file and any non-empty
-// directory are refused (InvalidArgument naming what is there); without overwrite anything
-// there is Exists. Fills *dest for MoveStoreIntoPlace.
-Status CheckReplaceable(const std::string& path, const KvWriterOptions& options,
-                        StoreDestination* dest);
-
-// Puts the finished store `tmp` (a file or directory) at dest.path, atomically: where the
-// checked store is, it is replaced (its mode, owner, group and extended attributes, ACLs
-// included, are given to the new version first) and removed; where nothing was, nothing may
-// have appeared since. Refuses (and leaves everything as it is) if what is at dest.path is no
-// longer what CheckReplaceable found there, or an empty directory found there is no longer
-// empty (files put in it while the store was written are never removed).
-Status MoveStoreIntoPlace(const std::string& tmp, const StoreDestination& dest);
-
-inline constexpr std::string_view kDefaultBackend = "lmdb";
-// The ValueSizing of `backend`'s writers (KvWriter::value_sizing), for writers that mimic one
-// (the tests' in-memory store mimics LMDB). One record per value for an unknown backend.
-ValueSizing BackendValueSizing(std::string_view backend);
-// Creates a writer for a new store of `backend` ("lmdb", "rocksdb" or "s3", the last only at
-// an s3:// `path`, and the only one there) at `path`.
-// InvalidArgument names the backends if `backend` is not one of them.
-Status NewKvWriter(const std::string& path, std::string_view backend,
-                   const KvWriterOptions& options, std::unique_ptr<KvWriter>* writer);
-
-// Creates a writer that updates the existing store at `path` (backend detected): keys put
-// replace or join the store's keys, all others stay. Commit() switches the store to the new
-// version atomically: a crash at any moment leaves the old version or the new one. Readers
-// opened before Commit keep serving the old version. One updater per store at a time (a
-// second one fails with IOError). NotFound / InvalidArgument as OpenKvReader. A symlink is
-// followed: the store it names is updated, and the link stays.
-Status NewKvUpdater(const std::string& path, std::unique_ptr<KvWriter>* writer);
-
-// Removes what writers of a store at `path` left behind when they were killed: a `path`.tmp-PID
-// that is dsfs's (an LMDB file, or an empty file, or a directory holding a RocksDB database or
-// a writer's dsfs-staging-PID), whose process is gone here and which no writer holds locked
-// (LockTemporary): a PID names no process of another PID namespace (a container) or machine
-// (a shared directory), a lock does. Anything else of that name (a file, a directory of
-// files) is not dsfs's and stays. Writers call it before they start.
-void RemoveDeadTemporaries(const std::string& path);
-
-// An exclusive flock(2) on a writer's temporary (a file or a directory), for the writer to hold
-// (close the descriptor) until the temporary is renamed or removed. -1 if it cannot be had (a
-// filesystem without flock): the temporary is then told alive by its PID alone.
-int LockTemporary(const std::string& tmp);
-
-// The backend of the store at `path` ("lmdb", "rocksdb"). NotFound if nothing is there;
-// InvalidArgument ("not a dsfs store") otherwise.
-Status DetectBackend(const std::string& path, std::string* backend);
-
-// Bytes the store at `path` takes on disk (a file's size, or a directory's files' sizes).
-uint64_t StoreBytes(const std::string& path);
-
 // Calls `fn` for every key >= `from`, in key order, with its value (valid during the call).
 // Stops at, and returns, the first error of `fn` or the reader.
 Status ForEachRecord(KvReader* reader, std::string_view from,
@@ -230,23 +167,5 @@ struct KvReaderOptions {
   int remote_attempts = 0;
   int remote_timeout_s = 0;
 };
-
-// True if `source` names a store in object storage ("s3://BUCKET/PREFIX") rather than a path:
-// such a source is opened and written like a path, but is not a file (no stat, no absolute
-// form).
-bool IsRemoteStore(std::string_view source);
-
-// Opens the store at `path` read-only, detecting its backend from what is on disk.
-// NotFound if nothing is there; InvalidArgument ("not a dsfs store") if it is not a known backend.
-// An LMDB store's tree is checked before it is served (in a child process: a damaged tree
-// makes LMDB fault, docs/hardening.md); a damaged one is refused with a Corruption status.
-Status OpenKvReader(const std::string& path, const KvReaderOptions& options,
-                    std::unique_ptr<KvReader>* reader);
-
-// The structural check OpenKvReader runs on the store at `path`, on its own: for LMDB the walk
-// of its B-tree (CheckLmdbTree, killed after `timeout` if given, else after a generous bound
-// of its own); OK for the other backends, whose readers check what they read.
-Status CheckKvStructure(const std::string& path,
-                        std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 
 }  // namespace dsfs

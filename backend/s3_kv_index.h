@@ -1,4 +1,4 @@
-// The index of a store in S3 (see s3_store.h for the objects): where each key's value lies in
+// The index of a store in S3 (see s3_kv.h for the objects): where each key's value lies in
 // the data objects, with its checksum. Written by the S3 writer (S3IndexBuilder), parsed by the
 // reader at mount and from the disk cache's copy (ParseS3Index), which is where a crafted or
 // damaged index arrives: every field is checked against the index's own sizes and sane limits

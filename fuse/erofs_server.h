@@ -1,4 +1,4 @@
-// ImageServer: a small low-level FUSE server that presents one EROFS image (erofs/image.h),
+// ErofsServer: a small low-level FUSE server that presents one EROFS image (erofs/image.h),
 // which exists only virtually, as a read-only file, for `dsfs mount -o kernel` to mount EROFS on
 // (kernel/kernel_mount.h: the kernel path; this is its FUSE layer). Its tree is fixed:
 //
@@ -9,7 +9,7 @@
 //
 // Reads of the image come from EROFS through the image's page cache (or from a loop device with
 // direct I/O): up to 1 MiB (the session's max_pages), answered in one go; each read served is
-// told to options.on_read (the kernel path's readahead, kernel/image_readahead.h). A read that fails (a
+// told to options.on_read (the kernel path's readahead, kernel/erofs_readahead.h). A read that fails (a
 // damaged record under it) is answered EIO whole when the image is read through its page cache:
 // a short reply would tell the kernel the image ends there, and the kernel reads each page a
 // reader waits for again alone, so only the damaged file's pages fail. For a loop device it
@@ -40,7 +40,7 @@ struct fuse_session;
 namespace dsfs {
 
 
-struct ImageServerOptions {
+struct ErofsServerOptions {
   // The tree's session options (a first read of a file waits on one image read, as a classic
   // mount's request), with fsname "dsfs-image:" + the store path.
   SessionOptions session;
@@ -53,7 +53,7 @@ struct ImageServerOptions {
   int fetch_threads = 0;
 };
 
-class ImageServer {
+class ErofsServer {
  public:
   static constexpr uint64_t kStatsBytes = 16384;
   static constexpr const char* kImageName = "image";
@@ -67,11 +67,11 @@ class ImageServer {
   // read of it. `on_image_closed` is called (from a session thread) each time the image's last
   // open file is released: once the loop device lets go of it. REQUIRES: `image` outlives the
   // server.
-  ImageServer(const erofs::Image* image, ImageServerOptions options,
+  ErofsServer(const erofs::Image* image, ErofsServerOptions options,
               std::function<std::string()> stats_json, std::function<void()> on_image_closed);
-  ~ImageServer();  // Stop(), then closes the session
-  ImageServer(const ImageServer&) = delete;
-  ImageServer& operator=(const ImageServer&) = delete;
+  ~ErofsServer();  // Stop(), then closes the session
+  ErofsServer(const ErofsServer&) = delete;
+  ErofsServer& operator=(const ErofsServer&) = delete;
 
   // Mounts at `dir` (an existing empty directory) and serves from background threads.
   [[nodiscard]] Status Start(const std::string& dir);
@@ -96,9 +96,9 @@ class ImageServer {
   std::string transport() const;
 
  private:
-  friend struct ImageServerOps;
+  friend struct ErofsServerOps;
   const erofs::Image* image_;
-  ImageServerOptions options_;
+  ErofsServerOptions options_;
   std::function<std::string()> stats_json_;
   std::function<void()> on_image_closed_, on_ended_;
   std::string dir_;

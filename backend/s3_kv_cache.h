@@ -29,7 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend/s3_index.h"
+#include "backend/s3_kv_index.h"
 #include "common/status.h"
 
 namespace dsfs {

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "backend/kv_store.h"
+#include "backend/kv.h"
 
 namespace dsfs {
 

@@ -1,80 +1,22 @@
-#include "backend/kv_store.h"
+#include "backend/store_files.h"
 
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
-#include "backend/lmdb_store.h"
-#include "backend/rocksdb_store.h"
-#include "backend/s3_store.h"
+#include "backend/lmdb_kv.h"
+#include "backend/rocksdb_kv.h"
 #include "common/log.h"
 #include "common/system.h"
 
 namespace dsfs {
-
-void WillNeedMapped(std::string_view range) {
-  uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  uintptr_t begin = reinterpret_cast<uintptr_t>(range.data()) & ~(page - 1);
-  uintptr_t end = reinterpret_cast<uintptr_t>(range.data()) + range.size();
-  constexpr uintptr_t kStep = 128 << 10;  // the default readahead window
-  for (uintptr_t p = begin; p < end; p += kStep) {
-    ::madvise(reinterpret_cast<void*>(p), std::min(kStep, end - p), MADV_WILLNEED);
-  }
-}
-
-void WillNeedFile(int fd, uint64_t offset, uint64_t length) {
-  constexpr uint64_t kStep = 128 << 10;  // see WillNeedMapped
-  for (uint64_t off = offset; off < offset + length; off += kStep) {
-    ::posix_fadvise(fd, static_cast<off_t>(off),
-                    static_cast<off_t>(std::min(kStep, offset + length - off)),
-                    POSIX_FADV_WILLNEED);
-  }
-}
-
-bool IsRemoteStore(std::string_view source) { return IsS3Url(source); }
-
-Status DetectBackend(const std::string& path, std::string* backend) {
-  if (IsS3Url(path)) {
-    *backend = "s3";
-    return Status::OK();
-  }
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return Status::FromErrno(errno, path);
-  if (S_ISREG(st.st_mode) && LooksLikeLmdb(path)) {
-    *backend = "lmdb";
-  } else if (S_ISDIR(st.st_mode) && LooksLikeRocksdb(path)) {
-    *backend = "rocksdb";
-  } else {
-    return Status::InvalidArgument(path + ": not a dsfs store");
-  }
-  return Status::OK();
-}
-
-Status OpenKvReader(const std::string& path, const KvReaderOptions& options,
-                    std::unique_ptr<KvReader>* reader) {
-  std::string backend;
-  DSFS_RETURN_IF_ERROR(DetectBackend(path, &backend));
-  if (backend == "s3") return OpenS3Reader(path, options, reader);
-  if (backend == "rocksdb") return OpenRocksdbReader(path, options, reader);
-  return OpenLmdbReader(path, options, reader);
-}
-
-Status CheckKvStructure(const std::string& path, std::optional<std::chrono::milliseconds> timeout) {
-  std::string backend;
-  DSFS_RETURN_IF_ERROR(DetectBackend(path, &backend));
-  if (backend != "lmdb") return Status::OK();
-  return CheckLmdbTree(path, timeout);
-}
 
 int LockTemporary(const std::string& tmp) {
   struct stat st;
@@ -304,89 +246,6 @@ Status MoveStoreIntoPlace(const std::string& tmp, const StoreDestination& dest) 
   }
   SyncDir(parent);
   return Status::OK();
-}
-
-ValueSizing BackendValueSizing(std::string_view backend) {
-  return backend == "lmdb" ? LmdbValueSizing() : ValueSizing{};
-}
-
-Status NewKvWriter(const std::string& path, std::string_view backend,
-                   const KvWriterOptions& options, std::unique_ptr<KvWriter>* writer) {
-  if (IsS3Url(path) || backend == "s3") {
-    if (!IsS3Url(path) || backend != "s3") {
-      return Status::InvalidArgument(path + ": the s3 backend writes to s3://BUCKET/PREFIX, and an s3:// destination takes only the s3 backend");
-    }
-    return NewS3Writer(path, options, S3WriterOptions{}, writer);
-  }
-  const std::string name = std::filesystem::path(path).filename().string();
-  if (name.empty() || name == "." || name == "..") {
-    return Status::InvalidArgument("'" + path + "': a store needs a file name (as in data.dsfs)");
-  }
-  // The store is built beside `path` and renamed into place: name a missing directory as the
-  // user wrote it, not by the temporary name.
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  struct stat st;
-  if (!dir.empty() && ::stat(dir.c_str(), &st) != 0) {
-    return Status::IOError(dir + ": " + std::strerror(errno) + " (the store's directory)");
-  }
-  if (!dir.empty() && !S_ISDIR(st.st_mode)) {
-    return Status::InvalidArgument(dir + ": not a directory (the store's directory)");
-  }
-  // Built as PATH.tmp-PID: a directory it cannot be made in is named as such, not by that name.
-  const std::string in = dir.empty() ? "." : dir;
-  if (::faccessat(AT_FDCWD, in.c_str(), W_OK | X_OK, AT_EACCESS) != 0 && errno != ENOSYS) {
-    return Status::FromErrno(errno, in + ": cannot create the store " + path + " there");
-  }
-  RemoveDeadTemporaries(path);
-  if (backend == "lmdb") return NewLmdbWriter(path, options, writer);
-  if (backend == "rocksdb") return NewRocksdbWriter(path, options, writer);
-  return Status::InvalidArgument("unknown backend '" + std::string(backend) +
-                                 "' (known: lmdb, rocksdb, s3)");
-}
-
-Status NewKvUpdater(const std::string& path_in, std::unique_ptr<KvWriter>* writer) {
-  if (IsS3Url(path_in)) {
-    return Status::NotSupported(path_in + ": a store in S3 is not updated in place (add to the local store, then push it again)");
-  }
-  // Through a symlink, the store it names is updated (an LMDB update renames its new version
-  // over the store: over the link, it would replace the link and leave the store as it was).
-  std::unique_ptr<char, decltype(&std::free)> real(::realpath(path_in.c_str(), nullptr),
-                                                   &std::free);
-  const std::string path = real ? std::string(real.get()) : path_in;
-  std::string backend;
-  DSFS_RETURN_IF_ERROR(DetectBackend(path, &backend));
-  if (backend == "rocksdb") return NewRocksdbUpdater(path, writer);
-  return NewLmdbUpdater(path, writer);
-}
-
-uint64_t StoreBytes(const std::string& path) {
-  if (IsS3Url(path)) return 0;
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_directory(path, ec)) {
-    uint64_t n = fs::file_size(path, ec);
-    return ec ? 0 : n;
-  }
-  uint64_t total = 0;
-  for (const auto& e : fs::recursive_directory_iterator(path, ec)) {
-    if (e.is_regular_file(ec)) total += e.file_size(ec);
-  }
-  return total;
-}
-
-Status ForEachRecord(KvReader* reader, std::string_view from,
-                     const std::function<Status(std::string_view, std::string_view)>& fn) {
-  std::string key(from), found;
-  for (;;) {
-    PinnedValue v;
-    Status s = reader->Seek(key, &found, &v);
-    if (s.IsNotFound()) return Status::OK();
-    DSFS_RETURN_IF_ERROR(s);
-    DSFS_RETURN_IF_ERROR(fn(found, v.data()));
-    // The smallest key after `found`.
-    key = found;
-    key.push_back('\0');
-  }
 }
 
 }  // namespace dsfs

@@ -1,4 +1,4 @@
-#include "kernel/image_readahead.h"
+#include "kernel/erofs_readahead.h"
 
 #include <algorithm>
 #include <utility>
@@ -12,7 +12,7 @@ namespace {
 constexpr uint64_t kPiece = 1 << 20;
 }  // namespace
 
-ImageReadahead::ImageReadahead(const erofs::Image* image, uint64_t budget_bytes, StoreFn store)
+ErofsReadahead::ErofsReadahead(const erofs::Image* image, uint64_t budget_bytes, StoreFn store)
     : image_(image), budget_(budget_bytes), store_(std::move(store)) {
   if (budget_ == 0) return;
   // Background work: it must never delay the threads that answer the reader's own requests.
@@ -20,11 +20,11 @@ ImageReadahead::ImageReadahead(const erofs::Image* image, uint64_t budget_bytes,
 }
 
 // What is queued is dropped; the directory being stored is finished.
-ImageReadahead::~ImageReadahead() {
+ErofsReadahead::~ErofsReadahead() {
   if (worker_) worker_->Stop();
 }
 
-void ImageReadahead::Touched(uint64_t offset) {
+void ErofsReadahead::Touched(uint64_t offset) {
   if (budget_ == 0 || reserved_.load(std::memory_order_relaxed) >= budget_) return;
   uint32_t dir;
   if (!image_->DirOfByte(offset, &dir)) return;
@@ -35,7 +35,7 @@ void ImageReadahead::Touched(uint64_t offset) {
   worker_->Add([this, dir] { StoreDir(dir); });
 }
 
-void ImageReadahead::StoreDir(uint32_t dir) {
+void ErofsReadahead::StoreDir(uint32_t dir) {
   // The children's data as ranges of neighbours, leaving out every child larger than
   // kMaxChildBytes: one huge file (a sparse 5 GiB one reads as zeros) would spend the budget,
   // and the page cache, on bytes nobody may read; the kernel reads it ahead itself when read.
@@ -89,7 +89,7 @@ void ImageReadahead::StoreDir(uint32_t dir) {
   dirs_.fetch_add(1, std::memory_order_relaxed);
 }
 
-ImageReadahead::Stats ImageReadahead::stats() const {
+ErofsReadahead::Stats ErofsReadahead::stats() const {
   Stats st;
   st.dirs = dirs_.load(std::memory_order_relaxed);
   st.bytes = bytes_.load(std::memory_order_relaxed);
@@ -99,7 +99,7 @@ ImageReadahead::Stats ImageReadahead::stats() const {
   return st;
 }
 
-void ImageReadahead::WaitIdle() {
+void ErofsReadahead::WaitIdle() {
   if (worker_) worker_->WaitIdle();
 }
 

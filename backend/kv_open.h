@@ -1,0 +1,78 @@
+// The opener: creates the reader, writer or updater of a store by backend (detected from what
+// is at the path, or named for a new store). Nothing above backend/ includes a backend's own
+// header: this is the one way in.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "backend/kv.h"
+#include "common/status.h"
+
+namespace dsfs {
+
+inline constexpr std::string_view kDefaultBackend = "lmdb";
+// The ValueSizing of `backend`'s writers (KvWriter::value_sizing), for writers that mimic one
+// (the tests' in-memory store mimics LMDB). One record per value for an unknown backend.
+ValueSizing BackendValueSizing(std::string_view backend);
+// Creates a writer for a new store of `backend` ("lmdb", "rocksdb" or "s3", the last only at
+// an s3:// `path`, and the only one there) at `path`.
+// InvalidArgument names the backends if `backend` is not one of them.
+Status NewKvWriter(const std::string& path, std::string_view backend,
+                   const KvWriterOptions& options, std::unique_ptr<KvWriter>* writer);
+
+// Creates a writer that updates the existing store at `path` (backend detected): keys put
+// replace or join the store's keys, all others stay. Commit() switches the store to the new
+// version atomically: a crash at any moment leaves the old version or the new one. Readers
+// opened before Commit keep serving the old version. One updater per store at a time (a
+// second one fails with IOError). NotFound / InvalidArgument as OpenKvReader. A symlink is
+// followed: the store it names is updated, and the link stays.
+Status NewKvUpdater(const std::string& path, std::unique_ptr<KvWriter>* writer);
+
+// The backend of the store at `path` ("lmdb", "rocksdb"). NotFound if nothing is there;
+// InvalidArgument ("not a dsfs store") otherwise.
+Status DetectBackend(const std::string& path, std::string* backend);
+
+// Bytes the store at `path` takes on disk (a file's size, or a directory's files' sizes).
+uint64_t StoreBytes(const std::string& path);
+
+// True if `source` names a store in object storage ("s3://BUCKET/PREFIX") rather than a path:
+// such a source is opened and written like a path, but is not a file (no stat, no absolute
+// form).
+bool IsRemoteStore(std::string_view source);
+
+// Opens the store at `path` read-only, detecting its backend from what is on disk.
+// NotFound if nothing is there; InvalidArgument ("not a dsfs store") if it is not a known backend.
+// An LMDB store's tree is checked before it is served (in a child process: a damaged tree
+// makes LMDB fault, docs/hardening.md); a damaged one is refused with a Corruption status.
+Status OpenKvReader(const std::string& path, const KvReaderOptions& options,
+                    std::unique_ptr<KvReader>* reader);
+
+// The structural check OpenKvReader runs on the store at `path`, on its own: for LMDB the walk
+// of its B-tree (CheckLmdbTree, killed after `timeout` if given, else after a generous bound
+// of its own); OK for the other backends, whose readers check what they read.
+Status CheckKvStructure(const std::string& path,
+                        std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+
+// A store in S3 (`dsfs push`): the layout is backend/s3_kv.h's.
+struct S3WriterOptions {
+  uint64_t object_bytes = 64 << 20;  // data objects close after this many bytes
+  uint64_t part_bytes = 16 << 20;    // multipart part size (objects above it are multipart)
+  int threads = 4;                   // parts uploaded at once
+  // Called after each data object and at the end: bytes uploaded (or found already there) so
+  // far, objects done, objects skipped because a previous push left them complete.
+  std::function<void(uint64_t bytes, uint64_t objects, uint64_t skipped)> progress;
+};
+
+// A writer of a store at `url` (s3://BUCKET/PREFIX). Without options.overwrite, an index
+// already there is Exists. Settings from LoadAwsSettings.
+[[nodiscard]] Status NewS3Writer(const std::string& url, const KvWriterOptions& options,
+                                 const S3WriterOptions& s3_options,
+                                 std::unique_ptr<KvWriter>* writer);
+
+}  // namespace dsfs

@@ -52,7 +52,7 @@ struct FsOptions {
 struct RequestCounters {
   std::atomic<uint64_t> lookup{0}, getattr{0}, readdir{0}, open{0}, read{0}, readlink{0}, statfs{0},
       bytes_read{0}, errors{0};
-  // Time in the core per request, by operation (kRequestOps order): from the call of the
+  // Time in the core per request, by operation (Op order): from the call of the
   // method to its answer being ready, not the FUSE transport's queueing around it.
   enum Op { kLookup, kGetAttr, kReadDir, kOpen, kRead, kReadLink, kStatFs, kOps };
   static constexpr const char* kOpNames[kOps] = {"lookup", "getattr",  "readdir", "open",

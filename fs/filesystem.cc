@@ -137,6 +137,7 @@ Status Filesystem::LookupIn(uint64_t parent, std::string_view name, uint64_t* in
 
 Status Filesystem::Lookup(uint64_t parent, std::string_view name, struct stat* st) const {
   counters_.lookup.fetch_add(1, std::memory_order_relaxed);
+  const ScopedLatency timed(counters_.latency[RequestCounters::kLookup]);
   uint64_t ino;
   DSFS_RETURN_IF_ERROR(LookupIn(In(parent), name, &ino));
   return Attr(ino, st);
@@ -144,6 +145,7 @@ Status Filesystem::Lookup(uint64_t parent, std::string_view name, struct stat* s
 
 Status Filesystem::GetAttr(uint64_t ino, struct stat* st) const {
   counters_.getattr.fetch_add(1, std::memory_order_relaxed);
+  const ScopedLatency timed(counters_.latency[RequestCounters::kGetAttr]);
   return Attr(In(ino), st);
 }
 
@@ -160,6 +162,7 @@ Status Filesystem::NpyViewImage(uint32_t dir, std::string_view name, uint32_t* i
 
 Status Filesystem::ReadDir(uint64_t fuse_ino, uint64_t offset, const DirFiller& fill) const {
   counters_.readdir.fetch_add(1, std::memory_order_relaxed);
+  const ScopedLatency timed(counters_.latency[RequestCounters::kReadDir]);
   const uint64_t ino = In(fuse_ino);
   if (ino == kDotDsfsIno) return ReadDirControl(offset, fill);
   View v;
@@ -228,6 +231,7 @@ Status Filesystem::ReadDir(uint64_t fuse_ino, uint64_t offset, const DirFiller& 
 
 Status Filesystem::Open(uint64_t ino, int flags) const {
   counters_.open.fetch_add(1, std::memory_order_relaxed);
+  const ScopedLatency timed(counters_.latency[RequestCounters::kOpen]);
   if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_TRUNC | O_CREAT | O_APPEND))) {
     return Status::ReadOnly("read-only file system");
   }
@@ -240,6 +244,7 @@ Status Filesystem::Open(uint64_t ino, int flags) const {
 Status Filesystem::Read(uint64_t fuse_ino, uint64_t offset, uint64_t size, ReadBuffer* buf,
                         std::string_view* out) const {
   counters_.read.fetch_add(1, std::memory_order_relaxed);
+  const ScopedLatency timed(counters_.latency[RequestCounters::kRead]);
   const uint64_t ino = In(fuse_ino);
   InodeRecord rec;
   Status s = ReadIno(ino, offset, size, buf, out, &rec);
@@ -378,6 +383,7 @@ bool Filesystem::ReadFetches(uint64_t fuse_ino, uint64_t offset, uint64_t size) 
 
 Status Filesystem::ReadLink(uint64_t fuse_ino, std::string_view* target) const {
   counters_.readlink.fetch_add(1, std::memory_order_relaxed);
+  const ScopedLatency timed(counters_.latency[RequestCounters::kReadLink]);
   const uint64_t ino = In(fuse_ino);
   View v;
   if (!InodeSpace::ViewOfKind(Kind(ino), &v)) return Status::InvalidArgument("not a symbolic link");
@@ -388,6 +394,7 @@ Status Filesystem::ReadLink(uint64_t fuse_ino, std::string_view* target) const {
 
 Status Filesystem::StatFs(struct statvfs* st) const {
   counters_.statfs.fetch_add(1, std::memory_order_relaxed);
+  const ScopedLatency timed(counters_.latency[RequestCounters::kStatFs]);
   std::memset(st, 0, sizeof(*st));
   const StoreHeader& h = store_->header();
   st->f_bsize = 4096;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cache/byte_cache.h"
+#include "common/histogram.h"
 #include "common/status.h"
 #include "fs/inode_space.h"
 #include "fs/prefetcher.h"
@@ -51,6 +52,12 @@ struct FsOptions {
 struct RequestCounters {
   std::atomic<uint64_t> lookup{0}, getattr{0}, readdir{0}, open{0}, read{0}, readlink{0}, statfs{0},
       bytes_read{0}, errors{0};
+  // Time in the core per request, by operation (Op order): from the call of the
+  // method to its answer being ready, not the FUSE transport's queueing around it.
+  enum Op { kLookup, kGetAttr, kReadDir, kOpen, kRead, kReadLink, kStatFs, kOps };
+  static constexpr const char* kOpNames[kOps] = {"lookup", "getattr",  "readdir", "open",
+                                                 "read",   "readlink", "statfs"};
+  LatencyHistogram latency[kOps];
 };
 
 class Filesystem : public PushSource {
@@ -85,6 +92,13 @@ class Filesystem : public PushSource {
   // on each read of the stats file, from any request thread: it must be thread-safe); an
   // empty function detaches it. REQUIRES: no request is being served while it changes.
   void SetTransportStats(TransportStatsFn stats) { transport_stats_ = std::move(stats); }
+  // The stats file shows what `source` returns (one line of JSON) while it is set: the mount's
+  // assembly of every path's stats (mount/stats.h), which includes StatsObject. Unset (or an
+  // empty function), the stats file shows StatsObject alone. Called on each read of the stats
+  // file, from any request thread: it must be thread-safe. REQUIRES: no request is being
+  // served while it changes.
+  using StatsSourceFn = std::function<std::string()>;
+  void SetStatsSource(StatsSourceFn source) { stats_source_ = std::move(source); }
 
   Status Lookup(uint64_t parent, std::string_view name, struct stat* st) const;
   Status GetAttr(uint64_t ino, struct stat* st) const;
@@ -135,7 +149,9 @@ class Filesystem : public PushSource {
   Status ReadFile(uint64_t ino, uint64_t offset, uint64_t size, ReadBuffer* buf,
                   std::string_view* out) const override;
   RequestCounters& counters() const { return counters_; }
-  // The stats file's contents (unpadded JSON, on one line), and the same as a JSON object.
+  // The stats file's contents (unpadded JSON, on one line): the stats source's, else
+  // StatsObject's. StatsObject: the tree's own counters (requests and their latency, caches,
+  // decodes, the store's backend), without what the mount adds (mount/stats.h).
   std::string StatsJson() const;
   nlohmann::ordered_json StatsObject() const;
   // The same counters as one short line for systemd's STATUS= ("serving: 1234 requests,
@@ -223,6 +239,7 @@ class Filesystem : public PushSource {
   mutable std::atomic<bool> logged_too_large_{false};
   Prefetcher* prefetcher_ = nullptr;
   TransportStatsFn transport_stats_;
+  StatsSourceFn stats_source_;
   mutable RequestCounters counters_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };

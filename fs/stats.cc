@@ -1,14 +1,13 @@
-// The stats file's JSON and the systemd status line of a Filesystem.
+// The tree's own counters as JSON (the stats file's core; mount/stats.h adds the rest) and
+// the systemd status line of a Filesystem.
 #include "fs/stats.h"
 
 #include <algorithm>
 #include <cmath>
 #include <string_view>
 
-#include "common/memory_limit.h"
 #include "common/units.h"
 #include "fs/filesystem.h"
-#include "fs/memory_guard.h"
 
 namespace dsfs {
 
@@ -29,6 +28,13 @@ std::string OneLineJson(const nlohmann::ordered_json& j) {
 }
 
 double StatsSeconds(double seconds) { return std::round(seconds * 1000) / 1000; }
+
+nlohmann::ordered_json HistogramJson(const LatencyHistogram& h) {
+  const LatencyHistogram::Snapshot s = h.snapshot();
+  return {{"count", s.count},
+          {"sum_us", s.sum_ns / 1000},
+          {"buckets", nlohmann::ordered_json(s.counts)}};
+}
 
 nlohmann::ordered_json Filesystem::StatsObject() const {
   auto n = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
@@ -115,25 +121,18 @@ nlohmann::ordered_json Filesystem::StatsObject() const {
   const StoreHeader& h = store_->header();
   j["store"] = {
       {"files", h.file_count}, {"directories", h.dir_count}, {"file_bytes", h.file_bytes}};
-  // The memory guard (fs/memory_guard.h): what it watches, how often pressure began, and the
-  // RAM cache's capacity now (lowered under pressure, raised back slowly).
-  if (const MemoryGuard* guard = MemoryGuard::Running()) {
-    const MemoryGuard::Stats gs = guard->stats();
-    j["memory_guard"] = {{"watching", gs.watching},
-                         {"used_bytes", gs.used_bytes},
-                         {"threshold_bytes", gs.threshold_bytes},
-                         {"memory_pressure_events", gs.pressure_events},
-                         {"cache_capacity_bytes", gs.cache_capacity_bytes},
-                         {"shed_bytes", gs.shed_bytes}};
+  // Time per request in the core, by operation (RequestCounters::latency).
+  nlohmann::ordered_json latency = nlohmann::ordered_json::object();
+  for (int op = 0; op < RequestCounters::kOps; ++op) {
+    latency[RequestCounters::kOpNames[op]] = HistogramJson(c.latency[op]);
   }
-  // What the default budgets (the cache's, the push's) were derived from, and where it was
-  // found (common/memory_limit.h).
-  const MemoryLimit& limit = ProcessMemoryLimit();
-  j["memory_limit"] = {{"bytes", limit.bytes}, {"source", limit.source}};
+  j["latency"] = std::move(latency);
   return j;
 }
 
-std::string Filesystem::StatsJson() const { return OneLineJson(StatsObject()); }
+std::string Filesystem::StatsJson() const {
+  return stats_source_ ? stats_source_() : OneLineJson(StatsObject());
+}
 
 std::string Filesystem::StatusLine() const {
   auto n = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };

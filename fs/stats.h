@@ -1,9 +1,12 @@
-// The stats of a mount as JSON: the one JSON writer of fs/ (nlohmann::json), for the stats file
-// of /.dsfs (Filesystem::StatsObject, fs/stats.cc) and of a -o kernel mount's image server.
+// The stats of a mount as JSON: the one JSON writer of fs/ (nlohmann::json). The tree's own
+// counters are Filesystem::StatsObject (fs/stats.cc); what a mount's stats file shows, /.dsfs's
+// and a -o kernel mount's image server's alike, is assembled in one place, mount/stats.h.
 #pragma once
 
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "common/histogram.h"
 
 namespace dsfs {
 
@@ -15,5 +18,10 @@ std::string OneLineJson(const nlohmann::ordered_json& j);
 
 // Seconds as the stats show them: rounded to milliseconds.
 double StatsSeconds(double seconds);
+
+// A latency histogram as the stats show it: {"count": N, "sum_us": S, "buckets": [c0, ...]},
+// the buckets not cumulative, bucket i counting durations of at most 4^i microseconds
+// (LatencyHistogram::BoundUs), the last one the longer ones. mount/metrics.h exports it.
+nlohmann::ordered_json HistogramJson(const LatencyHistogram& h);
 
 }  // namespace dsfs

@@ -196,6 +196,7 @@ struct ErofsServerOps {
     thread_local std::vector<char> buf;
     if (buf.size() < len) buf.resize(len);
     s->counters_.reads.fetch_add(1, std::memory_order_relaxed);
+    const ScopedLatency timed(s->counters_.read_latency);
     Status st = s->image_->Read(offset, len, buf.data());
     size_t good = len;
     if (!st.ok() && s->page_cache_reader_.load(std::memory_order_relaxed)) {

@@ -30,6 +30,7 @@
 #include <string_view>
 #include <thread>
 
+#include "common/histogram.h"
 #include "common/status.h"
 #include "common/worker_group.h"
 #include "erofs/image.h"
@@ -61,6 +62,7 @@ class ErofsServer {
 
   struct Counters {
     std::atomic<uint64_t> reads{0}, bytes_read{0}, errors{0}, stats_reads{0};
+    LatencyHistogram read_latency;  // image reads, from the request to the reply
   };
 
   // `stats_json` gives the stats file's JSON (unpadded), called from a session thread on each

@@ -228,7 +228,11 @@ Status KernelMount::Mount(Filesystem* fs, ByteCache* cache, const std::string& m
     if (self->readahead_on_.load(std::memory_order_acquire)) self->readahead_->Touched(offset);
   };
   km->server_ = std::make_unique<ErofsServer>(
-      km->image_.get(), std::move(so), [self] { return self->StatsJson(); },
+      km->image_.get(), std::move(so),
+      options.stats_json ? options.stats_json : [self] {
+        nlohmann::ordered_json j = {{"kernel", self->StatsObject()}};
+        return OneLineJson(j);
+      },
       [self] {
         // The loop device let go of the image: EROFS is gone.
         if (self->serving_.load()) (void)!::write(self->events_[1], "c", 1);
@@ -387,7 +391,7 @@ std::string KernelMount::StatusLine() const {
          std::to_string(c.errors.load()) + " errors";
 }
 
-std::string KernelMount::StatsJson() const {
+nlohmann::ordered_json KernelMount::StatsObject() const {
   const erofs::Image& image = *image_;
   const ErofsServer* server = server_.get();
   nlohmann::ordered_json kernel = {{"image_bytes", image.size_bytes()},
@@ -405,6 +409,7 @@ std::string KernelMount::StatsJson() const {
     kernel["image_reads"] = c.reads.load(std::memory_order_relaxed);
     kernel["image_bytes_read"] = c.bytes_read.load(std::memory_order_relaxed);
     kernel["image_read_errors"] = c.errors.load(std::memory_order_relaxed);
+    kernel["image_read_latency"] = HistogramJson(c.read_latency);
     if (const ErofsReadahead* ra =
             readahead_on_.load(std::memory_order_acquire) ? readahead_.get() : nullptr) {
       const ErofsReadahead::Stats st = ra->stats();
@@ -415,11 +420,7 @@ std::string KernelMount::StatsJson() const {
                              {"budget_bytes", st.budget_bytes}};
     }
   }
-  nlohmann::ordered_json j = {{"kernel", std::move(kernel)}};
-  // Then the filesystem's own counters (the store's cache, view reads): its members follow.
-  const nlohmann::ordered_json rest = fs_->StatsObject();
-  for (const auto& [key, value] : rest.items()) j[key] = value;
-  return OneLineJson(j);
+  return kernel;
 }
 
 Status UnmountKernel(const std::string& mountpoint, bool lazy, bool* handled) {

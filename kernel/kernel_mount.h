@@ -20,6 +20,8 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <string>
 
@@ -52,6 +54,10 @@ struct KernelOptions {
   bool allow_other = false;
   // Bytes of the store's tables read ahead before the image is laid out.
   uint64_t metadata_readahead_bytes = 0;
+  // The private mount's stats file: what this returns (one line of JSON; the mount's assembly,
+  // mount/stats.h, which asks StatsObject for the kernel block). Unset: the kernel block alone.
+  // Called from the image server's threads: it must be thread-safe.
+  std::function<std::string()> stats_json;
 };
 
 // The two layers of one -o kernel mount, from EROFS mounted at the mountpoint to their
@@ -81,10 +87,12 @@ class KernelMount {
 
   // What a STATUS= line of the service says.
   std::string StatusLine() const;
+  // The kernel block of the stats ("kernel": the image, its server's reads and their latency,
+  // the readahead). Safe from any thread while the mount exists.
+  nlohmann::ordered_json StatsObject() const;
 
  private:
   KernelMount() = default;
-  std::string StatsJson() const;
 
   Filesystem* fs_ = nullptr;
   std::string mountpoint_;

@@ -1,4 +1,5 @@
 #include "mount/mount.h"
+#include "mount/metrics.h"
 
 #include <csignal>
 #include <dirent.h>
@@ -177,6 +178,8 @@ Status Serve(const MountConfig& config, const std::function<void()>& on_mounted)
   if (fo.session.fsname.empty()) fo.session.fsname = config.store_path;
   // A preload of nothing is a mistake the mount reports, not a log line after it succeeded.
   if (!fo.preload_path.empty()) DSFS_RETURN_IF_ERROR(CheckPreloadPath(fs, fo.preload_path));
+  ServeOptions serve;
+  serve.metrics_file = config.metrics_file;
   if (config.kernel) {
     KernelOptions ko;
     ko.loop = config.kernel_loop;
@@ -189,9 +192,9 @@ Status Serve(const MountConfig& config, const std::function<void()>& on_mounted)
     // A store in object storage: the image's reads wait on fetch threads, as a classic
     // mount's (mount/serve.cc), never on the session threads the stats file needs.
     so.fetch_threads = fs.store().remote() ? kRemoteFetchThreads : 0;
-    return ServeKernel(&fs, cache.get(), config.mountpoint, fo, ko, on_mounted);
+    return ServeKernel(&fs, cache.get(), config.mountpoint, fo, ko, on_mounted, serve);
   }
-  return ServeFuse(&fs, cache.get(), config.mountpoint, fo, on_mounted);
+  return ServeFuse(&fs, cache.get(), config.mountpoint, fo, on_mounted, serve);
 }
 
 }  // namespace
@@ -239,6 +242,7 @@ Status MountStore(const MountConfig& config_in) {
   MountConfig config = config_in;
   if (config.kernel) DSFS_RETURN_IF_ERROR(CheckKernelMountAllowed());
   DSFS_RETURN_IF_ERROR(CheckMountpoint(config.mountpoint));
+  if (!config.metrics_file.empty()) DSFS_RETURN_IF_ERROR(MetricsFile::Check(config.metrics_file));
   int lock_fd = -1;
   DSFS_RETURN_IF_ERROR(LockMountpoint(config.mountpoint, &lock_fd));
   struct Unlock {

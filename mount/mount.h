@@ -29,6 +29,8 @@ struct MountConfig {
   // the foreground, syslog for the background daemon). Applied by the dsfs command.
   std::string log_level;
   std::string log_file;
+  // -o metrics_file=PATH (absolute): the mount's metrics for node_exporter (mount/metrics.h).
+  std::string metrics_file;
   FuseOptions fuse;
   FsOptions fs;
   StoreOptions store;

@@ -17,9 +17,12 @@
 
 #include "common/log.h"
 #include "common/memory_limit.h"
+#include "common/system.h"
 #include "fs/memory_guard.h"
 #include "fs/prefetcher.h"
+#include "mount/metrics.h"
 #include "mount/own_mount.h"
+#include "mount/stats.h"
 #include "mount/service.h"
 
 namespace dsfs {
@@ -63,6 +66,14 @@ ServiceMonitor::Options MonitorOptions(const std::string& mountpoint, const Fuse
   return mo;
 }
 
+// The metrics file of `serve` (null: none), written from `stats`.
+std::unique_ptr<MetricsFile> NewMetricsFile(const ServeOptions& serve, const std::string& mnt,
+                                            const MountStats& stats) {
+  if (serve.metrics_file.empty()) return nullptr;
+  return std::make_unique<MetricsFile>(serve.metrics_file, AbsolutePath(mnt),
+                                       [&stats] { return stats.Object(); });
+}
+
 // The write end of the running ServeKernel's signal pipe (-1: none).
 std::atomic<int> g_signal_fd{-1};
 
@@ -71,10 +82,11 @@ void OnStopSignal(int) {
   if (fd >= 0) (void)!::write(fd, "s", 1);
 }
 
-}  // namespace
-
-Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint,
-                 const FuseOptions& options, const std::function<void()>& on_mounted) {
+// ServeFuse with the mount's stats `stats` (ServeKernel's when it falls back).
+Status ServeFuseWith(Filesystem* fs, ByteCache* cache, const std::string& mountpoint,
+                     const FuseOptions& options, const std::function<void()>& on_mounted,
+                     const ServeOptions& serve, MountStats* stats) {
+  std::unique_ptr<MetricsFile> metrics = NewMetricsFile(serve, mountpoint, *stats);
   std::unique_ptr<TreeSession> session;
   DSFS_RETURN_IF_ERROR(TreeSession::Mount(fs, mountpoint, options, &session));
   // As the session ends, this mount is unmounted, never what the mountpoint carries by then.
@@ -101,7 +113,9 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
   // Sheds the RAM cache under memory pressure, before the kernel kills anything.
   MemoryGuard memory_guard(cache, ProcessMemoryLimit());
   if (on_mounted) on_mounted();
-  ServiceMonitor monitor(MonitorOptions(mountpoint, options), [fs] { return fs->StatusLine(); });
+  ServiceMonitor::Options mo = MonitorOptions(mountpoint, options);
+  if (metrics) mo.on_interval = [m = metrics.get()] { m->Write(); };
+  ServiceMonitor monitor(mo, [fs] { return fs->StatusLine(); });
   Status ms = monitor.Start();
   if (!ms.ok()) Log()->warn("service monitor: {}", ms.message());
   // The loop threads libfuse starts from here, and the transport's ring threads, inherit this
@@ -164,10 +178,23 @@ Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint
   return Status::OK();
 }
 
+}  // namespace
+
+Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint,
+                 const FuseOptions& options, const std::function<void()>& on_mounted,
+                 const ServeOptions& serve) {
+  MountStats stats(fs);
+  return ServeFuseWith(fs, cache, mountpoint, options, on_mounted, serve, &stats);
+}
+
 Status ServeKernel(Filesystem* fs, ByteCache* cache, const std::string& mnt,
-                   const FuseOptions& fuse, const KernelOptions& kernel,
-                   const std::function<void()>& on_mounted) {
+                   const FuseOptions& fuse, const KernelOptions& kernel_in,
+                   const std::function<void()>& on_mounted, const ServeOptions& serve) {
   DSFS_RETURN_IF_ERROR(CheckKernelMountAllowed());
+  // The stats of either path, assembled in one place; the image server's stats file too.
+  MountStats stats(fs);
+  KernelOptions kernel = kernel_in;
+  kernel.stats_json = [&stats] { return stats.Json(); };
   // mount(2) is given the directory dsfs mount checked and locked (FuseOptions::mount_target).
   const std::string& target = fuse.mount_target.empty() ? mnt : fuse.mount_target;
   // What a classic mount's FUSE layer does and EROFS does in the kernel by itself.
@@ -211,9 +238,15 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const std::string& mnt,
   Status s = KernelMount::Mount(fs, cache, mnt, target, kernel, &km);
   if (s.code() == Status::Code::kNotSupported) {
     Log()->warn("-o kernel: {}; mounting with FUSE", s.message());
-    return ServeFuse(fs, cache, mnt, fuse, on_mounted);
+    return ServeFuseWith(fs, cache, mnt, fuse, on_mounted, serve, &stats);
   }
   DSFS_RETURN_IF_ERROR(s);
+  stats.SetKernel(km.get());
+  struct ForgetKernel {
+    MountStats* stats;
+    ~ForgetKernel() { stats->SetKernel(nullptr); }
+  } forget_kernel{&stats};
+  std::unique_ptr<MetricsFile> metrics = NewMetricsFile(serve, mnt, stats);
   const OwnMount own(mnt);  // a signal unmounts this mount, never what mnt carries later
   // -o preload: the store's RAM cache, which the image's reads come from, as in a classic mount.
   std::unique_ptr<Prefetcher> preloader;
@@ -233,6 +266,7 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const std::string& mnt,
 
   ServiceMonitor::Options mo = MonitorOptions(mnt, fuse);
   mo.fs_magic = kErofsMagic;
+  if (metrics) mo.on_interval = [m = metrics.get()] { m->Write(); };
   ServiceMonitor monitor(mo, [&km] { return km->StatusLine(); });
   Status ms = monitor.Start();
   if (!ms.ok()) Log()->warn("service monitor: {}", ms.message());

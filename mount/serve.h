@@ -24,13 +24,23 @@ namespace dsfs {
 // bounded, so that a stalled endpoint holds these and never the request threads.
 inline constexpr int kRemoteFetchThreads = 16;
 
+// What the mount adds around either path.
+struct ServeOptions {
+  // -o metrics_file=PATH: the mount's metrics (mount/metrics.h), rewritten every
+  // status_interval while it serves and removed as it ends; "": none. REQUIRES: checked
+  // (MetricsFile::Check) before mounting.
+  std::string metrics_file;
+};
+
 // Mounts `fs` at `mountpoint`, calls `on_mounted` once the kernel mount exists, then serves
 // requests until the filesystem is unmounted or SIGINT/SIGTERM arrives; unmounts on the way
 // out. SIGHUP reopens the log file and does not end the session. Errors are returned before
 // `on_mounted` is called. `cache` is the RAM cache the mount gave the store and `fs` (null:
 // none): readahead and preload fill it.
+// The stats file shows the mount's stats (mount/stats.h) while it serves.
 Status ServeFuse(Filesystem* fs, ByteCache* cache, const std::string& mountpoint,
-                 const FuseOptions& options, const std::function<void()>& on_mounted);
+                 const FuseOptions& options, const std::function<void()>& on_mounted,
+                 const ServeOptions& serve = {});
 
 // -o preload=PATH: OK if PATH is a directory of the store; otherwise the one-line error the
 // mount fails with (checked before mounting, classic and -o kernel alike).
@@ -48,6 +58,6 @@ void StartPreload(const Filesystem& fs, const std::string& path, Prefetcher* pre
 // fallback of -o kernel.
 Status ServeKernel(Filesystem* fs, ByteCache* cache, const std::string& mountpoint,
                    const FuseOptions& fuse, const KernelOptions& kernel,
-                   const std::function<void()>& on_mounted);
+                   const std::function<void()>& on_mounted, const ServeOptions& serve = {});
 
 }  // namespace dsfs

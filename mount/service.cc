@@ -168,6 +168,11 @@ void ServiceMonitor::Run() {
                   rc == 0 ? "not the filesystem it serves" : std::strerror(err));
     }
   }
+  auto interval = [this] {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_ && options_.on_interval) options_.on_interval();
+  };
+  interval();
   for (;;) {
     struct pollfd pfd = {wake_read_, POLLIN, 0};
     int rc = ::poll(&pfd, 1, static_cast<int>(options_.status_interval.count()));
@@ -177,6 +182,7 @@ void ServiceMonitor::Run() {
         std::lock_guard<std::mutex> lock(mu_);
         if (ready_sent_ && !stopping_) Notify("STATUS=" + status_());
       }
+      interval();
       RepeatedLog().Flush(false);
       continue;
     }

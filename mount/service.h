@@ -4,7 +4,8 @@
 //  - tells systemd the mount is ready (sd_notify "READY=1") once a statfs of the mountpoint,
 //    sent through the kernel, has been answered by this daemon: only then can a unit ordered
 //    after this one read files;
-//  - sends "STATUS=" lines (requests served, cache fill) every `status_interval`;
+//  - sends "STATUS=" lines (requests served, cache fill) every `status_interval`, and calls
+//    Options::on_interval as often (-o metrics_file);
 //  - reopens the log file when SIGHUP arrives (logrotate), which never ends the daemon;
 //  - logs the counts of repeated messages held back by RepeatedLog().
 // Stopping() sends "STOPPING=1". Without $NOTIFY_SOCKET (or with notify off) nothing is sent.
@@ -30,6 +31,9 @@ class ServiceMonitor {
     // What statfs of the mountpoint reports once the mount answers: FUSE's magic, or EROFS's
     // for a -o kernel mount.
     uint64_t fs_magic = 0x65735546;  // FUSE_SUPER_MAGIC
+    // Called from the monitor thread once it starts (after the readiness probe) and every
+    // status_interval after, until Stopping: the metrics file's writer (mount/metrics.h).
+    std::function<void()> on_interval;
   };
   // `status` returns the text of a STATUS= line; called from the monitor thread.
   ServiceMonitor(Options options, std::function<std::string()> status);

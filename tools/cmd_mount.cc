@@ -201,6 +201,11 @@ Status ParseOptionList(const std::string& list, MountConfig* config, SeenOptions
       if (value.empty()) return Status::InvalidArgument("mount option log_file needs a path");
       // The daemon changes to "/": a relative path is taken from the caller's directory.
       config->log_file = std::filesystem::absolute(std::string(value)).lexically_normal().string();
+    } else if (key == "metrics_file") {
+      if (value.empty()) return Status::InvalidArgument("mount option metrics_file needs a path");
+      // The daemon changes to "/": a relative path is taken from the caller's directory.
+      config->metrics_file =
+          std::filesystem::absolute(std::string(value)).lexically_normal().string();
     } else if (key == "status_interval") {
       DSFS_RETURN_IF_ERROR(ParseSeconds(key, value, 0.1, 86400, &config->fuse.status_interval_s));
     } else if (key == "ro" && value.empty()) {

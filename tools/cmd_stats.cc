@@ -15,6 +15,7 @@
 
 #include "common/units.h"
 #include "kernel/kernel_mount.h"
+#include "mount/metrics.h"
 #include "mount/mount.h"
 #include "tools/commands.h"
 
@@ -29,7 +30,15 @@ bool Flatten(std::string_view text, std::vector<std::pair<std::string, std::stri
   if (doc.is_discarded() || !doc.is_object()) return false;
   std::function<void(const std::string&, const nlohmann::ordered_json&)> walk =
       [&](const std::string& prefix, const nlohmann::ordered_json& v) {
-        if (v.is_object() || v.is_array()) {
+        const bool scalars = v.is_array() && std::all_of(v.begin(), v.end(), [](const auto& e) {
+                               return e.is_primitive();
+                             });
+        if (scalars) {
+          // A histogram's buckets (fs/stats.h): one line, the counts separated by spaces.
+          std::string line;
+          for (const auto& e : v) line += (line.empty() ? "" : " ") + e.dump();
+          out->emplace_back(prefix, line);
+        } else if (v.is_object() || v.is_array()) {
           size_t index = 0;
           for (auto it = v.begin(); it != v.end(); ++it, ++index) {
             std::string key = v.is_object() ? it.key() : std::to_string(index);
@@ -47,7 +56,8 @@ bool Flatten(std::string_view text, std::vector<std::pair<std::string, std::stri
 
 }  // namespace
 
-Status RunStats(const std::string& mountpoint_arg, bool json, std::ostream& out) {
+Status RunStats(const std::string& mountpoint_arg, bool json, std::ostream& out,
+                bool prometheus) {
   // A symbolic link to the mountpoint names the mount too (-o kernel mounts are found by
   // their path in the mount table). A dead mount does not resolve (ENOTCONN): kept as given.
   std::string mountpoint = mountpoint_arg;
@@ -84,6 +94,14 @@ Status RunStats(const std::string& mountpoint_arg, bool json, std::ostream& out)
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
   if (json) {
     out << text << "\n";
+    return Status::OK();
+  }
+  if (prometheus) {
+    nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text, nullptr, false);
+    if (doc.is_discarded() || !doc.is_object()) {
+      return Status::Corruption(path + ": not a dsfs stats file");
+    }
+    out << PrometheusText(doc, mountpoint);
     return Status::OK();
   }
   std::vector<std::pair<std::string, std::string>> fields;

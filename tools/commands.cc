@@ -102,6 +102,9 @@ constexpr const char* kMountOptionsHelp = R"(Mount options (-o, comma-separated;
   log_level=LEVEL       trace, debug, info, warn, error, off (default: --log-level)
   log_file=PATH         append the log to PATH; SIGHUP reopens it (for logrotate)
   status_interval=S     seconds between STATUS= updates to systemd (default 5)
+  metrics_file=PATH     rewrite PATH every status_interval with the mount's metrics in
+                        Prometheus's text format (node_exporter's textfile collector);
+                        removed at unmount
   debug                 trace every FUSE request to stderr
   ro                    accepted (dsfs is always read-only); rw is refused
 In the foreground (-f) the log goes to stderr and, if $NOTIFY_SOCKET is set (systemd
@@ -289,7 +292,12 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   bool stats_json = false;
   auto* stats_cmd = app.add_subcommand("stats", "show the live counters of a mount");
   stats_cmd->add_option("MOUNTPOINT", stats_point)->required();
-  stats_cmd->add_flag("--json", stats_json, "the raw JSON");
+  bool stats_prometheus = false;
+  auto* stats_json_flag = stats_cmd->add_flag("--json", stats_json, "the raw JSON");
+  stats_cmd
+      ->add_flag("--prometheus", stats_prometheus,
+                 "the Prometheus text exposition format (metric names: docs/usage.md)")
+      ->excludes(stats_json_flag);
 
   std::vector<std::string> rev(args.rbegin(), args.rend());
   try {
@@ -371,7 +379,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   } else if (*info_cmd) {
     s = RunInfo(store_path, path, json, out);
   } else if (*stats_cmd) {
-    s = RunStats(stats_point, stats_json, out);
+    s = RunStats(stats_point, stats_json, out, stats_prometheus);
   } else if (*verify_cmd) {
     s = RunVerify(store_path, quiet, out, err);
   }

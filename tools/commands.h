@@ -102,8 +102,11 @@ Status RunLs(const std::string& store, const std::string& path, bool long_format
 Status RunCat(const std::string& store, const std::string& path, std::ostream& out);
 // `path`: the directory whose tensor view availability is reported.
 Status RunInfo(const std::string& store, const std::string& path, bool json, std::ostream& out);
-// Prints the live counters of the dsfs mount at `mountpoint` (its /.dsfs/stats file).
-Status RunStats(const std::string& mountpoint, bool json, std::ostream& out);
+// Prints the live counters of the dsfs mount at `mountpoint` (its /.dsfs/stats file): as
+// "key: value" lines, the raw JSON (`json`), or Prometheus's text format (`prometheus`,
+// mount/metrics.h).
+Status RunStats(const std::string& mountpoint, bool json, std::ostream& out,
+                bool prometheus = false);
 // Checks every payload; lists the damaged files on `out`, a progress line on `err` when it is a
 // terminal (not `quiet`), "verified N files" unless `quiet`. Corruption if any is damaged.
 Status RunVerify(const std::string& store, bool quiet, std::ostream& out, std::ostream& err);

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "tests/support/kernel_mount_util.h"
+#include "tests/support/prometheus_parser.h"
 #include "tools/commands.h"
 
 namespace dsfs::testing {
@@ -36,7 +37,8 @@ TEST_F(KernelMountTest, TreeEqualsTheSourceAndUmountTearsDownEveryLayer) {
   BuildTree(src_);
   Pack();
   KernelMount km(mp_);
-  CommandResult r = km.Mount(store_);
+  const std::string prom = store_ + ".prom";  // -o metrics_file: checked below
+  CommandResult r = km.Mount(store_, "metrics_file=" + prom + ",status_interval=0.1");
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_EQ(FsType(mp_), "erofs");
   ASSERT_GT(km.pid(), 0) << "no private image mount in " << kKernelRunDir;
@@ -78,11 +80,35 @@ TEST_F(KernelMountTest, TreeEqualsTheSourceAndUmountTearsDownEveryLayer) {
   ::unlink(link.c_str());
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_NE(r.out.find("kernel.image_reads"), std::string::npos) << r.out;
+  // The metrics (mount/metrics.h): the kernel path's image reads and their latency beside the
+  // tree's counters, in the exposition format, from `dsfs stats` and from the metrics file.
+  r = Dsfs({"stats", "--prometheus", mp_});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  PromExposition e;
+  std::string error;
+  ASSERT_TRUE(ParseExposition(r.out, &e, &error)) << error << "\n" << r.out;
+  double v = 0;
+  EXPECT_TRUE(e.Find("dsfs_kernel_image_reads_total",
+                     {{"mountpoint", std::filesystem::canonical(mp_).string()}}, &v)) << r.out;
+  EXPECT_GT(v, 0);
+  EXPECT_TRUE(e.Find("dsfs_kernel_image_read_duration_seconds_count", {}, &v)) << r.out;
+  EXPECT_GT(v, 0);
+  EXPECT_TRUE(e.Find("dsfs_memory_limit_bytes", {}, &v)) << r.out;
+  std::string text;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        text.clear();
+        return ReadAll(prom, &text, &error) && ParseExposition(text, &e, &error) &&
+               e.Find("dsfs_kernel_image_reads_total", {}, &v) && v > 0;
+      },
+      milliseconds(30000)))
+      << error << "\n" << text;
 
   r = Dsfs({"umount", mp_});
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
   km.WaitDaemon();
   EXPECT_TRUE(LayersGone(mp_, km.prefix()));
+  EXPECT_FALSE(std::filesystem::exists(prom)) << "the metrics file outlived its mount";
 }
 
 TEST_F(KernelMountTest, ParallelReadersSeeNoWrongByte) {

@@ -212,7 +212,7 @@ TEST_F(FilesystemTest, StatsFileIsHiddenAndLive) {
   for (const auto& item : parsed.items()) keys.push_back(item.key());
   EXPECT_EQ(keys, (std::vector<std::string>{"uptime_s", "requests", "bytes_served", "read_errors",
                                             "cache", "decompress", "views", "store",
-                                            "memory_limit"}));
+                                            "latency"}));
   EXPECT_EQ(parsed["requests"]["read"], 2);
   EXPECT_EQ(parsed["store"]["files"], 3);
   // Reads at an offset return the rest.

@@ -26,6 +26,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <sys/types.h>
 #include <unordered_map>
 #include <vector>
 
@@ -50,6 +51,7 @@ class S3CacheRoot {
   [[nodiscard]] Status Open(const std::string& cache_dir, const std::string& name);
   const std::string& path() const { return path_; }
   int fd() const { return fd_; }
+  // While open, a shared flock on its `lock` file (backend/s3_cache_dir.h).
 
   // The index kept by an earlier reader; false if there is none (or it is not a regular file).
   bool ReadIndex(std::string* bytes) const;
@@ -61,8 +63,11 @@ class S3CacheRoot {
   void RemoveOtherStores(const std::string& keep_id) const;
 
  private:
+  Status OpenAndLock(int dir, const std::string& name, uid_t me, const std::string& fix);
+
   std::string path_;
   int fd_ = -1;
+  int lock_fd_ = -1;
 };
 
 // The cached blocks of one store: CACHE_DIR/s3-HASH/ID.

@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/s3_cache_dir.h"
 #include "backend/s3_disk_cache.h"
 #include "backend/s3_index.h"
 #include "common/log.h"
@@ -269,6 +270,11 @@ class RecentValues {
 
 class S3Reader : public KvReader {
  public:
+  ~S3Reader() override {
+    // The cache's last use, for `dsfs cache gc --keep-days`.
+    if (root_ && !meta_.id.empty()) WriteS3CacheMeta(root_->fd(), meta_);
+  }
+
   Status Open(const std::string& url_text, const KvReaderOptions& options) {
     DSFS_RETURN_IF_ERROR(ParseS3Url(url_text, &url_));
     AwsSettings settings;
@@ -319,6 +325,9 @@ class S3Reader : public KvReader {
       if (!from_cache) root->WriteIndex(bytes);
       disk_ = std::make_unique<S3DiskCache>();
       DSFS_RETURN_IF_ERROR(disk_->Open(*root, id, index_.object_sizes, options.cache_disk_bytes));
+      meta_ = S3CacheMeta{name, endpoint, id};
+      WriteS3CacheMeta(root->fd(), meta_);
+      root_ = std::move(root);  // its lock held as long as the reader lives
     }
     return Status::OK();
   }
@@ -416,7 +425,7 @@ class S3Reader : public KvReader {
   // directory's files), keeps them on disk and returns the value, checked. Threads missing the
   // same blocks at once share one fetch; a span of many blocks (the metadata tables at mount,
   // large chunks) is fetched in pieces of kPieceBytes, several at once.
-  Status Fetch(const Entry& e, std::string* out) {
+  Status Fetch(const Entry& e, std::string* out, int attempt = 0) {
     const uint64_t object_size = index_.object_sizes[e.object];
     const uint64_t begin = e.offset / kS3BlockBytes * kS3BlockBytes;
     const uint64_t end = std::min(
@@ -443,6 +452,20 @@ class S3Reader : public KvReader {
       // Whatever happens here (an error, bad_alloc, any exception), the flight completes: the
       // threads waiting on it must never wait for good.
       try {
+        // A flight for these blocks may have ended between this thread's miss on disk and
+        // now (it wrote them there, then left flights_): read them there instead of a second
+        // GET of the same blocks (a warm-up's threads meet at their runs' edges).
+        if (disk_ && attempt == 0 && disk_->Read(e.object, e.offset, e.length, e.sum, out)) {
+          flight->on_disk = true;
+          {
+            std::lock_guard<std::mutex> lock(flights_mu_);
+            flights_.erase(fk);
+          }
+          std::lock_guard<std::mutex> lock(flight->mu);
+          flight->done = true;
+          flight->cv.notify_all();
+          return Status::OK();
+        }
         flight->status = FetchSpan(e.object, begin, end, &flight->bytes);
         // Kept on disk only if the value it was fetched for checks out (a server answering
         // other bytes fills no cache).
@@ -465,6 +488,11 @@ class S3Reader : public KvReader {
     } else {
       std::unique_lock<std::mutex> lock(flight->mu);
       flight->cv.wait(lock, [&] { return flight->done; });
+      if (flight->on_disk) {
+        lock.unlock();
+        if (disk_->Read(e.object, e.offset, e.length, e.sum, out)) return Status::OK();
+        return Fetch(e, out, attempt + 1);  // evicted meanwhile: fetched after all
+      }
     }
     DSFS_RETURN_IF_ERROR(flight->status);
     if (!checked && !matches()) {
@@ -512,6 +540,7 @@ class S3Reader : public KvReader {
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;  // guarded by mu; status and bytes are set before it, read after
+    bool on_disk = false;  // the blocks were on disk after all: read them there
     Status status;
     std::string bytes;
   };
@@ -521,6 +550,8 @@ class S3Reader : public KvReader {
   S3Index index_;
   std::mutex flights_mu_;  // guards flights_
   std::map<FlightKey, std::shared_ptr<Flight>> flights_;
+  std::unique_ptr<S3CacheRoot> root_;
+  S3CacheMeta meta_;
   std::unique_ptr<S3DiskCache> disk_;
   std::atomic<uint64_t> disk_hits_{0}, disk_misses_{0}, recent_hits_{0};
   RecentValues recent_{kRecentValueBytes};

@@ -318,6 +318,21 @@ bool S3DiskCache::Read(uint32_t object, uint64_t offset, uint64_t length, uint64
   return true;
 }
 
+bool S3DiskCache::Has(uint32_t object, uint64_t block) {
+  if (block > UINT32_MAX) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  return where_.count(BlockId{object, static_cast<uint32_t>(block)}) != 0;
+}
+
+bool S3DiskCache::ReadRaw(uint32_t object, uint64_t offset, uint64_t length, char* dst) {
+  if (object >= object_sizes_.size() || offset > object_sizes_[object] ||
+      length > object_sizes_[object] - offset) {
+    return false;
+  }
+  int fd = Fd(object);
+  return fd >= 0 && PreadAll(fd, dst, length, offset);
+}
+
 void S3DiskCache::Write(uint32_t object, uint64_t offset, std::string_view bytes) {
   if (budget_ < kS3BlockBytes || object >= object_sizes_.size() || offset > object_sizes_[object] ||
       bytes.size() > object_sizes_[object] - offset) {

@@ -85,6 +85,12 @@ class S3DiskCache {
                             const std::vector<uint64_t>& object_sizes, uint64_t budget_bytes);
   // The value at [offset, offset + length) of `object` if the file holds it, verified by `sum`.
   bool Read(uint32_t object, uint64_t offset, uint64_t length, uint64_t sum, std::string* out);
+  // Whether block `block` of `object` is kept (it may be evicted right after: what is read
+  // from it must be verified).
+  bool Has(uint32_t object, uint64_t block);
+  // The bytes at [offset, offset + length) of `object`'s file into `dst`, unverified (the
+  // caller checks the value they are part of); false if they cannot be read.
+  bool ReadRaw(uint32_t object, uint64_t offset, uint64_t length, char* dst);
   // Keeps `bytes`, fetched from `offset` of `object` (whole blocks, the last maybe short).
   void Write(uint32_t object, uint64_t offset, std::string_view bytes);
   uint64_t evicted() const { return evicted_.load(std::memory_order_relaxed); }

@@ -422,15 +422,31 @@ class S3Reader : public KvReader {
   }
 
   // GETs the whole blocks around the value (its neighbours come along: one request for a
-  // directory's files), keeps them on disk and returns the value, checked. Threads missing the
-  // same blocks at once share one fetch; a span of many blocks (the metadata tables at mount,
-  // large chunks) is fetched in pieces of kPieceBytes, several at once.
+  // directory's files), keeps them on disk and returns the value, checked. Blocks at either
+  // end of the span that the disk cache holds already are not fetched again (a value that
+  // straddles a block boundary, read after its first block's neighbours, fetches only the
+  // block it lacks): each block is fetched once. Threads missing the same blocks at once
+  // share one fetch; a span of many blocks (the metadata tables at mount, large chunks) is
+  // fetched in pieces of kPieceBytes, several at once. `attempt` > 0: after a value that did
+  // not check out with cached blocks (evicted meanwhile), the whole span, from S3.
   Status Fetch(const Entry& e, std::string* out, int attempt = 0) {
     const uint64_t object_size = index_.object_sizes[e.object];
     const uint64_t begin = e.offset / kS3BlockBytes * kS3BlockBytes;
     const uint64_t end = std::min(
         object_size, (e.offset + e.length + kS3BlockBytes - 1) / kS3BlockBytes * kS3BlockBytes);
-    const FlightKey fk{e.object, begin, end};
+    uint64_t fbegin = begin, fend = end;  // what is fetched
+    if (disk_ && attempt == 0) {
+      while (fbegin < fend && disk_->Has(e.object, fbegin / kS3BlockBytes)) fbegin += kS3BlockBytes;
+      while (fend > fbegin && disk_->Has(e.object, (fend - 1) / kS3BlockBytes)) {
+        fend = (fend - 1) / kS3BlockBytes * kS3BlockBytes;
+      }
+      // Every block there, yet the value did not check out: all of it fetched again.
+      if (fbegin >= fend) {
+        fbegin = begin;
+        fend = end;
+      }
+    }
+    const FlightKey fk{e.object, fbegin, fend};
     std::shared_ptr<Flight> flight;
     bool leader = false;
     {
@@ -442,10 +458,23 @@ class S3Reader : public KvReader {
       }
       flight = slot;
     }
-    // The value checks out in the span (FetchSpan made sure the span is whole): the leader
-    // learns it before keeping the span on disk, a follower after the flight.
-    auto matches = [&] {
-      return XXH3_64bits(flight->bytes.data() + (e.offset - begin), e.length) == e.sum;
+    // The value: what the flight fetched, and the cached blocks around it; true if it checks
+    // out (a block evicted meanwhile reads as zeros and fails it).
+    auto assemble = [&] {
+      out->assign(e.length, '\0');
+      const uint64_t vb = e.offset, ve = e.offset + e.length;
+      const uint64_t mb = std::max(vb, fbegin), me = std::min(ve, fend);
+      if (mb < me) std::memcpy(out->data() + (mb - vb), flight->bytes.data() + (mb - fbegin), me - mb);
+      if (vb < std::min(ve, fbegin) &&
+          !disk_->ReadRaw(e.object, vb, std::min(ve, fbegin) - vb, out->data())) {
+        return false;
+      }
+      if (std::max(vb, fend) < ve &&
+          !disk_->ReadRaw(e.object, std::max(vb, fend), ve - std::max(vb, fend),
+                          out->data() + (std::max(vb, fend) - vb))) {
+        return false;
+      }
+      return XXH3_64bits(out->data(), out->size()) == e.sum;
     };
     bool checked = false;
     if (leader) {
@@ -466,14 +495,15 @@ class S3Reader : public KvReader {
           flight->cv.notify_all();
           return Status::OK();
         }
-        flight->status = FetchSpan(e.object, begin, end, &flight->bytes);
+        Log()->debug("{}: fetching object {} bytes {}-{}", url_.ToString(), e.object, fbegin, fend);
+        flight->status = FetchSpan(e.object, fbegin, fend, &flight->bytes);
         // Kept on disk only if the value it was fetched for checks out (a server answering
         // other bytes fills no cache).
-        checked = flight->status.ok() && matches();
-        if (checked && disk_) disk_->Write(e.object, begin, flight->bytes);
+        checked = flight->status.ok() && assemble();
+        if (checked && disk_) disk_->Write(e.object, fbegin, flight->bytes);
       } catch (const std::bad_alloc&) {
         flight->status = Status::IOError(url_.ToString() + ": out of memory fetching " +
-                                         std::to_string(end - begin) + " bytes");
+                                         std::to_string(fend - fbegin) + " bytes");
       } catch (const std::exception& ex) {
         flight->status = Status::IOError(url_.ToString() + ": fetch failed: " + ex.what());
       }
@@ -495,12 +525,13 @@ class S3Reader : public KvReader {
       }
     }
     DSFS_RETURN_IF_ERROR(flight->status);
-    if (!checked && !matches()) {
+    if (!checked && !assemble()) {
+      // Cached blocks around the fetched ones that were evicted meanwhile: the whole span.
+      if (fbegin != begin || fend != end) return Fetch(e, out, attempt + 1);
       return Status::Corruption(url_.ToString() + ": data object " +
                                 DataKey(url_.prefix, index_.id, e.object) +
                                 " does not match its index (checksum)");
     }
-    *out = flight->bytes.substr(e.offset - begin, e.length);
     return Status::OK();
   }
 

@@ -314,6 +314,9 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   auto* cache_cmd = app.add_subcommand(
       "cache", "list or clean up the S3 disk caches in a cache_dir (default ~/.cache/dsfs)");
   cache_cmd->require_subcommand(1);
+  cache_cmd->footer(
+      "dsfs cache ls [DIR]: one entry per store cached in DIR. dsfs cache gc [DIR]\n"
+      "[--keep-days N] [-n]: frees what no mount uses. See docs/s3.md.");
   auto* cache_ls_cmd = cache_cmd->add_subcommand(
       "ls", "list the stores cached in DIR: URL, endpoint, identity, size, last use, mounted");
   cache_ls_cmd->add_option("DIR", cache_dir, "a cache_dir (default: $XDG_CACHE_HOME/dsfs or "

@@ -157,6 +157,28 @@ TEST_F(S3CacheDirTest, SymlinksAreNeverFollowed) {
   EXPECT_TRUE(std::filesystem::is_symlink(Cache(kB) + "/meta"));
 }
 
+// Only this user's: another user's cache directory is neither listed nor touched, and another
+// user's file in this user's cache stays (and so does its directory).
+TEST_F(S3CacheDirTest, OtherUsersFilesAreLeftAlone) {
+  if (::geteuid() != 0) GTEST_SKIP() << "SKIPPED: needs root (to make another user's files)";
+  constexpr uid_t kNobody = 65534;
+  MakeCache(Cache(kA), kIdA, 400);
+  ASSERT_EQ(::chown(Cache(kA).c_str(), kNobody, kNobody), 0);
+  MakeCache(Cache(kB), kIdA, 400);
+  ASSERT_EQ(::chown((Cache(kB) + "/" + kIdA + "/000001").c_str(), kNobody, kNobody), 0);
+  std::vector<S3CacheEntry> list;
+  ASSERT_TRUE(ListS3Caches(cache_, &list).ok());
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].name, kB);
+  std::vector<S3CacheGcResult> results;
+  ASSERT_TRUE(GcS3Caches(cache_, S3CacheGcOptions{}, &results).ok());
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].action, "left") << results[0].why;
+  EXPECT_TRUE(std::filesystem::exists(Cache(kA) + "/" + kIdA + "/000000"));
+  EXPECT_TRUE(std::filesystem::exists(Cache(kB) + "/" + kIdA + "/000001"));
+  EXPECT_FALSE(std::filesystem::exists(Cache(kB) + "/" + kIdA + "/000000"));
+}
+
 TEST_F(S3CacheDirTest, AMountHoldsItsCacheAndMakesItAgainAfterAGc) {
   {
     S3CacheRoot root;

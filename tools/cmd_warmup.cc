@@ -135,7 +135,8 @@ Status RunWarmup(const WarmupCommand& cmd, std::ostream& out, std::ostream& err)
       }
     } else {
       path = p.empty() ? mountpoint : mountpoint + "/" + p;
-      if (p.find("..") != std::string::npos) {
+      if (p == ".." || p.rfind("../", 0) == 0 || p.find("/../") != std::string::npos ||
+          (p.size() >= 3 && p.compare(p.size() - 3, 3, "/..") == 0)) {
         return Status::InvalidArgument(p + ": a path inside the mount may not hold '..'");
       }
       struct stat st;

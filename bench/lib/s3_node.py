@@ -78,6 +78,11 @@ class Node:
             raise RuntimeError("netns_proxy.py did not start")
         return self
 
+    def argv(self, argv):
+        """`argv` run on the node (its S3 requests through the relay)."""
+        return ["nsenter", f"--net=/run/netns/{self.name}", "env",
+                "AWS_ENDPOINT_URL=http://127.0.0.1:8000", *argv]
+
     def mount(self, dsfs, source, mnt, opts):
         """`dsfs mount` inside the namespace (its daemon stays there)."""
         os.makedirs(mnt, exist_ok=True)

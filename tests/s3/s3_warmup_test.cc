@@ -96,6 +96,19 @@ TEST_P(S3WarmupTest, WarmupThenAnEpochMakesNoGet) {
   ASSERT_NO_FATAL_FAILURE(Mount(&guard, &skip));
   if (!skip.empty()) GTEST_SKIP() << "SKIPPED: " << skip;
   const std::string mp = guard.mountpoint();
+  // Bad paths: one line each, nothing read.
+  EXPECT_TRUE(IsOneLineError(Dsfs({"warmup", mp, "d0/../../x"}), {"may not hold '..'"}));
+  EXPECT_TRUE(IsOneLineError(Dsfs({"warmup", mp, dir_.path()}), {"not inside the mount"}));
+  EXPECT_TRUE(IsOneLineError(Dsfs({"warmup", mp, "nosuch"}), {"no such file"}));
+  // Files that cannot be read: named, counted, exit status 1 (and nothing cached).
+  server_.SetMode("error 500 InternalError /data/");
+  CommandResult bad = Dsfs({"warmup", mp, "d2/f0", "big/b0"});
+  server_.SetMode("normal");
+  EXPECT_EQ(bad.exit_code, 1) << Describe(bad);
+  EXPECT_NE(bad.out.find(" cached, 2 failed"), std::string::npos) << Describe(bad);
+  EXPECT_NE(bad.err.find("d2/f0"), std::string::npos) << Describe(bad);
+  EXPECT_NE(bad.err.find("dsfs: error: 2 files could not be read"), std::string::npos)
+      << Describe(bad);
   const uint64_t bytes_before = StatsField(mp, "remote_get_bytes");
   ASSERT_NE(bytes_before, UINT64_MAX);
 

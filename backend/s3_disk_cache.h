@@ -3,7 +3,9 @@
 //
 // Layout: CACHE_DIR/s3-HASH/ (HASH of the endpoint and the URL; created 0700) holds `index`, the
 // last index read (what a mount serves from in an outage), and ID/NNNNNN, sparse files
-// mirroring data object NNNNNN of store ID: what was fetched is written at its offset. A value
+// mirroring data object NNNNNN of store ID: what was fetched is written at its offset; `meta`
+// and `lock` say what is cached and that a mount uses it (backend/s3_cache_dir.h, for `dsfs
+// cache ls/gc`). A value
 // read back is checked with its xxh3 from the index (a hole reads as zeros and fails it), so
 // nothing is trusted that was not verified. Eviction punches least recently used blocks of
 // kS3BlockBytes once the files hold more than the budget.

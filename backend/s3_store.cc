@@ -324,7 +324,11 @@ class S3Reader : public KvReader {
       root->RemoveOtherStores(id);
       if (!from_cache) root->WriteIndex(bytes);
       disk_ = std::make_unique<S3DiskCache>();
-      DSFS_RETURN_IF_ERROR(disk_->Open(*root, id, index_.object_sizes, options.cache_disk_bytes));
+      // cache_disk bounds the whole directory: the index and `meta` (a block each) too.
+      const uint64_t reserve = (bytes.size() + 4095) / 4096 * 4096 + 4096;
+      const uint64_t budget =
+          options.cache_disk_bytes > reserve ? options.cache_disk_bytes - reserve : 0;
+      DSFS_RETURN_IF_ERROR(disk_->Open(*root, id, index_.object_sizes, budget));
       meta_ = S3CacheMeta{name, endpoint, id};
       WriteS3CacheMeta(root->fd(), meta_);
       root_ = std::move(root);  // its lock held as long as the reader lives

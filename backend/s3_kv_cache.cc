@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "backend/s3_cache_dir.h"
 #include "common/log.h"
 
 namespace dsfs {
@@ -123,6 +124,7 @@ std::string UntrustedOnTheWay(const std::string& path, uid_t me) {
 }  // namespace
 
 S3CacheRoot::~S3CacheRoot() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -161,14 +163,27 @@ Status S3CacheRoot::Open(const std::string& cache_dir, const std::string& name) 
                                    fix);
   }
   path_ = cache_dir + "/" + name;
+  // A `dsfs cache gc` that removed the directory while this waited for its lock: made again.
+  for (int attempt = 0;; ++attempt) {
+    Status s = OpenAndLock(dir, name, me, fix);
+    if (s.code() != Status::Code::kBusy || attempt == 2) {
+      ::close(dir);
+      return s;
+    }
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+Status S3CacheRoot::OpenAndLock(int dir, const std::string& name, uid_t me,
+                                const std::string& fix) {
+  struct stat st = {};
   if (::mkdirat(dir, name.c_str(), 0700) != 0 && errno != EEXIST) {
     int err = errno;
-    ::close(dir);
     return Status::IOError(path_ + ": cannot create the S3 disk cache: " + std::strerror(err));
   }
   fd_ = ::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   int err = errno;
-  ::close(dir);
   if (fd_ < 0) {
     if (err == ELOOP || err == ENOTDIR) {
       return Status::InvalidArgument(path_ +
@@ -185,7 +200,8 @@ Status S3CacheRoot::Open(const std::string& cache_dir, const std::string& name) 
   if (st.st_mode & (S_IWGRP | S_IWOTH)) {
     return Status::InvalidArgument(path_ + ": writable by other users (remove it)" + fix);
   }
-  return Status::OK();
+  // Held for the mount's life: `dsfs cache gc` never removes a cache in use.
+  return LockS3CacheForMount(fd_, path_, &lock_fd_);
 }
 
 bool S3CacheRoot::ReadIndex(std::string* bytes) const {
@@ -300,6 +316,21 @@ bool S3DiskCache::Read(uint32_t object, uint64_t offset, uint64_t length, uint64
     if (it != where_.end()) lru_.splice(lru_.end(), lru_, it->second);
   }
   return true;
+}
+
+bool S3DiskCache::Has(uint32_t object, uint64_t block) {
+  if (block > UINT32_MAX) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  return where_.count(BlockId{object, static_cast<uint32_t>(block)}) != 0;
+}
+
+bool S3DiskCache::ReadRaw(uint32_t object, uint64_t offset, uint64_t length, char* dst) {
+  if (object >= object_sizes_.size() || offset > object_sizes_[object] ||
+      length > object_sizes_[object] - offset) {
+    return false;
+  }
+  int fd = Fd(object);
+  return fd >= 0 && PreadAll(fd, dst, length, offset);
 }
 
 void S3DiskCache::Write(uint32_t object, uint64_t offset, std::string_view bytes) {

@@ -3,7 +3,9 @@
 //
 // Layout: CACHE_DIR/s3-HASH/ (HASH of the endpoint and the URL; created 0700) holds `index`, the
 // last index read (what a mount serves from in an outage), and ID/NNNNNN, sparse files
-// mirroring data object NNNNNN of store ID: what was fetched is written at its offset. A value
+// mirroring data object NNNNNN of store ID: what was fetched is written at its offset; `meta`
+// and `lock` say what is cached and that a mount uses it (backend/s3_cache_dir.h, for `dsfs
+// cache ls/gc`). A value
 // read back is checked with its xxh3 from the index (a hole reads as zeros and fails it), so
 // nothing is trusted that was not verified. Eviction punches least recently used blocks of
 // kS3BlockBytes once the files hold more than the budget.
@@ -26,6 +28,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <sys/types.h>
 #include <unordered_map>
 #include <vector>
 
@@ -50,6 +53,7 @@ class S3CacheRoot {
   [[nodiscard]] Status Open(const std::string& cache_dir, const std::string& name);
   const std::string& path() const { return path_; }
   int fd() const { return fd_; }
+  // While open, a shared flock on its `lock` file (backend/s3_cache_dir.h).
 
   // The index kept by an earlier reader; false if there is none (or it is not a regular file).
   bool ReadIndex(std::string* bytes) const;
@@ -61,8 +65,11 @@ class S3CacheRoot {
   void RemoveOtherStores(const std::string& keep_id) const;
 
  private:
+  Status OpenAndLock(int dir, const std::string& name, uid_t me, const std::string& fix);
+
   std::string path_;
   int fd_ = -1;
+  int lock_fd_ = -1;
 };
 
 // The cached blocks of one store: CACHE_DIR/s3-HASH/ID.
@@ -80,6 +87,12 @@ class S3DiskCache {
                             const std::vector<uint64_t>& object_sizes, uint64_t budget_bytes);
   // The value at [offset, offset + length) of `object` if the file holds it, verified by `sum`.
   bool Read(uint32_t object, uint64_t offset, uint64_t length, uint64_t sum, std::string* out);
+  // Whether block `block` of `object` is kept (it may be evicted right after: what is read
+  // from it must be verified).
+  bool Has(uint32_t object, uint64_t block);
+  // The bytes at [offset, offset + length) of `object`'s file into `dst`, unverified (the
+  // caller checks the value they are part of); false if they cannot be read.
+  bool ReadRaw(uint32_t object, uint64_t offset, uint64_t length, char* dst);
   // Keeps `bytes`, fetched from `offset` of `object` (whole blocks, the last maybe short).
   void Write(uint32_t object, uint64_t offset, std::string_view bytes);
   uint64_t evicted() const { return evicted_.load(std::memory_order_relaxed); }

@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/s3_cache_dir.h"
 #include "backend/s3_kv.h"
 #include "backend/s3_kv_cache.h"
 #include "backend/s3_kv_index.h"
@@ -84,6 +85,11 @@ class RecentValues {
 
 class S3Reader : public KvReader {
  public:
+  ~S3Reader() override {
+    // The cache's last use, for `dsfs cache gc --keep-days`.
+    if (root_ && !meta_.id.empty()) WriteS3CacheMeta(root_->fd(), meta_);
+  }
+
   Status Open(const std::string& url_text, const KvReaderOptions& options) {
     DSFS_RETURN_IF_ERROR(ParseS3Url(url_text, &url_));
     AwsSettings settings;
@@ -133,7 +139,14 @@ class S3Reader : public KvReader {
       root->RemoveOtherStores(id);
       if (!from_cache) root->WriteIndex(bytes);
       disk_ = std::make_unique<S3DiskCache>();
-      DSFS_RETURN_IF_ERROR(disk_->Open(*root, id, index_.object_sizes, options.cache_disk_bytes));
+      // cache_disk bounds the whole directory: the index and `meta` (a block each) too.
+      const uint64_t reserve = (bytes.size() + 4095) / 4096 * 4096 + 4096;
+      const uint64_t budget =
+          options.cache_disk_bytes > reserve ? options.cache_disk_bytes - reserve : 0;
+      DSFS_RETURN_IF_ERROR(disk_->Open(*root, id, index_.object_sizes, budget));
+      meta_ = S3CacheMeta{name, endpoint, id};
+      WriteS3CacheMeta(root->fd(), meta_);
+      root_ = std::move(root);  // its lock held as long as the reader lives
     }
     return Status::OK();
   }
@@ -228,15 +241,31 @@ class S3Reader : public KvReader {
   }
 
   // GETs the whole blocks around the value (its neighbours come along: one request for a
-  // directory's files), keeps them on disk and returns the value, checked. Threads missing the
-  // same blocks at once share one fetch; a span of many blocks (the metadata tables at mount,
-  // large chunks) is fetched in pieces of kPieceBytes, several at once.
-  Status Fetch(const Entry& e, std::string* out) {
+  // directory's files), keeps them on disk and returns the value, checked. Blocks at either
+  // end of the span that the disk cache holds already are not fetched again (a value that
+  // straddles a block boundary, read after its first block's neighbours, fetches only the
+  // block it lacks): each block is fetched once. Threads missing the same blocks at once
+  // share one fetch; a span of many blocks (the metadata tables at mount, large chunks) is
+  // fetched in pieces of kPieceBytes, several at once. `attempt` > 0: after a value that did
+  // not check out with cached blocks (evicted meanwhile), the whole span, from S3.
+  Status Fetch(const Entry& e, std::string* out, int attempt = 0) {
     const uint64_t object_size = index_.object_sizes[e.object];
     const uint64_t begin = e.offset / kS3BlockBytes * kS3BlockBytes;
     const uint64_t end = std::min(
         object_size, (e.offset + e.length + kS3BlockBytes - 1) / kS3BlockBytes * kS3BlockBytes);
-    const FlightKey fk{e.object, begin, end};
+    uint64_t fbegin = begin, fend = end;  // what is fetched
+    if (disk_ && attempt == 0) {
+      while (fbegin < fend && disk_->Has(e.object, fbegin / kS3BlockBytes)) fbegin += kS3BlockBytes;
+      while (fend > fbegin && disk_->Has(e.object, (fend - 1) / kS3BlockBytes)) {
+        fend = (fend - 1) / kS3BlockBytes * kS3BlockBytes;
+      }
+      // Every block there, yet the value did not check out: all of it fetched again.
+      if (fbegin >= fend) {
+        fbegin = begin;
+        fend = end;
+      }
+    }
+    const FlightKey fk{e.object, fbegin, fend};
     std::shared_ptr<Flight> flight;
     bool leader = false;
     {
@@ -248,24 +277,52 @@ class S3Reader : public KvReader {
       }
       flight = slot;
     }
-    // The value checks out in the span (FetchSpan made sure the span is whole): the leader
-    // learns it before keeping the span on disk, a follower after the flight.
-    auto matches = [&] {
-      return XXH3_64bits(flight->bytes.data() + (e.offset - begin), e.length) == e.sum;
+    // The value: what the flight fetched, and the cached blocks around it; true if it checks
+    // out (a block evicted meanwhile reads as zeros and fails it).
+    auto assemble = [&] {
+      out->assign(e.length, '\0');
+      const uint64_t vb = e.offset, ve = e.offset + e.length;
+      const uint64_t mb = std::max(vb, fbegin), me = std::min(ve, fend);
+      if (mb < me) std::memcpy(out->data() + (mb - vb), flight->bytes.data() + (mb - fbegin), me - mb);
+      if (vb < std::min(ve, fbegin) &&
+          !disk_->ReadRaw(e.object, vb, std::min(ve, fbegin) - vb, out->data())) {
+        return false;
+      }
+      if (std::max(vb, fend) < ve &&
+          !disk_->ReadRaw(e.object, std::max(vb, fend), ve - std::max(vb, fend),
+                          out->data() + (std::max(vb, fend) - vb))) {
+        return false;
+      }
+      return XXH3_64bits(out->data(), out->size()) == e.sum;
     };
     bool checked = false;
     if (leader) {
       // Whatever happens here (an error, bad_alloc, any exception), the flight completes: the
       // threads waiting on it must never wait for good.
       try {
-        flight->status = FetchSpan(e.object, begin, end, &flight->bytes);
+        // A flight for these blocks may have ended between this thread's miss on disk and
+        // now (it wrote them there, then left flights_): read them there instead of a second
+        // GET of the same blocks (a warm-up's threads meet at their runs' edges).
+        if (disk_ && attempt == 0 && disk_->Read(e.object, e.offset, e.length, e.sum, out)) {
+          flight->on_disk = true;
+          {
+            std::lock_guard<std::mutex> lock(flights_mu_);
+            flights_.erase(fk);
+          }
+          std::lock_guard<std::mutex> lock(flight->mu);
+          flight->done = true;
+          flight->cv.notify_all();
+          return Status::OK();
+        }
+        Log()->debug("{}: fetching object {} bytes {}-{}", url_.ToString(), e.object, fbegin, fend);
+        flight->status = FetchSpan(e.object, fbegin, fend, &flight->bytes);
         // Kept on disk only if the value it was fetched for checks out (a server answering
         // other bytes fills no cache).
-        checked = flight->status.ok() && matches();
-        if (checked && disk_) disk_->Write(e.object, begin, flight->bytes);
+        checked = flight->status.ok() && assemble();
+        if (checked && disk_) disk_->Write(e.object, fbegin, flight->bytes);
       } catch (const std::bad_alloc&) {
         flight->status = Status::IOError(url_.ToString() + ": out of memory fetching " +
-                                         std::to_string(end - begin) + " bytes");
+                                         std::to_string(fend - fbegin) + " bytes");
       } catch (const std::exception& ex) {
         flight->status = Status::IOError(url_.ToString() + ": fetch failed: " + ex.what());
       }
@@ -280,14 +337,20 @@ class S3Reader : public KvReader {
     } else {
       std::unique_lock<std::mutex> lock(flight->mu);
       flight->cv.wait(lock, [&] { return flight->done; });
+      if (flight->on_disk) {
+        lock.unlock();
+        if (disk_->Read(e.object, e.offset, e.length, e.sum, out)) return Status::OK();
+        return Fetch(e, out, attempt + 1);  // evicted meanwhile: fetched after all
+      }
     }
     DSFS_RETURN_IF_ERROR(flight->status);
-    if (!checked && !matches()) {
+    if (!checked && !assemble()) {
+      // Cached blocks around the fetched ones that were evicted meanwhile: the whole span.
+      if (fbegin != begin || fend != end) return Fetch(e, out, attempt + 1);
       return Status::Corruption(url_.ToString() + ": data object " +
                                 DataKey(url_.prefix, index_.id, e.object) +
                                 " does not match its index (checksum)");
     }
-    *out = flight->bytes.substr(e.offset - begin, e.length);
     return Status::OK();
   }
 
@@ -327,6 +390,7 @@ class S3Reader : public KvReader {
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;  // guarded by mu; status and bytes are set before it, read after
+    bool on_disk = false;  // the blocks were on disk after all: read them there
     Status status;
     std::string bytes;
   };
@@ -336,6 +400,8 @@ class S3Reader : public KvReader {
   S3Index index_;
   std::mutex flights_mu_;  // guards flights_
   std::map<FlightKey, std::shared_ptr<Flight>> flights_;
+  std::unique_ptr<S3CacheRoot> root_;
+  S3CacheMeta meta_;
   std::unique_ptr<S3DiskCache> disk_;
   std::atomic<uint64_t> disk_hits_{0}, disk_misses_{0}, recent_hits_{0};
   RecentValues recent_{kRecentValueBytes};

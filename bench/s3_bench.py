@@ -38,73 +38,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from bench_util import PY, REPO, Mount, drop_caches, imagefolder, results_dir, sh  # noqa: E402
-
-
-class Node:
-    """A network namespace (another node) whose 127.0.0.1:8000 relays to the gateway's port,
-    `delay_ms` away each way. Removed, and the relay ended by PID, on exit."""
-
-    def __init__(self, gateway_port, delay_ms):
-        self.name = f"dsfs-s3b-{os.getpid()}"
-        self.port, self.delay_ms, self.proxy, self.made = gateway_port, delay_ms, None, False
-        self.how = ""
-
-    def __enter__(self):
-        r = sh(["ip", "netns", "add", self.name])
-        if r.returncode != 0:
-            raise RuntimeError(f"ip netns add: {r.stderr.strip()}")
-        self.made = True
-        sh(["ip", "-n", self.name, "link", "set", "lo", "up"])
-        r = sh(["tc", "-n", self.name, "qdisc", "add", "dev", "lo", "root", "netem", "delay",
-                f"{self.delay_ms}ms"])
-        netem = r.returncode == 0
-        self.how = (f"tc netem delay {self.delay_ms} ms on the node's loopback" if netem else
-                    f"the relay's delay line, {self.delay_ms} ms each way (this kernel has no "
-                    "sch_netem)")
-        self.proxy = subprocess.Popen(
-            [PY, os.path.join(REPO, "tests", "support", "netns_proxy.py"), self.name, "8000", str(self.port),
-             "0" if netem else str(self.delay_ms)], stdout=subprocess.PIPE, text=True)
-        if self.proxy.stdout.readline().strip() != "ready":
-            raise RuntimeError("netns_proxy.py did not start")
-        return self
-
-    def mount(self, dsfs, source, mnt, opts):
-        """`dsfs mount` inside the namespace (its daemon stays there)."""
-        os.makedirs(mnt, exist_ok=True)
-        r = sh(["nsenter", f"--net=/run/netns/{self.name}", "env",
-                "AWS_ENDPOINT_URL=http://127.0.0.1:8000", dsfs, "mount", source, mnt, *opts])
-        if r.returncode != 0:
-            raise RuntimeError(f"dsfs mount {source} in {self.name}: {r.stderr.strip()}")
-
-    def __exit__(self, *exc):
-        if self.proxy:
-            self.proxy.kill()
-            self.proxy.wait()
-        if self.made:
-            sh(["ip", "netns", "del", self.name])
-        return False
-
-
-class NodeMount(Mount):
-    """A Mount whose daemon runs on `node` (unmounted from here, as any mount)."""
-
-    def __init__(self, node, *args):
-        super().__init__(*args)
-        self.node = node
-
-    def __enter__(self):
-        self.node.mount(self.dsfs, self.store, self.mnt, self.opts)
-        return self
-
-
-def timed(argv, env=None):
-    t0 = time.monotonic()
-    r = sh(argv, env=env, timeout=3600)
-    dt = time.monotonic() - t0
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)}: {r.stderr.strip()[-500:]}")
-    return dt, r
+from bench_util import REPO, Mount, drop_caches, imagefolder, results_dir, sh  # noqa: E402
+from s3_node import Node, NodeMount, create_bucket, start_ceph, stop_ceph, timed  # noqa: E402
 
 
 def main():
@@ -125,25 +60,17 @@ def main():
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
     ceph_dir = os.path.join(a.work, "ceph")
-    script = os.path.join(REPO, "tests", "support", "ceph_rgw.sh")
-    t0 = time.monotonic()
-    r = sh([script, "start", ceph_dir, str(os.getpid())], timeout=180)
-    ceph_start_s = time.monotonic() - t0
-    if r.returncode != 0:
-        sys.exit(f"s3_bench: Ceph did not start: {r.stderr.strip()}")
-    fields = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
-    env = dict(os.environ, AWS_ENDPOINT_URL=fields["endpoint"],
-               AWS_ACCESS_KEY_ID=fields["access_key"], AWS_SECRET_ACCESS_KEY=fields["secret_key"])
-    os.environ.update(env)  # the mounts' daemons inherit it
+    try:
+        fields, ceph_start_s = start_ceph(ceph_dir)
+    except RuntimeError as e:
+        sys.exit(f"s3_bench: {e}")
+    env = dict(os.environ)
     rows = []
     node = None
     try:
         if a.delay_ms > 0:
             node = Node(fields["endpoint"].rsplit(":", 1)[1], a.delay_ms).__enter__()
-        subprocess.run(["curl", "-sf", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user",
-                        f"{fields['access_key']}:{fields['secret_key']}", "-H",
-                        "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-X", "PUT",
-                        fields["endpoint"] + "/bench"], check=True, stdout=subprocess.DEVNULL)
+        create_bucket(fields, "bench")
         store = os.path.join(a.work, "ds.dsfs")
         if a.scale_only:
             a.subset = 0
@@ -225,7 +152,7 @@ def main():
     finally:
         if node:
             node.__exit__(None, None, None)
-        sh([script, "stop", ceph_dir], timeout=60)
+        stop_ceph(ceph_dir)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = os.path.join(results_dir("s3"), f"s3-{stamp}")
     with open(out + ".jsonl", "w") as f:

@@ -327,10 +327,7 @@ Status RunMount(const MountConfig& config_in) {
     // A store in object storage keeps what it fetched on the local disk unless told otherwise.
     if (!config.cache_disk_set) config.store.cache_disk_bytes = kDefaultCacheDiskBytes;
     if (config.store.cache_dir.empty() && config.store.cache_disk_bytes > 0) {
-      const char* xdg = std::getenv("XDG_CACHE_HOME");
-      const char* home = std::getenv("HOME");
-      config.store.cache_dir = xdg && *xdg ? std::string(xdg) + "/dsfs"
-                               : std::string(home && *home ? home : "/root") + "/.cache/dsfs";
+      config.store.cache_dir = DefaultCacheDir();
     }
   }
   return MountStore(config);

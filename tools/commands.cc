@@ -299,6 +299,50 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
                  "the Prometheus text exposition format (metric names: docs/usage.md)")
       ->excludes(stats_json_flag);
 
+  WarmupCommand warmup;
+  auto* warmup_cmd = app.add_subcommand(
+      "warmup",
+      "read PATHs (default: all) of a live mount so that they land in its caches (an S3 "
+      "store's disk cache, the RAM cache within its budget)");
+  warmup_cmd->add_option("MOUNTPOINT", warmup.mountpoint, "a live dsfs mount")->required();
+  warmup_cmd->add_option("PATH", warmup.paths,
+                         "files or directories inside the mount (relative to it, or absolute)");
+  warmup_cmd->add_option("-j,--threads", warmup.threads, "files read at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  warmup_cmd->add_flag("-q,--quiet", quiet, "no progress line, no summary");
+  warmup_cmd->footer(
+      "Files are read in the store's order, in runs of consecutive files per thread, and\n"
+      "dropped from the page cache after. Ctrl-C stops it keeping what was read: run it again\n"
+      "to finish. Exit status 1 if any file could not be read. See docs/s3.md.");
+
+  std::string cache_dir;
+  int keep_days = 30;
+  bool dry_run = false;
+  auto* cache_cmd = app.add_subcommand(
+      "cache", "list or clean up the S3 disk caches in a cache_dir (default ~/.cache/dsfs)");
+  cache_cmd->require_subcommand(1);
+  cache_cmd->footer(
+      "dsfs cache ls [DIR]: one entry per store cached in DIR. dsfs cache gc [DIR]\n"
+      "[--keep-days N] [-n]: frees what no mount uses. See docs/s3.md.");
+  auto* cache_ls_cmd = cache_cmd->add_subcommand(
+      "ls", "list the stores cached in DIR: URL, endpoint, identity, size, last use, mounted");
+  cache_ls_cmd->add_option("DIR", cache_dir, "a cache_dir (default: $XDG_CACHE_HOME/dsfs or "
+                                             "~/.cache/dsfs)");
+  auto* cache_gc_cmd = cache_cmd->add_subcommand(
+      "gc",
+      "remove the caches in DIR no mount uses that were not used within --keep-days days, "
+      "and stores pushed over since");
+  cache_gc_cmd->add_option("DIR", cache_dir, "a cache_dir (default: $XDG_CACHE_HOME/dsfs or "
+                                             "~/.cache/dsfs)");
+  cache_gc_cmd->add_option("--keep-days", keep_days, "keep caches used within this many days")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 36500));
+  cache_gc_cmd->add_flag("-n,--dry-run", dry_run, "say what would be removed, remove nothing");
+  cache_gc_cmd->footer(
+      "A cache a live mount uses is never removed (each mount holds a lock on its cache).\n"
+      "Only dsfs's own files, never through a symlink, only this user's.");
+
   std::vector<std::string> rev(args.rbegin(), args.rend());
   try {
     app.parse(rev);
@@ -321,7 +365,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     return 2;
   }
   // -q (of dsfs or of the subcommand, all one flag): no progress, no summary; warnings stay.
-  pack.quiet = add.quiet = convert.quiet = push.quiet = quiet;
+  pack.quiet = add.quiet = convert.quiet = push.quiet = warmup.quiet = quiet;
   if (log_level_opt->count() == 0) log_level = verbose ? "info" : "warn";
   // As found on return: the tests run DsfsMain in-process, one command after another.
   const spdlog::level::level_enum level_before = Log()->level();
@@ -337,10 +381,11 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   Status s;
   // Ctrl-C, SIGTERM or SIGHUP during pack or add: stop, and leave no store or temporary behind.
   std::optional<InterruptOnSignals> interrupt;
-  if (*pack_cmd || *add_cmd) {
+  if (*pack_cmd || *add_cmd || *warmup_cmd) {
     interrupt.emplace();
     pack.options.cancel = interrupt->token();
     add.options.cancel = interrupt->token();
+    warmup.cancel = interrupt->token();
   }
   if (*pack_cmd) {
     pack.options.dict_bytes = static_cast<uint32_t>(std::min<uint64_t>(dict_size, UINT32_MAX));
@@ -382,6 +427,12 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     s = RunStats(stats_point, stats_json, out, stats_prometheus);
   } else if (*verify_cmd) {
     s = RunVerify(store_path, quiet, out, err);
+  } else if (*warmup_cmd) {
+    s = RunWarmup(warmup, out, err);
+  } else if (*cache_ls_cmd) {
+    s = RunCacheLs(cache_dir, out);
+  } else if (*cache_gc_cmd) {
+    s = RunCacheGc(cache_dir, keep_days, dry_run, out);
   }
   out.flush();
   if (!s.ok()) {

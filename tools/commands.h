@@ -2,6 +2,7 @@
 // run it in-process; tools/main.cc is only the process wrapper.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -107,6 +108,27 @@ Status RunInfo(const std::string& store, const std::string& path, bool json, std
 // mount/metrics.h).
 Status RunStats(const std::string& mountpoint, bool json, std::ostream& out,
                 bool prometheus = false);
+struct WarmupCommand {
+  std::string mountpoint;
+  std::vector<std::string> paths;  // inside the mount (default: all of it)
+  int threads = 8;                 // -j: files read at once (runs of consecutive files each)
+  bool quiet = false;
+  const std::atomic<bool>* cancel = nullptr;  // set: stop, keeping what was read
+};
+// dsfs warmup MOUNTPOINT [PATH...]: reads the files of PATHs (default: all) through the live
+// mount so that they land in its caches (an S3 mount's disk cache, the RAM cache within its
+// budget); a progress line on `err` on a terminal; "SIZE cached, N failed (...)" on `out`.
+// IOError if any file could not be read, or if interrupted.
+Status RunWarmup(const WarmupCommand& cmd, std::ostream& out, std::ostream& err);
+
+// The cache_dir a mount of a store in S3 uses by default: $XDG_CACHE_HOME/dsfs, else
+// ~/.cache/dsfs.
+std::string DefaultCacheDir();
+// dsfs cache ls [DIR]: the S3 disk caches in DIR (default DefaultCacheDir()).
+Status RunCacheLs(const std::string& dir, std::ostream& out);
+// dsfs cache gc [DIR] [--keep-days N] [-n]: see GcS3Caches.
+Status RunCacheGc(const std::string& dir, int keep_days, bool dry_run, std::ostream& out);
+
 // Checks every payload; lists the damaged files on `out`, a progress line on `err` when it is a
 // terminal (not `quiet`), "verified N files" unless `quiet`. Corruption if any is damaged.
 Status RunVerify(const std::string& store, bool quiet, std::ostream& out, std::ostream& err);

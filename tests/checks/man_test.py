@@ -8,7 +8,8 @@ docs/man/*.md), USAGE_MD is docs/usage.md. Each page is rendered with `man -l` (
 man-db is missing); then:
   - every option of `dsfs --help` is in dsfs(1);
   - every command of `dsfs --help` has its section in dsfs(1) ("dsfs COMMAND ..."), and every
-    option of `dsfs COMMAND --help` is in that section;
+    option of `dsfs COMMAND --help` (and of `dsfs COMMAND SUB --help` for a command with
+    subcommands, dsfs cache ls|gc) is in that section;
   - every -o option of `dsfs mount --help` is a definition in mount.fuse.dsfs(8), and named in
     dsfs(1)'s mount section;
   - every flag of `mount.fuse.dsfs --help` is in mount.fuse.dsfs(8);
@@ -65,6 +66,16 @@ def cli_options(help_text):
 def commands(help_text):
     return [m.group(1) for m in re.finditer(r"^\s+([a-z]+)\s", section(help_text, "Subcommands"),
                                             re.M)]
+
+
+def command_options(dsfs, cmd, help_text):
+    """The options of `dsfs CMD --help` and, for a command with subcommands of its own (dsfs
+    cache ls|gc), those of each `dsfs CMD SUB --help`."""
+    opts = list(cli_options(help_text))
+    for sub in commands(help_text):
+        _, text, _ = run([dsfs, cmd, sub, "--help"])
+        opts += [o for o in cli_options(text) if o not in opts]
+    return opts
 
 
 def mount_options(help_text):
@@ -141,7 +152,7 @@ def check_usage(dsfs, usage_md, top, problems):
             problems.append(f"docs/usage.md: no entry for command {cmd}")
             continue
         _, sub, _ = run([dsfs, cmd, "--help"])
-        opts = set(cli_options(sub))
+        opts = set(command_options(dsfs, cmd, sub))
         for opt in opts - {"-h", "--help"}:
             if not has_word(text, opt):
                 problems.append(f"docs/usage.md: option {opt} of dsfs {cmd} --help is not in "
@@ -200,14 +211,15 @@ def main():
         if cmd not in bodies:
             problems.append(f"dsfs(1): no section for command {cmd}")
             continue
-        for opt in cli_options(sub):
+        cmd_opts = command_options(dsfs, cmd, sub)
+        for opt in cmd_opts:
             if opt in ("-h", "--help"):
                 continue  # GLOBAL OPTIONS says every command takes them
             if not has_word(bodies[cmd], opt):
                 problems.append(f"dsfs(1): option {opt} of dsfs {cmd} --help is not documented "
                                 "in its section")
         for o in named_options(bodies[cmd]):
-            if o not in set(cli_options(sub)) | set(cli_options(top)):
+            if o not in set(cmd_opts) | set(cli_options(top)):
                 problems.append(f"dsfs(1): dsfs {cmd} {o} is documented, but dsfs {cmd} --help "
                                 "has no such option")
         if cmd == "mount":

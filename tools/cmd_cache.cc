@@ -1,0 +1,68 @@
+// dsfs cache ls [DIR] / dsfs cache gc [DIR] [--keep-days N] [-n]: the S3 disk caches in a
+// cache_dir, listed and cleaned up (backend/s3_cache_dir.h says what is safe and how).
+#include <ctime>
+#include <cstdlib>
+
+#include "backend/s3_cache_dir.h"
+#include "common/units.h"
+#include "tools/commands.h"
+
+namespace dsfs {
+namespace {
+
+std::string FormatTime(time_t t) {
+  struct tm tm;
+  char buf[32];
+  if (::localtime_r(&t, &tm) == nullptr || std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M", &tm) == 0) {
+    return "?";
+  }
+  return buf;
+}
+
+}  // namespace
+
+std::string DefaultCacheDir() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  return xdg && *xdg ? std::string(xdg) + "/dsfs"
+                     : std::string(home && *home ? home : "/root") + "/.cache/dsfs";
+}
+
+Status RunCacheLs(const std::string& dir_arg, std::ostream& out) {
+  const std::string dir = dir_arg.empty() ? DefaultCacheDir() : dir_arg;
+  std::vector<S3CacheEntry> caches;
+  DSFS_RETURN_IF_ERROR(ListS3Caches(dir, &caches));
+  uint64_t total = 0;
+  for (const auto& c : caches) {
+    out << c.name << "  " << (c.meta.url.empty() ? "(unknown: made before dsfs recorded it)" : c.meta.url)
+        << "\n  endpoint: " << (c.meta.endpoint.empty() ? "?" : c.meta.endpoint)
+        << "  identity: " << (c.meta.id.empty() ? "?" : c.meta.id)
+        << "\n  " << FormatBytes(c.bytes) << "  last used " << FormatTime(c.last_use) << "  "
+        << (c.mounted ? "mounted now" : "not mounted");
+    if (!c.stale.empty()) out << "  " << c.stale.size() << " stale store(s) (pushed over since)";
+    out << "\n";
+    total += c.bytes;
+  }
+  out << caches.size() << " cache(s), " << FormatBytes(total) << " in " << dir << "\n";
+  return Status::OK();
+}
+
+Status RunCacheGc(const std::string& dir_arg, int keep_days, bool dry_run, std::ostream& out) {
+  const std::string dir = dir_arg.empty() ? DefaultCacheDir() : dir_arg;
+  S3CacheGcOptions options;
+  options.keep_days = keep_days;
+  options.dry_run = dry_run;
+  std::vector<S3CacheGcResult> results;
+  DSFS_RETURN_IF_ERROR(GcS3Caches(dir, options, &results));
+  uint64_t freed = 0;
+  for (const auto& r : results) {
+    out << r.name << ": " << r.action << " (" << r.why << ")";
+    if (r.freed_bytes) out << ", " << FormatBytes(r.freed_bytes);
+    out << "\n";
+    freed += r.freed_bytes;
+  }
+  out << FormatBytes(freed) << (dry_run ? " would be freed" : " freed") << " in " << dir << "\n";
+  return Status::OK();
+}
+
+}  // namespace dsfs

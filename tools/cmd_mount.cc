@@ -11,6 +11,7 @@
 #include "common/path.h"
 #include "common/units.h"
 #include "fs/views.h"
+#include "s3/addressing.h"
 #include "tools/commands.h"
 
 namespace dsfs {
@@ -141,6 +142,12 @@ Status ParseOptionList(const std::string& list, MountConfig* config, SeenOptions
     } else if (key == "s3_timeout") {
       DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1, 86400, &n));
       config->store.remote_timeout_s = static_cast<int>(n);
+    } else if (key == "s3_anonymous" && value.empty()) {
+      config->store.s3_anonymous = true;
+    } else if (key == "s3_addressing") {
+      S3Addressing addressing;
+      DSFS_RETURN_IF_ERROR(ParseS3Addressing(value, &addressing).WithContext("mount option"));
+      config->store.s3_addressing = std::string(value);
     } else if (key == "preload") {
       config->fuse.preload_path = value.empty() ? "/" : std::string(value);
     } else if (key == "timeout") {

@@ -229,10 +229,6 @@ struct KvReaderOptions {
   // DSFS_S3_TIMEOUT_S from the environment, else 5 tries and 10 s).
   int remote_attempts = 0;
   int remote_timeout_s = 0;
-  // S3 stores: unsigned requests (a public bucket), and "auto", "path" or "virtual" addressing
-  // (s3/addressing.h; empty: auto).
-  bool s3_anonymous = false;
-  std::string s3_addressing;
 };
 
 // True if `source` names a store in object storage ("s3://BUCKET/PREFIX") rather than a path:

@@ -272,12 +272,7 @@ class S3Reader : public KvReader {
   Status Open(const std::string& url_text, const KvReaderOptions& options) {
     DSFS_RETURN_IF_ERROR(ParseS3Url(url_text, &url_));
     AwsSettings settings;
-    AwsLoadOptions load;
-    load.anonymous = options.s3_anonymous;
-    if (!options.s3_addressing.empty()) {
-      DSFS_RETURN_IF_ERROR(ParseS3Addressing(options.s3_addressing, &load.addressing));
-    }
-    DSFS_RETURN_IF_ERROR(LoadAwsSettings(&settings, load));
+    DSFS_RETURN_IF_ERROR(LoadAwsSettings(&settings));
     const std::string endpoint = settings.endpoint;
     client_ = std::make_unique<S3Client>(
         settings, RetryPolicyFor(options.remote_attempts, options.remote_timeout_s));

@@ -11,7 +11,7 @@
 #include "common/path.h"
 #include "common/units.h"
 #include "fs/views.h"
-#include "s3/addressing.h"
+#include "backend/aws_credentials.h"
 #include "tools/commands.h"
 
 namespace dsfs {
@@ -143,11 +143,13 @@ Status ParseOptionList(const std::string& list, MountConfig* config, SeenOptions
       DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1, 86400, &n));
       config->store.remote_timeout_s = static_cast<int>(n);
     } else if (key == "s3_anonymous" && value.empty()) {
-      config->store.s3_anonymous = true;
+      AwsLoadOptions s3 = ProcessAwsLoadOptions();
+      s3.anonymous = true;
+      SetProcessAwsLoadOptions(s3);
     } else if (key == "s3_addressing") {
-      S3Addressing addressing;
-      DSFS_RETURN_IF_ERROR(ParseS3Addressing(value, &addressing).WithContext("mount option"));
-      config->store.s3_addressing = std::string(value);
+      AwsLoadOptions s3 = ProcessAwsLoadOptions();
+      DSFS_RETURN_IF_ERROR(ParseS3Addressing(value, &s3.addressing).WithContext("mount option"));
+      SetProcessAwsLoadOptions(s3);
     } else if (key == "preload") {
       config->fuse.preload_path = value.empty() ? "/" : std::string(value);
     } else if (key == "timeout") {

@@ -6,7 +6,8 @@
 // quarter of their lifetime, at most 5 minutes, at least 1 s before). Readers are never
 // blocked by a refresh: they take the current snapshot (a shared_ptr) and sign with it. A
 // failed refresh keeps the old credentials until they expire (logged once: "refresh failed,
-// keeping the current ones until ..."), and is retried every few seconds; success after a
+// keeping the current ones until ..."), and is retried every 5 s (sooner, at least 1 s apart,
+// while the current keys have under 10 s left); success after a
 // failure is logged once too. Long-term keys (no Expiration) are never refreshed.
 //
 // ExpiredToken: a request answered 403 ExpiredToken calls RefreshNow with the snapshot it

@@ -158,7 +158,7 @@ TEST_F(S3CredentialsTest, ProfileStaticKeysRoleFromSourceProfileAndCredentialPro
   WriteFile(*dir_ / "config", std::string("[profile role]\nrole_arn = ") + kRole +
                                   "\nsource_profile = base\n[profile sso]\ncredential_process = " +
                                   script + "\n[profile broken]\ncredential_process = " +
-                                  *dir_ + "/no-such-tool\n");
+                                  dir_->path() + "/no-such-tool\n");
   env_.Set("AWS_SHARED_CREDENTIALS_FILE", (*dir_ / "credentials").c_str());
   env_.Set("AWS_CONFIG_FILE", (*dir_ / "config").c_str());
   std::string source;
@@ -217,7 +217,7 @@ TEST_F(S3CredentialsTest, Ec2InstanceMetadataV2AndItsOffSwitch) {
   EXPECT_EQ(server_->Issued("imds"), before + 1);
 }
 
-// Keys living 3 s: reads go on for 6 s, across refreshes, and none fails.
+// Keys living 3 s: reads go on for 4 s, across a refresh, and none fails.
 TEST_F(S3CredentialsTest, ShortLivedKeysAreRefreshedDuringReads) {
   WebIdentityEnv();
   server_->Set("lifetime", "3");
@@ -228,7 +228,7 @@ TEST_F(S3CredentialsTest, ShortLivedKeysAreRefreshedDuringReads) {
   S3Client client(s, Policy());
   const int before = server_->Issued("web-identity");
   int failures = 0, reads = 0;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(6);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(4);
   while (std::chrono::steady_clock::now() < end) {
     std::string got;
     Status st = client.Get(bucket, "dir/obj one", &got);
@@ -271,7 +271,7 @@ TEST_F(S3CredentialsTest, ExpiredTokenFetchesNewKeysAndResendsOnce) {
 // once STS is back, the next refresh succeeds.
 TEST_F(S3CredentialsTest, AFailedRefreshKeepsTheOldKeys) {
   WebIdentityEnv();
-  server_->Set("lifetime", "8");
+  server_->Set("lifetime", "4");
   std::string bucket;
   ASSERT_NO_FATAL_FAILURE(MakeBucket("f", &bucket));
   AwsSettings s;

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "common/log.h"
 #include "s3/credential_providers.h"
 
 namespace dsfs {
@@ -70,6 +71,7 @@ Status LoadAwsSettings(AwsSettings* s, const AwsLoadOptions& options) {
   s->secret_access_key = first.secret_access_key;
   s->session_token = first.session_token;
   s->credentials = CredentialHolder::Refreshing(std::move(provider), std::move(first));
+  Log()->debug("S3 credentials from {}", s->credentials->source());
   return Status::OK();
 }
 

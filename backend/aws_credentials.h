@@ -34,7 +34,8 @@ struct AwsSettings {
   std::string session_token;  // empty: none
   std::string region = "us-east-1";
   std::string endpoint;  // "http(s)://host[:port]" without a trailing slash
-  // What requests are signed with; null: a fixed holder of the three fields above.
+  // What requests are signed with; null: a fixed holder of the three fields above. If the
+  // fields no longer match the holder's initial() keys (a caller set its own), the fields win.
   std::shared_ptr<CredentialHolder> credentials;
   std::string ca_bundle;  // PEM file for https; empty: the system's CAs
   S3Addressing addressing = S3Addressing::kAuto;

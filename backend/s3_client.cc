@@ -254,7 +254,13 @@ S3Client::S3Client(AwsSettings settings, RetryPolicy policy)
     : settings_(std::move(settings)), policy_(policy) {
   static CurlInit init;
   sigv4_ = "aws:amz:" + settings_.region + ":s3";
-  if (!settings_.credentials) {
+  // Key fields changed after LoadAwsSettings filled them (a caller's own keys): those are used.
+  const auto& initial = settings_.credentials ? settings_.credentials->initial() : nullptr;
+  const bool fields_changed =
+      initial && (initial->access_key_id != settings_.access_key_id ||
+                  initial->secret_access_key != settings_.secret_access_key ||
+                  initial->session_token != settings_.session_token);
+  if (!settings_.credentials || fields_changed) {
     settings_.credentials = CredentialHolder::Fixed(
         {settings_.access_key_id, settings_.secret_access_key, settings_.session_token, 0});
   }

@@ -36,6 +36,7 @@ std::shared_ptr<CredentialHolder> CredentialHolder::Fixed(AwsCredentials credent
   std::shared_ptr<CredentialHolder> h(new CredentialHolder());
   h->source_ = "fixed keys";
   h->current_ = std::make_shared<const AwsCredentials>(std::move(credentials));
+  h->initial_ = h->current_;
   return h;
 }
 
@@ -54,6 +55,7 @@ std::shared_ptr<CredentialHolder> CredentialHolder::Refreshing(
   h->fetched_s_ = h->Now();
   const int64_t expiration = first.expiration_s;
   h->current_ = std::make_shared<const AwsCredentials>(std::move(first));
+  h->initial_ = h->current_;
   h->provider_ = std::move(provider);
   if (expiration != 0) {
     h->next_s_ = RefreshAt(h->fetched_s_, expiration);
@@ -104,7 +106,7 @@ bool CredentialHolder::FetchLocked() {
       Log()->warn("S3 credentials from {}: refreshed again after failures", source_);
     }
     Log()->debug("S3 credentials from {}: refreshed, valid until {}", source_,
-                 fresh.expiration_s ? UtcTime(fresh.expiration_s) : std::string("revoked"));
+                 fresh.expiration_s ? UtcTime(fresh.expiration_s) : std::string("no expiry"));
     failing_ = false;
     ++refreshes_;
     fetched_s_ = now;

@@ -50,6 +50,8 @@ class CredentialHolder {
 
   // The current credentials; nullptr if anonymous.
   std::shared_ptr<const AwsCredentials> Get() const;
+  // The credentials the holder was made with (nullptr if anonymous); never changes.
+  const std::shared_ptr<const AwsCredentials>& initial() const { return initial_; }
   bool anonymous() const { return anonymous_; }
   // "environment", "profile ml, credential_process", ... ("none" if anonymous).
   const std::string& source() const { return source_; }
@@ -76,6 +78,7 @@ class CredentialHolder {
   bool anonymous_ = false;
   std::string source_;
   std::unique_ptr<CredentialProvider> provider_;  // null: fixed
+  std::shared_ptr<const AwsCredentials> initial_;
   Clock clock_;
   std::mutex fetch_mu_;  // one fetch at a time
   mutable std::mutex mu_;  // guards everything below

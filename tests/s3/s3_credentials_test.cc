@@ -407,5 +407,47 @@ TEST_F(S3CredentialsTest, MountWithWebIdentityReadsEverythingAndLogsNoSecret) {
   }
 }
 
+// -o s3_anonymous mounts a public bucket with no credentials anywhere (unsigned requests);
+// -o s3_addressing= takes auto, path or virtual; anything else is one line and a failure.
+TEST_F(S3CredentialsTest, MountOptionsS3AnonymousAndS3Addressing) {
+  SKIP_UNLESS_CAN_MOUNT();
+  const std::string src = *dir_ / "src-anon";
+  for (int i = 0; i < 5; ++i) WriteFile(src + "/f" + std::to_string(i), RandomBytes(5000, 40 + i));
+  const std::string store = *dir_ / "anon.db";
+  ASSERT_EQ(Dsfs({"pack", "-q", "--backend", "lmdb", src, store}).exit_code, 0);
+  std::string bucket;
+  ASSERT_NO_FATAL_FAILURE(MakeBucket("public-", &bucket));
+  const std::string url = "s3://" + bucket + "/s";
+  {
+    ScopedEnv root;
+    root.Set("AWS_ACCESS_KEY_ID", kRootKey);
+    root.Set("AWS_SECRET_ACCESS_KEY", kRootSecret);
+    CommandResult r = Dsfs({"push", "-q", store, url});
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  }
+  const std::string mp = *dir_ / "mnt-anon";
+  MakeDir(mp);
+  {
+    CommandResult r = Dsfs({"mount", "-o", "s3_addressing=sideways", url, mp});
+    EXPECT_NE(r.exit_code, 0) << Describe(r);
+    EXPECT_NE(r.err.find("s3_addressing: 'sideways' is not auto, path or virtual"),
+              std::string::npos)
+        << Describe(r);
+    // No keys and no s3_anonymous: one line saying none were found.
+    r = Dsfs({"mount", url, mp});
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find("S3 credentials: none found"), std::string::npos) << Describe(r);
+  }
+  MountGuard g(mp);
+  CommandResult r = g.MountBackground(url, {"-o", "s3_anonymous,s3_addressing=path,cache_disk=0"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(ReadFile(mp + "/f" + std::to_string(i)), ReadFile(src + "/f" + std::to_string(i)));
+  }
+  g.Release();
+  EXPECT_NE(server_->Read("s3").find("/" + bucket + "/s/dsfs-index anonymous 200"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace dsfs::testing

@@ -199,7 +199,16 @@ S3Client::S3Client(AwsSettings settings, RetryPolicy policy)
     : settings_(std::move(settings)), policy_(policy) {
   static CurlInit init;
   sigv4_ = "aws:amz:" + settings_.region + ":s3";
-  userpwd_ = settings_.access_key_id + ":" + settings_.secret_access_key;
+  // Key fields changed after LoadAwsSettings filled them (a caller's own keys): those are used.
+  const auto& initial = settings_.credentials ? settings_.credentials->initial() : nullptr;
+  const bool fields_changed =
+      initial && (initial->access_key_id != settings_.access_key_id ||
+                  initial->secret_access_key != settings_.secret_access_key ||
+                  initial->session_token != settings_.session_token);
+  if (!settings_.credentials || fields_changed) {
+    settings_.credentials = CredentialHolder::Fixed(
+        {settings_.access_key_id, settings_.secret_access_key, settings_.session_token, 0});
+  }
 }
 
 S3Client::~S3Client() {
@@ -225,10 +234,9 @@ void S3Client::GiveBack(void* handle) {
 
 std::string S3Client::Url(const std::string& bucket, const std::string& key,
                           const std::string& query) const {
-  std::string url = settings_.endpoint + "/" + UriEncode(bucket, false);
-  if (!key.empty()) url += "/" + UriEncode(key, true);
-  if (!query.empty()) url += "?" + query;
-  return url;
+  return S3RequestUrl(settings_.endpoint, UriEncode(bucket, false),
+                      key.empty() ? std::string() : UriEncode(key, true), query,
+                      settings_.addressing);
 }
 
 Status S3Client::Perform(const Request& req, Response* resp) {
@@ -236,7 +244,14 @@ Status S3Client::Perform(const Request& req, Response* resp) {
   std::mt19937 rng(std::random_device{}());
   int backoff_ms = policy_.first_backoff_ms;
   std::string last_error;
+  CredentialHolder& holder = *settings_.credentials;
+  std::shared_ptr<const AwsCredentials> creds = holder.Get();
+  bool resent_after_expiry = false;
   for (int attempt = 1;; ++attempt) {
+    // Key, secret and token of one fetch, for this try (s3/credential_holder.h).
+    if (!resent_after_expiry) creds = holder.Get();
+    const std::string userpwd =
+        creds ? creds->access_key_id + ":" + creds->secret_access_key : std::string();
     CURL* h = static_cast<CURL*>(TakeHandle());
     if (h == nullptr) return Status::IOError(req.what + ": cannot create a curl handle");
     curl_easy_reset(h);  // keeps the connection cache
@@ -245,9 +260,9 @@ Status S3Client::Perform(const Request& req, Response* resp) {
     resp->headers.clear();
     curl_slist* headers = nullptr;
     headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
-    if (!settings_.session_token.empty()) {
+    if (creds && !creds->session_token.empty()) {
       headers =
-          curl_slist_append(headers, ("x-amz-security-token: " + settings_.session_token).c_str());
+          curl_slist_append(headers, ("x-amz-security-token: " + creds->session_token).c_str());
     }
     for (const auto& hd : req.headers) headers = curl_slist_append(headers, hd.c_str());
     curl_easy_setopt(h, CURLOPT_URL, url.c_str());
@@ -267,8 +282,13 @@ Status S3Client::Perform(const Request& req, Response* resp) {
     curl_easy_setopt(h, CURLOPT_XFERINFODATA, &deadline);
     // The key is sent as it is: curl would otherwise collapse "/./" and "/../" into another key.
     curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
-    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4_.c_str());
-    curl_easy_setopt(h, CURLOPT_USERPWD, userpwd_.c_str());
+    if (creds) {
+      curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4_.c_str());
+      curl_easy_setopt(h, CURLOPT_USERPWD, userpwd.c_str());
+    }
+    if (!settings_.ca_bundle.empty()) {
+      curl_easy_setopt(h, CURLOPT_CAINFO, settings_.ca_bundle.c_str());
+    }
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
     BodySink sink{&resp->body, h, req.range_offset, req.range_length, req.max_body_bytes};
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, OnBody);
@@ -333,6 +353,22 @@ Status S3Client::Perform(const Request& req, Response* resp) {
       const std::string name = "s3://" + req.bucket + (req.key.empty() ? "" : "/" + req.key);
       counters_.failures.fetch_add(1, std::memory_order_relaxed);
       if (resp->status == 404) return Status::NotFound(name + ": not found (" + detail + ")");
+      const bool expired_code = code == "ExpiredToken" || code == "ExpiredTokenException" ||
+                                code == "TokenRefreshRequired";
+      // A HEAD's answer has no body: past the keys' Expiration, its 400/403 is taken as theirs.
+      const bool past_expiration =
+          creds && creds->expiration_s != 0 &&
+          std::chrono::system_clock::now() >=
+              std::chrono::system_clock::time_point(std::chrono::seconds(creds->expiration_s));
+      if ((resp->status == 403 || resp->status == 400) && creds && !resent_after_expiry &&
+          (expired_code || (code.empty() && past_expiration))) {
+        // Temporary keys expired under this request: new ones, and one resend (not a try).
+        counters_.failures.fetch_sub(1, std::memory_order_relaxed);
+        creds = holder.RefreshNow(creds);
+        resent_after_expiry = true;
+        --attempt;
+        continue;
+      }
       if (resp->status == 403) {
         return Status::IOError(name + ": access denied (" + detail +
                                "): check the credentials and the bucket's permissions");

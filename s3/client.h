@@ -1,5 +1,6 @@
 // A small S3 client over libcurl: what dsfs needs of object storage (ranged GET, PUT,
-// multipart upload, HEAD, DELETE, listing), path-style URLs (Ceph RGW, MinIO, AWS).
+// multipart upload, HEAD, DELETE, listing), path-style or virtual-hosted URLs
+// (s3/addressing.h).
 //
 // Requests are signed with SigV4 by libcurl itself (CURLOPT_AWS_SIGV4, curl >= 7.75); the
 // payload is sent unsigned (x-amz-content-sha256: UNSIGNED-PAYLOAD, which RGW requires and
@@ -16,7 +17,10 @@
 // 64 KiB): more ends the transfer as a failure. 5xx, 429 and
 // transport failures (refused, reset, timed out) are retried with exponential backoff and
 // jitter until RetryPolicy::attempts, then IOError. 404 is NotFound, 403 an IOError saying
-// access was denied; neither is retried.
+// access was denied; neither is retried, but a 403 ExpiredToken makes the credential holder
+// fetch new keys (s3/credential_holder.h) and the request is sent once more with them. Each try
+// signs with one snapshot of the holder (key, secret and token of one fetch); an anonymous
+// holder sends requests unsigned. AwsSettings::ca_bundle is given to libcurl for https.
 //
 // Thread safety: every method may be called from any number of threads at once.
 #pragma once
@@ -106,8 +110,7 @@ class S3Client {
 
   AwsSettings settings_;
   RetryPolicy policy_;
-  std::string sigv4_;    // "aws:amz:REGION:s3"
-  std::string userpwd_;  // "KEY:SECRET", given to curl only
+  std::string sigv4_;  // "aws:amz:REGION:s3"
   std::mutex mu_;        // guards idle_
   std::vector<void*> idle_;
   Counters counters_;

@@ -11,13 +11,20 @@
 //                                                               aws_session_token
 //   AWS_CONFIG_FILE (default ~/.aws/config)                      [profile PROFILE] region,
 //                                                               endpoint_url
+//   AWS_CA_BUNDLE (or the profile's ca_bundle)                  PEM file of the CAs for https
+// Where the keys come from is the AWS default credential chain (s3/credential_providers.h:
+// environment, web identity, profile incl. role_arn and credential_process, container, EC2
+// instance metadata), kept fresh by a CredentialHolder (s3/credential_holder.h).
 // Keys are never taken from the command line (they would show in `ps`), and nothing here logs
 // them: messages name the variable or file, never its value.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "common/status.h"
+#include "s3/addressing.h"
+#include "s3/credential_holder.h"
 
 namespace dsfs {
 
@@ -27,10 +34,32 @@ struct AwsSettings {
   std::string session_token;  // empty: none
   std::string region = "us-east-1";
   std::string endpoint;  // "http(s)://host[:port]" without a trailing slash
+  // What requests are signed with; null: a fixed holder of the three fields above. If the
+  // fields no longer match the holder's initial() keys (a caller set its own), the fields win.
+  std::shared_ptr<CredentialHolder> credentials;
+  std::string ca_bundle;  // PEM file for https; empty: the system's CAs
+  S3Addressing addressing = S3Addressing::kAuto;
 };
 
-// Fills *settings from the environment and the profile files. InvalidArgument (one line naming
-// where it looked) if no keys are found, or only half of a key pair.
+struct AwsLoadOptions {
+  bool anonymous = false;  // no credentials: unsigned requests (a public bucket)
+  S3Addressing addressing = S3Addressing::kAuto;
+};
+
+// Fills *settings from the environment and the profile files, resolving the credential chain
+// (the first keys fetched are also copied into the three key fields). InvalidArgument (one
+// line naming where it looked) if no keys are found, or only half of a key pair; the failing
+// source's error if a configured source fails.
+// The one-argument form uses the process's options (SetProcessAwsLoadOptions).
 [[nodiscard]] Status LoadAwsSettings(AwsSettings* settings);
+[[nodiscard]] Status LoadAwsSettings(AwsSettings* settings, const AwsLoadOptions& options);
+
+// The options of this process's S3 stores: `dsfs mount` sets them from -o s3_anonymous and
+// -o s3_addressing= before it opens the store (one store per mount process). Default: signed,
+// auto. Not thread-safe: set before any store is opened.
+// TODO(issue 32): a field of KvReaderOptions once backend/kv.h settles (kept out of that header
+// while it is being split, to keep this change local).
+void SetProcessAwsLoadOptions(const AwsLoadOptions& options);
+const AwsLoadOptions& ProcessAwsLoadOptions();
 
 }  // namespace dsfs

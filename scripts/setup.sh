@@ -17,7 +17,7 @@ BUILD=(
 )
 # The tests and benchmarks: GoogleTest, the FUSE tools, a real Ceph gateway, systemd-analyze,
 # man, the reference filesystems (squashfs, EROFS), the datasets and Python with torch, and
-# clang for the fuzzers and sanitizer builds.
+# clang for the fuzzers and sanitizer builds, openssl (the credential tests' self-signed CA).
 TEST=(
   libgtest-dev libgmock-dev
   fuse3 lmdb-utils
@@ -27,6 +27,7 @@ TEST=(
   dataset-fashion-mnist
   python3-torch python3-torchvision python3-numpy python3-pil python3-matplotlib
   psmisc procps util-linux mount
+  openssl
   clang-14 libclang-rt-14-dev llvm-14
 )
 case ${1:-} in

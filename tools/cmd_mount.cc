@@ -11,6 +11,7 @@
 #include "common/path.h"
 #include "common/units.h"
 #include "fs/views.h"
+#include "s3/credentials.h"
 #include "tools/commands.h"
 
 namespace dsfs {
@@ -141,6 +142,14 @@ Status ParseOptionList(const std::string& list, MountConfig* config, SeenOptions
     } else if (key == "s3_timeout") {
       DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1, 86400, &n));
       config->store.remote_timeout_s = static_cast<int>(n);
+    } else if (key == "s3_anonymous" && value.empty()) {
+      AwsLoadOptions s3 = ProcessAwsLoadOptions();
+      s3.anonymous = true;
+      SetProcessAwsLoadOptions(s3);
+    } else if (key == "s3_addressing") {
+      AwsLoadOptions s3 = ProcessAwsLoadOptions();
+      DSFS_RETURN_IF_ERROR(ParseS3Addressing(value, &s3.addressing).WithContext("mount option"));
+      SetProcessAwsLoadOptions(s3);
     } else if (key == "preload") {
       config->fuse.preload_path = value.empty() ? "/" : std::string(value);
     } else if (key == "timeout") {

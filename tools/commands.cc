@@ -79,6 +79,9 @@ constexpr const char* kMountOptionsHelp = R"(Mount options (-o, comma-separated;
                         (default: $DSFS_S3_ATTEMPTS, else 5)
   s3_timeout=SECONDS    ... a transfer stalled this long is dropped and retried
                         (default: $DSFS_S3_TIMEOUT_S, else 10)
+  s3_anonymous          ... unsigned requests, no credentials (a public bucket)
+  s3_addressing=MODE    ... auto (default: virtual-hosted on AWS, path style elsewhere),
+                        path or virtual
   preload[=PATH]        decompress PATH (default: all) into the RAM cache after mounting
   threads=N             FUSE session threads (default 2)
   nice=N                their nice value, so readers' requests are served first (default -10)

@@ -1,0 +1,203 @@
+#include "s3/credential_parse.h"
+
+#include <algorithm>
+#include <cctype>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+namespace dsfs {
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return {};
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+std::string XmlUnescape(std::string_view s) {
+  static const std::pair<std::string_view, char> kEntities[] = {
+      {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    bool done = false;
+    if (s[i] == '&') {
+      for (const auto& [e, c] : kEntities) {
+        if (s.substr(i, e.size()) == e) {
+          out += c;
+          i += e.size() - 1;
+          done = true;
+          break;
+        }
+      }
+    }
+    if (!done) out += s[i];
+  }
+  return out;
+}
+
+// The text of the first <tag>...</tag> within `xml`; false if there is none.
+bool XmlFirst(std::string_view xml, std::string_view tag, std::string* out) {
+  const std::string open = "<" + std::string(tag) + ">", close = "</" + std::string(tag) + ">";
+  size_t b = xml.find(open);
+  if (b == std::string_view::npos) return false;
+  b += open.size();
+  size_t e = xml.find(close, b);
+  if (e == std::string_view::npos) return false;
+  *out = XmlUnescape(Trim(xml.substr(b, e - b)));
+  return true;
+}
+
+}  // namespace
+
+std::map<std::string, IniSection> ParseIni(std::string_view text) {
+  std::map<std::string, IniSection> out;
+  IniSection* current = nullptr;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string_view line = Trim(text.substr(0, nl));
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
+    if (line.front() == '[') {
+      size_t close = line.find(']');
+      current = close == std::string_view::npos
+                    ? nullptr
+                    : &out[std::string(Trim(line.substr(1, close - 1)))];
+      continue;
+    }
+    size_t eq = line.find('=');
+    if (current == nullptr || eq == std::string_view::npos) continue;
+    std::string key(Trim(line.substr(0, eq)));
+    std::transform(key.begin(), key.end(), key.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
+    std::string_view value = Trim(line.substr(eq + 1));
+    // An inline comment needs a blank before it (AWS CLI rule): "a=b # note".
+    for (size_t i = 1; i < value.size(); ++i) {
+      if ((value[i] == '#' || value[i] == ';') && (value[i - 1] == ' ' || value[i - 1] == '\t')) {
+        value = Trim(value.substr(0, i));
+        break;
+      }
+    }
+    (*current)[key] = std::string(value);
+  }
+  return out;
+}
+
+Status ParseIso8601(std::string_view text, int64_t* unix_s) {
+  text = Trim(text);
+  auto bad = [&] {
+    return Status::InvalidArgument("not an ISO 8601 UTC time (YYYY-MM-DDTHH:MM:SSZ): '" +
+                                   std::string(text.substr(0, 40)) + "'");
+  };
+  int v[6];
+  const char seps[] = {'-', '-', 'T', ':', ':'};
+  const int widths[] = {4, 2, 2, 2, 2, 2};
+  size_t pos = 0;
+  for (int i = 0; i < 6; ++i) {
+    if (pos + widths[i] > text.size()) return bad();
+    v[i] = 0;
+    for (int k = 0; k < widths[i]; ++k) {
+      char c = text[pos + k];
+      if (!std::isdigit(static_cast<unsigned char>(c))) return bad();
+      v[i] = v[i] * 10 + (c - '0');
+    }
+    pos += widths[i];
+    if (i < 5) {
+      if (pos >= text.size()) return bad();
+      char sep = text[pos];
+      if (!(sep == seps[i] || (i == 2 && (sep == 't' || sep == ' ')))) return bad();
+      ++pos;
+    }
+  }
+  if (pos < text.size() && text[pos] == '.') {
+    ++pos;
+    size_t digits = 0;
+    while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos]))) ++pos, ++digits;
+    if (digits == 0) return bad();
+  }
+  std::string_view zone = text.substr(pos);
+  if (!(zone == "Z" || zone == "z" || zone == "+00:00" || zone == "+0000")) return bad();
+  if (v[1] < 1 || v[1] > 12 || v[2] < 1 || v[2] > 31 || v[3] > 23 || v[4] > 59 || v[5] > 60) {
+    return bad();
+  }
+  std::tm tm{};
+  tm.tm_year = v[0] - 1900;
+  tm.tm_mon = v[1] - 1;
+  tm.tm_mday = v[2];
+  tm.tm_hour = v[3];
+  tm.tm_min = v[4];
+  tm.tm_sec = v[5];
+  *unix_s = static_cast<int64_t>(timegm(&tm));
+  return Status::OK();
+}
+
+Status ParseStsCredentials(std::string_view xml, AwsCredentials* out) {
+  std::string error;
+  if (XmlFirst(xml, "Error", &error)) {
+    std::string code, message;
+    XmlFirst(error, "Code", &code);
+    XmlFirst(error, "Message", &message);
+    if (message.size() > 300) message.resize(300);
+    return Status::IOError("STS refused: " + (code.empty() ? "unknown error" : code) +
+                           (message.empty() ? "" : " (" + message + ")"));
+  }
+  std::string creds;
+  if (!XmlFirst(xml, "Credentials", &creds)) {
+    return Status::IOError("STS answer has no <Credentials> element");
+  }
+  AwsCredentials c;
+  std::string expiration;
+  if (!XmlFirst(creds, "AccessKeyId", &c.access_key_id) || c.access_key_id.empty() ||
+      !XmlFirst(creds, "SecretAccessKey", &c.secret_access_key) ||
+      c.secret_access_key.empty() || !XmlFirst(creds, "SessionToken", &c.session_token) ||
+      c.session_token.empty()) {
+    return Status::IOError(
+        "STS answer lacks AccessKeyId, SecretAccessKey or SessionToken in <Credentials>");
+  }
+  if (!XmlFirst(creds, "Expiration", &expiration)) {
+    return Status::IOError("STS answer lacks <Expiration>");
+  }
+  DSFS_RETURN_IF_ERROR(ParseIso8601(expiration, &c.expiration_s).WithContext("STS Expiration"));
+  *out = std::move(c);
+  return Status::OK();
+}
+
+Status ParseCredentialsJson(std::string_view json, std::string_view what, AwsCredentials* out) {
+  const std::string w(what);
+  nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Status::IOError(w + ": the answer is not a JSON object");
+  }
+  auto text = [&](const char* name, std::string* v) -> Status {
+    auto it = j.find(name);
+    if (it == j.end() || it->is_null()) return Status::OK();
+    if (!it->is_string()) return Status::IOError(w + ": " + name + " is not a string");
+    *v = it->get<std::string>();
+    return Status::OK();
+  };
+  if (j.contains("Version") && !(j["Version"].is_number_integer() && j["Version"] == 1)) {
+    return Status::IOError(w + ": unsupported Version (only 1 is defined)");
+  }
+  std::string code;
+  DSFS_RETURN_IF_ERROR(text("Code", &code));
+  if (!code.empty() && code != "Success") {
+    return Status::IOError(w + ": answered Code " + code.substr(0, 60));
+  }
+  AwsCredentials c;
+  DSFS_RETURN_IF_ERROR(text("AccessKeyId", &c.access_key_id));
+  DSFS_RETURN_IF_ERROR(text("SecretAccessKey", &c.secret_access_key));
+  DSFS_RETURN_IF_ERROR(text("SessionToken", &c.session_token));
+  if (c.session_token.empty()) DSFS_RETURN_IF_ERROR(text("Token", &c.session_token));
+  if (c.access_key_id.empty() || c.secret_access_key.empty()) {
+    return Status::IOError(w + ": AccessKeyId or SecretAccessKey missing");
+  }
+  std::string expiration;
+  DSFS_RETURN_IF_ERROR(text("Expiration", &expiration));
+  if (!expiration.empty()) {
+    DSFS_RETURN_IF_ERROR(ParseIso8601(expiration, &c.expiration_s).WithContext(w + " Expiration"));
+  }
+  *out = std::move(c);
+  return Status::OK();
+}
+
+}  // namespace dsfs

@@ -370,11 +370,15 @@ std::string Get(const AwsProfile& p, const char* key) {
   return it == p.values.end() ? std::string() : it->second;
 }
 
-std::string ContainerUrl() {
+}  // namespace
+
+std::string ContainerCredentialsUrl() {
   std::string rel = Env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
   if (!rel.empty()) return "http://169.254.170.2" + (rel[0] == '/' ? rel : "/" + rel);
   return Env("AWS_CONTAINER_CREDENTIALS_FULL_URI");
 }
+
+namespace {
 
 std::string ImdsEndpoint() {
   std::string e = Env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
@@ -425,7 +429,7 @@ Status ProfileProvider(const CredentialChainOptions& opt, const std::string& nam
     } else if (credential_source == "Environment") {
       source = std::make_unique<EnvironmentProvider>();
     } else if (credential_source == "EcsContainer") {
-      source = std::make_unique<ContainerProvider>(opt, ContainerUrl());
+      source = std::make_unique<ContainerProvider>(opt, ContainerCredentialsUrl());
     } else if (credential_source == "Ec2InstanceMetadata") {
       source = std::make_unique<ImdsProvider>(opt, ImdsEndpoint());
     } else {
@@ -497,8 +501,8 @@ Status ResolveCredentialChain(const CredentialChainOptions& opt,
   } else {
     const std::string profile = AwsProfileName();
     DSFS_RETURN_IF_ERROR(ProfileProvider(opt, profile, 0, &p));
-    if (!p && !ContainerUrl().empty()) {
-      const std::string url = ContainerUrl();
+    if (!p && !ContainerCredentialsUrl().empty()) {
+      const std::string url = ContainerCredentialsUrl();
       if (!IsAllowedContainerHost(url)) {
         return Status::InvalidArgument(
             "S3 credentials: AWS_CONTAINER_CREDENTIALS_FULL_URI must be https, or http on "

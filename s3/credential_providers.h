@@ -59,6 +59,10 @@ AwsProfile LoadAwsProfile(const std::string& name);
 // AWS_PROFILE, else "default".
 std::string AwsProfileName();
 
+// The URL the container source asks (source 4): RELATIVE_URI on the container agent
+// (http://169.254.170.2), which the SDKs take before FULL_URI; empty if neither is set.
+std::string ContainerCredentialsUrl();
+
 // Picks the first configured source (see the file comment), fetches from it once and returns
 // the provider (for refreshes) and what it gave. InvalidArgument "S3 credentials: none found
 // (...)" if no source is configured; the source's error, naming it, if it fails.

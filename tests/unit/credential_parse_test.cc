@@ -9,6 +9,7 @@
 #include "s3/addressing.h"
 #include "s3/credential_holder.h"
 #include "s3/credential_parse.h"
+#include "s3/credential_providers.h"
 #include "tests/support/test_util.h"
 
 namespace dsfs::testing {
@@ -204,6 +205,21 @@ TEST(S3AddressingTest, AutoIsVirtualOnAwsOnlyForDnsNames) {
   EXPECT_EQ(S3RequestUrl("http://rgw:7480", "b", "k", "", S3Addressing::kAuto),
             "http://rgw:7480/b/k");
   EXPECT_EQ(S3RequestUrl("http://rgw:7480", "b", "", "", S3Addressing::kAuto), "http://rgw:7480/b");
+}
+
+// Source 4's URL: RELATIVE_URI is a path on the container agent (ECS), and wins over FULL_URI
+// as in the SDKs; FULL_URI alone is taken as it is; neither: the source is not configured.
+TEST(ContainerCredentialsTest, RelativeUriIsOnTheAgentAndComesFirst) {
+  ScopedEnv env;
+  env.Set("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", nullptr);
+  env.Set("AWS_CONTAINER_CREDENTIALS_FULL_URI", nullptr);
+  EXPECT_EQ(ContainerCredentialsUrl(), "");
+  env.Set("AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://127.0.0.1:9/creds");
+  EXPECT_EQ(ContainerCredentialsUrl(), "http://127.0.0.1:9/creds");
+  env.Set("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/credentials/abc");
+  EXPECT_EQ(ContainerCredentialsUrl(), "http://169.254.170.2/v2/credentials/abc");
+  env.Set("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "v2/credentials/abc");
+  EXPECT_EQ(ContainerCredentialsUrl(), "http://169.254.170.2/v2/credentials/abc");
 }
 
 }  // namespace

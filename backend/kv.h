@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "s3/credentials.h"
 
 namespace dsfs {
 
@@ -166,6 +167,8 @@ struct KvReaderOptions {
   // DSFS_S3_TIMEOUT_S from the environment, else 5 tries and 10 s).
   int remote_attempts = 0;
   int remote_timeout_s = 0;
+  // A store in S3: unsigned requests (-o s3_anonymous) and the URL style (-o s3_addressing).
+  AwsLoadOptions s3;
 };
 
 }  // namespace dsfs

@@ -93,7 +93,7 @@ class S3Reader : public KvReader {
   Status Open(const std::string& url_text, const KvReaderOptions& options) {
     DSFS_RETURN_IF_ERROR(ParseS3Url(url_text, &url_));
     AwsSettings settings;
-    DSFS_RETURN_IF_ERROR(LoadAwsSettings(&settings));
+    DSFS_RETURN_IF_ERROR(LoadAwsSettings(&settings, options.s3));
     const std::string endpoint = settings.endpoint;
     client_ = std::make_unique<S3Client>(
         settings, RetryPolicyFor(options.remote_attempts, options.remote_timeout_s));

@@ -15,17 +15,7 @@ std::string Env(const char* name) {
   return v ? std::string(v) : std::string();
 }
 
-AwsLoadOptions& ProcessOptions() {
-  static AwsLoadOptions options;
-  return options;
-}
-
 }  // namespace
-
-void SetProcessAwsLoadOptions(const AwsLoadOptions& options) { ProcessOptions() = options; }
-const AwsLoadOptions& ProcessAwsLoadOptions() { return ProcessOptions(); }
-
-Status LoadAwsSettings(AwsSettings* s) { return LoadAwsSettings(s, ProcessOptions()); }
 
 Status LoadAwsSettings(AwsSettings* s, const AwsLoadOptions& options) {
   const AwsProfile profile = LoadAwsProfile(AwsProfileName());

@@ -50,16 +50,7 @@ struct AwsLoadOptions {
 // (the first keys fetched are also copied into the three key fields). InvalidArgument (one
 // line naming where it looked) if no keys are found, or only half of a key pair; the failing
 // source's error if a configured source fails.
-// The one-argument form uses the process's options (SetProcessAwsLoadOptions).
-[[nodiscard]] Status LoadAwsSettings(AwsSettings* settings);
-[[nodiscard]] Status LoadAwsSettings(AwsSettings* settings, const AwsLoadOptions& options);
+[[nodiscard]] Status LoadAwsSettings(AwsSettings* settings, const AwsLoadOptions& options = {});
 
-// The options of this process's S3 stores: `dsfs mount` sets them from -o s3_anonymous and
-// -o s3_addressing= before it opens the store (one store per mount process). Default: signed,
-// auto. Not thread-safe: set before any store is opened.
-// TODO(issue 32): a field of KvReaderOptions once backend/kv.h settles (kept out of that header
-// while it is being split, to keep this change local).
-void SetProcessAwsLoadOptions(const AwsLoadOptions& options);
-const AwsLoadOptions& ProcessAwsLoadOptions();
 
 }  // namespace dsfs

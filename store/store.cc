@@ -24,14 +24,8 @@ std::atomic<uint64_t> g_store_serials{1};
 
 Status Store::Open(const std::string& path, const StoreOptions& options,
                    std::unique_ptr<Store>* store) {
-  KvReaderOptions kv_options;
-  kv_options.random_access = options.random_access;
-  kv_options.cache_dir = options.cache_dir;
-  kv_options.cache_disk_bytes = options.cache_disk_bytes;
-  kv_options.remote_attempts = options.remote_attempts;
-  kv_options.remote_timeout_s = options.remote_timeout_s;
   std::unique_ptr<KvReader> kv;
-  DSFS_RETURN_IF_ERROR(OpenKvReader(path, kv_options, &kv));
+  DSFS_RETURN_IF_ERROR(OpenKvReader(path, options.kv, &kv));
   Status s = Open(std::move(kv), store, options.cache, options.metadata_cache_bytes);
   if (!s.ok()) {
     // Messages from below already start with the path when they came from the OS.

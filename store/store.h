@@ -26,17 +26,13 @@
 namespace dsfs {
 
 struct StoreOptions {
-  bool random_access = true;  // see KvReaderOptions
   // Decompressed chunks are kept here when set, in a namespace of the Store's own (the cache is
   // shared with the other clients whoever assembles the mount gives it to; the Store keeps a
   // reference).
   std::shared_ptr<ByteCache> cache;
-  // For a store in object storage: the local disk cache (KvReaderOptions).
-  std::string cache_dir;
-  uint64_t cache_disk_bytes = 0;
-  // Remote stores: KvReaderOptions::remote_attempts, remote_timeout_s (0: defaults).
-  int remote_attempts = 0;
-  int remote_timeout_s = 0;
+  // How the key-value store is opened (random access; for a store in object storage its disk
+  // cache, retry budget, signing and URL style).
+  KvReaderOptions kv;
   // Decompressed metadata segments (version 3 stores) are kept in a cache of their own of at
   // most this many bytes; 0: DefaultMetadataCacheBytes().
   uint64_t metadata_cache_bytes = 0;

@@ -129,27 +129,24 @@ Status ParseOptionList(const std::string& list, MountConfig* config, SeenOptions
     } else if (key == "cache_dir") {
       if (value.empty()) return Status::InvalidArgument("mount option cache_dir needs a path");
       // The daemon changes to "/": a relative path is taken from the caller's directory.
-      config->store.cache_dir =
+      config->store.kv.cache_dir =
           std::filesystem::absolute(std::string(value)).lexically_normal().string();
     } else if (key == "cache_disk") {
       uint64_t bytes;
       DSFS_RETURN_IF_ERROR(ParseSize(value, &bytes).WithContext("mount option cache_disk"));
-      config->store.cache_disk_bytes = bytes;
+      config->store.kv.cache_disk_bytes = bytes;
       config->cache_disk_set = true;
     } else if (key == "s3_attempts") {
       DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1, 1000, &n));
-      config->store.remote_attempts = static_cast<int>(n);
+      config->store.kv.remote_attempts = static_cast<int>(n);
     } else if (key == "s3_timeout") {
       DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1, 86400, &n));
-      config->store.remote_timeout_s = static_cast<int>(n);
+      config->store.kv.remote_timeout_s = static_cast<int>(n);
     } else if (key == "s3_anonymous" && value.empty()) {
-      AwsLoadOptions s3 = ProcessAwsLoadOptions();
-      s3.anonymous = true;
-      SetProcessAwsLoadOptions(s3);
+      config->store.kv.s3.anonymous = true;
     } else if (key == "s3_addressing") {
-      AwsLoadOptions s3 = ProcessAwsLoadOptions();
-      DSFS_RETURN_IF_ERROR(ParseS3Addressing(value, &s3.addressing).WithContext("mount option"));
-      SetProcessAwsLoadOptions(s3);
+      DSFS_RETURN_IF_ERROR(
+          ParseS3Addressing(value, &config->store.kv.s3.addressing).WithContext("mount option"));
     } else if (key == "preload") {
       config->fuse.preload_path = value.empty() ? "/" : std::string(value);
     } else if (key == "timeout") {
@@ -158,7 +155,7 @@ Status ParseOptionList(const std::string& list, MountConfig* config, SeenOptions
     } else if (key == "os_readahead") {
       // Off by default (MDB_NORDAHEAD): random small reads must not pull in neighbours.
       DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 0, 1, &n));
-      config->store.random_access = n == 0;
+      config->store.kv.random_access = n == 0;
     } else if (key == "zero_open") {
       DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 0, 1, &n));
       config->fuse.zero_message_open = n == 1;
@@ -334,9 +331,9 @@ Status RunMount(const MountConfig& config_in) {
   if (!config.log_level.empty()) SetLogLevel(config.log_level);
   if (IsRemoteStore(config.store_path)) {
     // A store in object storage keeps what it fetched on the local disk unless told otherwise.
-    if (!config.cache_disk_set) config.store.cache_disk_bytes = kDefaultCacheDiskBytes;
-    if (config.store.cache_dir.empty() && config.store.cache_disk_bytes > 0) {
-      config.store.cache_dir = DefaultCacheDir();
+    if (!config.cache_disk_set) config.store.kv.cache_disk_bytes = kDefaultCacheDiskBytes;
+    if (config.store.kv.cache_dir.empty() && config.store.kv.cache_disk_bytes > 0) {
+      config.store.kv.cache_dir = DefaultCacheDir();
     }
   }
   return MountStore(config);

@@ -375,12 +375,12 @@ TEST(MountOptionParseTest, ParsesEveryOption) {
   EXPECT_EQ(c.fuse.timeout_s, 5.0);
   EXPECT_FALSE(c.fuse.zero_message_open);
   EXPECT_EQ(c.fuse.preload_path, "/train");
-  EXPECT_FALSE(c.store.random_access);
+  EXPECT_FALSE(c.store.kv.random_access);
   MountConfig s3;
   ASSERT_TRUE(ParseMountOptions("s3_attempts=12,s3_timeout=30", &s3).ok());
-  EXPECT_EQ(s3.store.remote_attempts, 12);
-  EXPECT_EQ(s3.store.remote_timeout_s, 30);
-  EXPECT_EQ(c.store.remote_attempts, 0);  // not given: the environment's or the default
+  EXPECT_EQ(s3.store.kv.remote_attempts, 12);
+  EXPECT_EQ(s3.store.kv.remote_timeout_s, 30);
+  EXPECT_EQ(c.store.kv.remote_attempts, 0);  // not given: the environment's or the default
   EXPECT_FALSE(ParseMountOptions("s3_attempts=0", &s3).ok());
   EXPECT_FALSE(ParseMountOptions("s3_timeout=x", &s3).ok());
   MountConfig p;
@@ -388,7 +388,7 @@ TEST(MountOptionParseTest, ParsesEveryOption) {
   EXPECT_EQ(p.fuse.preload_path, "/");
   EXPECT_EQ(p.cache_bytes, MountConfig::kDefaultCache);
   EXPECT_TRUE(p.fuse.zero_message_open);
-  EXPECT_TRUE(p.store.random_access);
+  EXPECT_TRUE(p.store.kv.random_access);
   EXPECT_EQ(c.fuse.session.threads, 4);
   EXPECT_TRUE(c.fuse.allow_other);
   EXPECT_EQ(c.fs.uid, 7u);

@@ -20,7 +20,7 @@ TEST(MetricsMountTest, PrometheusTextAndMetricsFile) {
   ASSERT_EQ(s.pack.exit_code, 0) << Describe(s.pack);
   const std::string prom = s.dir / "dsfs.prom";
   // A bad path: one line, exit 1, nothing mounted.
-  for (const std::string bad : {s.dir / "no/such/dir/m.prom", s.dir.path()}) {
+  for (const std::string& bad : {s.dir / "no/such/dir/m.prom", s.dir.path()}) {
     MountGuard guard(s.mp);
     CommandResult r = guard.MountBackground(s.store, {"-o", "metrics_file=" + bad});
     EXPECT_EQ(r.exit_code, 1) << Describe(r);

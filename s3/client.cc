@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/path.h"
 #include "s3/url.h"
+#include "s3/xml.h"
 
 namespace dsfs {
 
@@ -28,45 +29,17 @@ std::string Query(std::vector<std::pair<std::string, std::string>> params) {
   return q;
 }
 
-std::string XmlUnescape(std::string s) {
-  static const std::pair<std::string_view, char> kEntities[] = {
-      {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    bool done = false;
-    if (s[i] == '&') {
-      for (const auto& [e, c] : kEntities) {
-        if (s.compare(i, e.size(), e) == 0) {
-          out += c;
-          i += e.size() - 1;
-          done = true;
-          break;
-        }
-      }
-    }
-    if (!done) out += s[i];
-  }
-  return out;
-}
-
-// The text of every <tag>...</tag> in `xml`, from `from`.
+// The character text of every <tag> in `xml`.
 std::vector<std::string> XmlAll(std::string_view xml, std::string_view tag) {
   std::vector<std::string> out;
-  std::string open = "<" + std::string(tag) + ">", close = "</" + std::string(tag) + ">";
-  size_t pos = 0;
-  while ((pos = xml.find(open, pos)) != std::string_view::npos) {
-    pos += open.size();
-    size_t end = xml.find(close, pos);
-    if (end == std::string_view::npos) break;
-    out.push_back(XmlUnescape(std::string(xml.substr(pos, end - pos))));
-    pos = end + close.size();
-  }
+  for (std::string_view e : XmlElements(xml, tag)) out.push_back(XmlUnescape(e));
   return out;
 }
 
+// The character text of the first <tag> in `xml`; empty if there is none.
 std::string XmlFirst(std::string_view xml, std::string_view tag) {
-  auto all = XmlAll(xml, tag);
-  return all.empty() ? std::string() : all.front();
+  std::string_view e;
+  return XmlElement(xml, tag, &e) ? XmlUnescape(e) : std::string();
 }
 
 // The <Code> of an error answer as it may be printed: the server's text escaped (no newline or

@@ -5,6 +5,9 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "common/path.h"
+#include "s3/xml.h"
+
 namespace dsfs {
 namespace {
 
@@ -15,36 +18,11 @@ std::string_view Trim(std::string_view s) {
   return s.substr(b, e - b + 1);
 }
 
-std::string XmlUnescape(std::string_view s) {
-  static const std::pair<std::string_view, char> kEntities[] = {
-      {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    bool done = false;
-    if (s[i] == '&') {
-      for (const auto& [e, c] : kEntities) {
-        if (s.substr(i, e.size()) == e) {
-          out += c;
-          i += e.size() - 1;
-          done = true;
-          break;
-        }
-      }
-    }
-    if (!done) out += s[i];
-  }
-  return out;
-}
-
-// The text of the first <tag>...</tag> within `xml`; false if there is none.
-bool XmlFirst(std::string_view xml, std::string_view tag, std::string* out) {
-  const std::string open = "<" + std::string(tag) + ">", close = "</" + std::string(tag) + ">";
-  size_t b = xml.find(open);
-  if (b == std::string_view::npos) return false;
-  b += open.size();
-  size_t e = xml.find(close, b);
-  if (e == std::string_view::npos) return false;
-  *out = XmlUnescape(Trim(xml.substr(b, e - b)));
+// The character text of the first <tag> in `xml`, trimmed; false if there is none.
+bool XmlText(std::string_view xml, std::string_view tag, std::string* out) {
+  std::string_view e;
+  if (!XmlElement(xml, tag, &e)) return false;
+  *out = XmlUnescape(Trim(e));
   return true;
 }
 
@@ -132,29 +110,32 @@ Status ParseIso8601(std::string_view text, int64_t* unix_s) {
 }
 
 Status ParseStsCredentials(std::string_view xml, AwsCredentials* out) {
-  std::string error;
-  if (XmlFirst(xml, "Error", &error)) {
+  std::string_view error;
+  if (XmlElement(xml, "Error", &error)) {
+    // The server's words, printable (no newline or terminal control reaches a log) and short.
     std::string code, message;
-    XmlFirst(error, "Code", &code);
-    XmlFirst(error, "Message", &message);
+    XmlText(error, "Code", &code);
+    XmlText(error, "Message", &message);
+    if (code.size() > 64) code.resize(64);
     if (message.size() > 300) message.resize(300);
-    return Status::IOError("STS refused: " + (code.empty() ? "unknown error" : code) +
-                           (message.empty() ? "" : " (" + message + ")"));
+    return Status::IOError("STS refused: " +
+                           (code.empty() ? "unknown error" : PrintableName(code)) +
+                           (message.empty() ? "" : " (" + PrintableName(message) + ")"));
   }
-  std::string creds;
-  if (!XmlFirst(xml, "Credentials", &creds)) {
+  std::string_view creds;
+  if (!XmlElement(xml, "Credentials", &creds)) {
     return Status::IOError("STS answer has no <Credentials> element");
   }
   AwsCredentials c;
   std::string expiration;
-  if (!XmlFirst(creds, "AccessKeyId", &c.access_key_id) || c.access_key_id.empty() ||
-      !XmlFirst(creds, "SecretAccessKey", &c.secret_access_key) ||
-      c.secret_access_key.empty() || !XmlFirst(creds, "SessionToken", &c.session_token) ||
+  if (!XmlText(creds, "AccessKeyId", &c.access_key_id) || c.access_key_id.empty() ||
+      !XmlText(creds, "SecretAccessKey", &c.secret_access_key) ||
+      c.secret_access_key.empty() || !XmlText(creds, "SessionToken", &c.session_token) ||
       c.session_token.empty()) {
     return Status::IOError(
         "STS answer lacks AccessKeyId, SecretAccessKey or SessionToken in <Credentials>");
   }
-  if (!XmlFirst(creds, "Expiration", &expiration)) {
+  if (!XmlText(creds, "Expiration", &expiration)) {
     return Status::IOError("STS answer lacks <Expiration>");
   }
   DSFS_RETURN_IF_ERROR(ParseIso8601(expiration, &c.expiration_s).WithContext("STS Expiration"));

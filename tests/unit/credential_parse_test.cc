@@ -10,6 +10,7 @@
 #include "s3/credential_holder.h"
 #include "s3/credential_parse.h"
 #include "s3/credential_providers.h"
+#include "s3/xml.h"
 #include "tests/support/test_util.h"
 
 namespace dsfs::testing {
@@ -43,6 +44,26 @@ TEST(CredentialParseTest, Iso8601) {
   }
 }
 
+// The one XML reader of s3/ (S3 listings and errors, STS answers): raw contents, so an outer
+// element can be searched again; entities only where text is taken.
+TEST(CredentialParseTest, XmlElementsAndEntities) {
+  const std::string_view xml =
+      "<R><Key>a&amp;b</Key><Key></Key><Key>&lt;c&gt; &quot;&apos; &amp;amp; &bogus;</Key>"
+      "<Key>unclosed</R>";
+  std::vector<std::string_view> keys = XmlElements(xml, "Key");
+  ASSERT_EQ(keys.size(), 3u);
+  EXPECT_EQ(keys[0], "a&amp;b");
+  EXPECT_EQ(keys[1], "");
+  EXPECT_EQ(XmlUnescape(keys[0]), "a&b");
+  EXPECT_EQ(XmlUnescape(keys[2]), "<c> \"' &amp; &bogus;");
+  std::string_view r;
+  ASSERT_TRUE(XmlElement(xml, "R", &r));
+  EXPECT_EQ(XmlElements(r, "Key").size(), 3u);
+  EXPECT_FALSE(XmlElement(xml, "Missing", &r));
+  EXPECT_FALSE(XmlElement("<A>open only", "A", &r));
+  EXPECT_TRUE(XmlElements("", "Key").empty());
+}
+
 TEST(CredentialParseTest, StsAnswersAndErrors) {
   AwsCredentials c;
   const std::string ok =
@@ -61,6 +82,12 @@ TEST(CredentialParseTest, StsAnswersAndErrors) {
       &c);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("AccessDenied"), std::string::npos) << s.ToString();
+  // The server's words reach a log printable: no newline or terminal control.
+  s = ParseStsCredentials(
+      "<Error><Code>Bad\nCode\x1b[2J</Code><Message>line1\nline2</Message></Error>", &c);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.message().find_first_of("\n\x1b"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("line1"), std::string::npos) << s.ToString();
   EXPECT_FALSE(ParseStsCredentials("<html>proxy</html>", &c).ok());
   EXPECT_FALSE(ParseStsCredentials("<Credentials><AccessKeyId>A</AccessKeyId></Credentials>", &c)
                    .ok());

@@ -266,16 +266,30 @@ class S3Reader : public KvReader {
       }
     }
     const FlightKey fk{e.object, fbegin, fend};
-    std::shared_ptr<Flight> flight;
+    std::shared_ptr<Flight> flight, other;
     bool leader = false;
     {
       std::lock_guard<std::mutex> lock(flights_mu_);
-      auto& slot = flights_[fk];
-      if (!slot) {
-        slot = std::make_shared<Flight>();
-        leader = true;
+      if (disk_ && attempt == 0) other = OverlappingFlight(fk);
+      if (!other) {
+        auto& slot = flights_[fk];
+        if (!slot) {
+          slot = std::make_shared<Flight>();
+          leader = true;
+        }
+        flight = slot;
       }
-      flight = slot;
+    }
+    if (other) {
+      // Another thread fetches some of these blocks for a span not this one (a value within a
+      // block beside one that straddles it): once it has them on disk, the value is read there,
+      // or only the blocks still missing are fetched.
+      {
+        std::unique_lock<std::mutex> lock(other->mu);
+        other->cv.wait(lock, [&] { return other->done; });
+      }
+      if (disk_->Read(e.object, e.offset, e.length, e.sum, out)) return Status::OK();
+      return Fetch(e, out, attempt);
     }
     // The value: what the flight fetched, and the cached blocks around it; true if it checks
     // out (a block evicted meanwhile reads as zeros and fails it).
@@ -394,6 +408,19 @@ class S3Reader : public KvReader {
     Status status;
     std::string bytes;
   };
+
+  // A flight over some of the blocks of `fk` but not over exactly them; nullptr if none.
+  // Called with flights_mu_ held; the flights are few (one per fetching thread).
+  std::shared_ptr<Flight> OverlappingFlight(const FlightKey& fk) const {
+    for (auto it = flights_.lower_bound(FlightKey{fk.object, 0, 0});
+         it != flights_.end() && it->first.object == fk.object; ++it) {
+      const FlightKey& k = it->first;
+      if (k.begin < fk.end && fk.begin < k.end && !(k.begin == fk.begin && k.end == fk.end)) {
+        return it->second;
+      }
+    }
+    return nullptr;
+  }
 
   S3Url url_;
   std::unique_ptr<S3Client> client_;

@@ -4,11 +4,9 @@
 // environment variable: the tests point the chain at endpoint() themselves.
 #pragma once
 
-#include <sys/types.h>
-
 #include <string>
 
-#include "tests/support/test_util.h"
+#include "tests/support/script_server.h"
 
 namespace dsfs::testing {
 
@@ -16,14 +14,11 @@ class AwsServices {
  public:
   // With `tls_cert`/`tls_key` (PEM files), it speaks https.
   explicit AwsServices(const std::string& tls_cert = "", const std::string& tls_key = "");
-  ~AwsServices();
-  AwsServices(const AwsServices&) = delete;
-  AwsServices& operator=(const AwsServices&) = delete;
 
-  bool ok() const { return pid_ > 0; }
-  const std::string& error() const { return error_; }
+  bool ok() const { return server_.ok(); }
+  const std::string& error() const { return server_.error(); }
   // "http(s)://127.0.0.1:PORT"
-  const std::string& endpoint() const { return endpoint_; }
+  const std::string& endpoint() const { return server_.endpoint(); }
   int port() const;
   // A file of the server's state (STATE/NAME: lifetime, web_token, container_token, sts_fail,
   // revoke_early; issued, secrets and s3 are written by the server).
@@ -34,9 +29,7 @@ class AwsServices {
   int Issued(const std::string& source) const;
 
  private:
-  TempDir state_;
-  pid_t pid_ = -1;
-  std::string endpoint_, error_;
+  ScriptServer server_;
 };
 
 }  // namespace dsfs::testing

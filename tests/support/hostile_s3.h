@@ -4,10 +4,9 @@
 // by itself when the test process is gone.
 #pragma once
 
-#include <sys/types.h>
-
 #include <string>
 
+#include "tests/support/script_server.h"
 #include "tests/support/test_util.h"
 
 namespace dsfs::testing {
@@ -22,13 +21,10 @@ class HostileS3 {
   // only AWS_ENDPOINT_URL changes (the keys stay the gateway's). SetMode's drip, stall and
   // reset then apply to the gateway's answers.
   explicit HostileS3(int relay_port);
-  ~HostileS3();
-  HostileS3(const HostileS3&) = delete;
-  HostileS3& operator=(const HostileS3&) = delete;
 
-  bool ok() const { return pid_ > 0; }
-  const std::string& error() const { return error_; }
-  const std::string& endpoint() const { return endpoint_; }
+  bool ok() const { return server_.ok(); }
+  const std::string& error() const { return server_.error(); }
+  const std::string& endpoint() const { return server_.endpoint(); }
   // A new bucket (created on the server).
   std::string NewBucket();
   // Packs `src` into an LMDB store at `store` and pushes it to PREFIX s of a new bucket; the
@@ -41,11 +37,8 @@ class HostileS3 {
   int HostileRequests() const;
 
  private:
-  TempDir state_;
-  pid_t pid_ = -1;
-  std::string endpoint_, error_;
-  std::vector<std::pair<std::string, std::string>> saved_env_;
-  std::vector<std::string> unset_env_;
+  ScopedEnv env_;  // declared first: the server stops before the variables come back
+  ScriptServer server_;
 };
 
 }  // namespace dsfs::testing

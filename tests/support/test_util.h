@@ -43,7 +43,6 @@ inline constexpr bool kSanitized = false;
 // (the fuzzers do that), and where each trial costs 5-20x (CI time, scripts/ci_hardening.sh).
 inline constexpr int SweepTrials(int trials) { return kSanitized ? std::max(1, trials / 8) : trials; }
 
-// A fresh directory under $TMPDIR (or /tmp), removed with everything in it on destruction.
 // Sets environment variables for one scope and puts the old values back.
 class ScopedEnv {
  public:
@@ -70,6 +69,7 @@ class ScopedEnv {
   std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
 
+// A fresh directory under $TMPDIR (or /tmp), removed with everything in it on destruction.
 class TempDir {
  public:
   TempDir();

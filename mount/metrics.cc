@@ -13,6 +13,7 @@
 
 #include "common/histogram.h"
 #include "common/log.h"
+#include "common/path.h"
 
 namespace dsfs {
 namespace {
@@ -29,6 +30,10 @@ struct Row {
   std::string_view help, label = {}, value = {};
   double scale = 1;
 };
+
+// How every file PrometheusText writes begins (its first row is dsfs_uptime_seconds): what
+// MetricsFile::Check knows its own file by.
+constexpr char kMetricsFileStart[] = "# HELP dsfs_";
 
 constexpr Type C = Type::kCounter, G = Type::kGauge, H = Type::kHistogram;
 
@@ -128,14 +133,21 @@ std::string Value(const nlohmann::ordered_json& v, double scale) {
   return Number(v.get<double>() * scale);
 }
 
-// A label value escaped as the format asks: backslash, double quote and line feed.
+// A label value as the format asks: UTF-8 (a byte that is not part of a character becomes
+// U+FFFD: a mountpoint is any bytes, and one bad label makes the collector drop the file),
+// backslash, double quote and line feed escaped.
 std::string Escape(std::string_view s) {
   std::string out;
-  for (char c : s) {
-    if (c == '\\') out += "\\\\";
+  for (size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    char32_t cp;
+    const size_t n = Utf8CodePoint(s.substr(i), &cp);
+    if (n == 0) out += "\xEF\xBF\xBD";
+    else if (c == '\\') out += "\\\\";
     else if (c == '"') out += "\\\"";
     else if (c == '\n') out += "\\n";
-    else out += c;
+    else out.append(s.substr(i, n));
+    i += n == 0 ? 1 : n;
   }
   return out;
 }
@@ -207,17 +219,43 @@ std::string PrometheusText(const nlohmann::ordered_json& stats, const std::strin
   return out;
 }
 
-Status MetricsFile::Check(const std::string& path) {
+Status MetricsFile::Check(const std::string& path, const std::string& mountpoint) {
   const std::string what = "mount option metrics_file=" + path;
   if (path.empty() || path[0] != '/') return Status::InvalidArgument(what + ": not an absolute path");
   if (path.back() == '/') return Status::InvalidArgument(what + ": names a directory");
+  // What is there already is replaced, and removed at unmount: only a metrics file of dsfs's
+  // (or an empty file), never a store, a config file, a device or what a link points to.
   struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    return Status::InvalidArgument(what + ": is a directory");
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return Status::InvalidArgument(what + ": is a directory");
+    if (S_ISLNK(st.st_mode)) return Status::InvalidArgument(what + ": is a symbolic link");
+    if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(what + ": is not a regular file");
+    if (st.st_size > 0) {
+      char head[sizeof(kMetricsFileStart) - 1] = {};
+      const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+      const bool ours = fd >= 0 && ::pread(fd, head, sizeof(head), 0) ==
+                                       static_cast<ssize_t>(sizeof(head)) &&
+                        std::string_view(head, sizeof(head)) == kMetricsFileStart;
+      if (fd >= 0) ::close(fd);
+      if (!ours) {
+        return Status::InvalidArgument(what + ": holds something else than dsfs's metrics (" +
+                                       "it would be replaced): remove it or name another file");
+      }
+    }
   }
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::FromErrno(errno, what + ": cannot create " + tmp);
+  // Not below the mountpoint: once mounted, nothing there can be written.
+  const std::string dir = path.substr(0, std::max<size_t>(path.rfind('/'), 1));
+  char* real_dir = ::realpath(dir.c_str(), nullptr);
+  char* real_mp = ::realpath(mountpoint.c_str(), nullptr);
+  const bool inside = real_dir && real_mp &&
+                      (std::string_view(real_dir) == real_mp ||
+                       std::string_view(real_dir).starts_with(std::string(real_mp) + "/"));
+  ::free(real_dir);
+  ::free(real_mp);
+  if (inside) return Status::InvalidArgument(what + ": is inside the mountpoint " + mountpoint);
+  std::string tmp = path + ".tmp-XXXXXX";
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, what + ": cannot create a file in " + dir);
   ::close(fd);
   ::unlink(tmp.c_str());
   return Status::OK();
@@ -225,13 +263,9 @@ Status MetricsFile::Check(const std::string& path) {
 
 MetricsFile::MetricsFile(std::string path, std::string mountpoint,
                          std::function<nlohmann::ordered_json()> stats)
-    : path_(std::move(path)),
-      tmp_(path_ + ".tmp-" + std::to_string(::getpid())),
-      mountpoint_(std::move(mountpoint)),
-      stats_(std::move(stats)) {}
+    : path_(std::move(path)), mountpoint_(std::move(mountpoint)), stats_(std::move(stats)) {}
 
 MetricsFile::~MetricsFile() {
-  ::unlink(tmp_.c_str());
   // Only the file this wrote: not one another process has put there since.
   struct stat st;
   if (written_ && ::lstat(path_.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_ &&
@@ -243,9 +277,12 @@ MetricsFile::~MetricsFile() {
 
 void MetricsFile::Write() {
   const std::string text = PrometheusText(stats_(), mountpoint_);
-  int fd = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A new file of a name no one could guess or plant a link at (the directory of a textfile
+  // collector may be writable by others), renamed over PATH.
+  std::string tmp = path_ + ".tmp-XXXXXX";
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
   if (fd < 0) {
-    LogRepeated(spdlog::level::warn, "metrics_file: cannot create {}: {}", tmp_,
+    LogRepeated(spdlog::level::warn, "metrics_file: cannot create {}: {}", tmp,
                 std::strerror(errno));
     return;
   }
@@ -257,13 +294,13 @@ void MetricsFile::Write() {
     done += static_cast<size_t>(n);
   }
   struct stat st;
-  const bool ok = done == text.size() && ::fstat(fd, &st) == 0;
+  const bool ok = done == text.size() && ::fchmod(fd, 0644) == 0 && ::fstat(fd, &st) == 0;
   const int err = errno;
   ::close(fd);
-  if (!ok || ::rename(tmp_.c_str(), path_.c_str()) != 0) {
+  if (!ok || ::rename(tmp.c_str(), path_.c_str()) != 0) {
     LogRepeated(spdlog::level::warn, "metrics_file: cannot write {}: {}", path_,
                 std::strerror(ok ? errno : err));
-    ::unlink(tmp_.c_str());
+    ::unlink(tmp.c_str());
     return;
   }
   // Its attributes once in place (a rename may change the ctime).

@@ -28,10 +28,11 @@ std::string PrometheusText(const nlohmann::ordered_json& stats, const std::strin
 // Thread safety: Write from one thread at a time.
 class MetricsFile {
  public:
-  // OK if PATH can be written: an absolute path, no directory, in a directory where this
-  // process can create a file (tried: PATH.tmp-PID made and removed). Otherwise the one-line
-  // error the mount fails with, before mounting.
-  [[nodiscard]] static Status Check(const std::string& path);
+  // OK if PATH can be written: an absolute path, not below `mountpoint`, in a directory where
+  // this process can create a file (tried: a temporary made and removed), and nothing there
+  // yet but a metrics file of dsfs's or an empty file (what is there is replaced, and removed
+  // at unmount). Otherwise the one-line error the mount fails with, before mounting.
+  [[nodiscard]] static Status Check(const std::string& path, const std::string& mountpoint);
 
   // `stats` gives the stats object on each Write (from the writing thread).
   MetricsFile(std::string path, std::string mountpoint,
@@ -44,7 +45,7 @@ class MetricsFile {
   void Write();
 
  private:
-  std::string path_, tmp_, mountpoint_;
+  std::string path_, mountpoint_;
   std::function<nlohmann::ordered_json()> stats_;
   bool written_ = false;
   // The file last renamed to path_: an inode number alone may be reused by another's file.

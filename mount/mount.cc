@@ -242,7 +242,9 @@ Status MountStore(const MountConfig& config_in) {
   MountConfig config = config_in;
   if (config.kernel) DSFS_RETURN_IF_ERROR(CheckKernelMountAllowed());
   DSFS_RETURN_IF_ERROR(CheckMountpoint(config.mountpoint));
-  if (!config.metrics_file.empty()) DSFS_RETURN_IF_ERROR(MetricsFile::Check(config.metrics_file));
+  if (!config.metrics_file.empty()) {
+    DSFS_RETURN_IF_ERROR(MetricsFile::Check(config.metrics_file, config.mountpoint));
+  }
   int lock_fd = -1;
   DSFS_RETURN_IF_ERROR(LockMountpoint(config.mountpoint, &lock_fd));
   struct Unlock {

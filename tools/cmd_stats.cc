@@ -1,4 +1,6 @@
 // dsfs stats MOUNTPOINT: the live counters of a mount, from its hidden /.dsfs/stats file.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
@@ -6,13 +8,12 @@
 #include <cctype>
 #include <cstdlib>
 #include <cerrno>
-#include <fstream>
 #include <functional>
 #include <iterator>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "common/mount_table.h"
 #include "common/units.h"
 #include "kernel/kernel_mount.h"
 #include "mount/metrics.h"
@@ -67,30 +68,48 @@ Status RunStats(const std::string& mountpoint_arg, bool json, std::ostream& out,
   }
   std::string path = mountpoint + "/.dsfs/stats";
   const bool kernel = KernelStatsPath(mountpoint, &path);  // -o kernel: the image mount's
-  std::ifstream f(path);
-  if (!f && kernel && ::access(path.c_str(), R_OK) != 0 && errno == EACCES) {
+  // Only a dsfs mount's counters: a directory that merely holds .dsfs/stats (a FIFO, a link to
+  // /dev/zero, a file of made-up figures) is not one.
+  MountInfo m;
+  if (!kernel && !(FindMount(mountpoint, &m) && m.fstype == kDsfsFsType)) {
+    return Status::NotFound(mountpoint + " is not a dsfs mount");
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0 && kernel && errno == EACCES) {
     return Status::FromErrno(EACCES, "the counters of the -o kernel mount " + mountpoint +
                                          " are root's (" + std::string(kKernelRunDir) +
                                          " is 0700): run dsfs stats as root");
   }
-  if (!f && kernel) {
+  if (fd < 0 && kernel) {
     return Status::NotFound(mountpoint + " is a -o kernel mount whose daemon is gone (no " + path +
                             "); clear it with: dsfs umount " + mountpoint);
   }
-  if (!f) {
+  if (fd < 0) {
+    const int err = errno;
     // statfs is never answered from a cache: it tells a dead daemon (mount/mount.cc).
-    MountInfo m;
     struct statfs sfs;
-    if (FindMount(mountpoint, &m) && m.fstype == kDsfsFsType &&
-        ::statfs(mountpoint.c_str(), &sfs) != 0 && (errno == ENOTCONN || errno == ECONNABORTED)) {
+    if (::statfs(mountpoint.c_str(), &sfs) != 0 && (errno == ENOTCONN || errno == ECONNABORTED)) {
       const std::string what = " is a dead dsfs mount (its daemon is gone); clear it with: ";
       return Status::NotFound(mountpoint + what + "dsfs umount " + mountpoint);
     }
-    return Status::NotFound(mountpoint + " is not a dsfs mount (no " + path + ")");
+    return Status::FromErrno(err, path);
   }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string text = ss.str();
+  // A regular file of at most a stats file's size (fs/filesystem.h: 16 KiB of JSON).
+  constexpr size_t kMaxStatsBytes = 1 << 20;
+  std::string text;
+  struct stat st;
+  bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  char buf[16384];
+  while (regular && text.size() <= kMaxStatsBytes) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  if (!regular || text.size() > kMaxStatsBytes) {
+    return Status::Corruption(path + ": not a dsfs stats file");
+  }
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
   if (json) {
     out << text << "\n";

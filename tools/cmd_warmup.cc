@@ -46,8 +46,9 @@ struct WarmFile {
 
 // Lists the regular files under `path` (a file or a directory) in the store's order: names
 // sorted, depth first. No symlink is followed; the mount's control directory is skipped.
-void Collect(const std::string& path, bool top, std::vector<WarmFile>* files, uint64_t* failed,
-             std::vector<std::string>* errors) {
+void Collect(const std::string& path, bool top, const std::atomic<bool>* cancel,
+             std::vector<WarmFile>* files, uint64_t* failed, std::vector<std::string>* errors) {
+  if (cancel && cancel->load(std::memory_order_relaxed)) return;  // Ctrl-C during the listing
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) {
     ++*failed;
@@ -74,7 +75,7 @@ void Collect(const std::string& path, bool top, std::vector<WarmFile>* files, ui
     return;
   }
   std::sort(names.begin(), names.end());
-  for (const auto& n : names) Collect(path + "/" + n, false, files, failed, errors);
+  for (const auto& n : names) Collect(path + "/" + n, false, cancel, files, failed, errors);
 }
 
 // The S3 GETs the mount at `mountpoint` made so far, from its stats; -1 if it makes none (a
@@ -123,26 +124,24 @@ Status RunWarmup(const WarmupCommand& cmd, std::ostream& out, std::ostream& err)
   std::vector<std::string> roots = cmd.paths;
   if (roots.empty()) roots.push_back("");
   for (const auto& p : roots) {
-    // PATH inside the mount: relative to it, or an absolute path below it.
-    std::string path;
-    if (!p.empty() && p[0] == '/') {
-      char* r = ::realpath(p.c_str(), nullptr);
-      if (r == nullptr) return Status::FromErrno(errno, p);
-      path = r;
-      ::free(r);
-      if (path != mountpoint && path.rfind(mountpoint + "/", 0) != 0) {
-        return Status::InvalidArgument(p + ": not inside the mount " + mountpoint);
-      }
-    } else {
-      path = p.empty() ? mountpoint : mountpoint + "/" + p;
-      if (p == ".." || p.rfind("../", 0) == 0 || p.find("/../") != std::string::npos ||
-          (p.size() >= 3 && p.compare(p.size() - 3, 3, "/..") == 0)) {
-        return Status::InvalidArgument(p + ": a path inside the mount may not hold '..'");
-      }
-      struct stat st;
-      if (::lstat(path.c_str(), &st) != 0) return Status::FromErrno(errno, path);
+    // PATH inside the mount: relative to it, or an absolute path below it; either way what
+    // it resolves to (a symlink of the store's on the way may point anywhere) must be too.
+    if (!(!p.empty() && p[0] == '/') &&
+        (p == ".." || p.rfind("../", 0) == 0 || p.find("/../") != std::string::npos ||
+         (p.size() >= 3 && p.compare(p.size() - 3, 3, "/..") == 0))) {
+      return Status::InvalidArgument(p + ": a path inside the mount may not hold '..'");
     }
-    Collect(path, path == mountpoint, &files, &failed, &errors);
+    const std::string given = !p.empty() && p[0] == '/' ? p
+                              : p.empty()                ? mountpoint
+                                                         : mountpoint + "/" + p;
+    char* r = ::realpath(given.c_str(), nullptr);
+    if (r == nullptr) return Status::FromErrno(errno, given);
+    const std::string path = r;
+    ::free(r);
+    if (path != mountpoint && path.rfind(mountpoint + "/", 0) != 0) {
+      return Status::InvalidArgument(p + ": not inside the mount " + mountpoint);
+    }
+    Collect(path, path == mountpoint, cmd.cancel, &files, &failed, &errors);
   }
 
   // Runs of consecutive files.

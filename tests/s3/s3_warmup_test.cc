@@ -57,6 +57,9 @@ class S3WarmupTest : public ::testing::TestWithParam<const char*> {
     for (int i = 0; i < 3; ++i) {
       WriteFile(src_ + "/big/b" + std::to_string(i), RandomBytes((3 << 20) + 12345 * i, 77 + i));
     }
+    // A link of the store's to a directory outside the mount: no warm-up reads through it.
+    WriteFile(dir_ / "outside/secret", "not the mount's");
+    ASSERT_EQ(::symlink((dir_ / "outside").c_str(), (src_ + "/d0/out").c_str()), 0);
     store_ = dir_ / "store.db";
     ASSERT_NO_FATAL_FAILURE(server_.PackAndPush(src_, store_, &url_));
     cache_ = dir_ / "cache";
@@ -100,6 +103,10 @@ TEST_P(S3WarmupTest, WarmupThenAnEpochMakesNoGet) {
   EXPECT_TRUE(IsOneLineError(Dsfs({"warmup", mp, "d0/../../x"}), {"may not hold '..'"}));
   EXPECT_TRUE(IsOneLineError(Dsfs({"warmup", mp, dir_.path()}), {"not inside the mount"}));
   EXPECT_TRUE(IsOneLineError(Dsfs({"warmup", mp, "nosuch"}), {"no such file"}));
+  for (const char* through_link : {"d0/out", "d0/out/", "d0/out/secret"}) {
+    EXPECT_TRUE(IsOneLineError(Dsfs({"warmup", mp, through_link}), {"not inside the mount"}))
+        << through_link;
+  }
   // Files that cannot be read: named, counted, exit status 1 (and nothing cached).
   server_.SetMode("error 500 InternalError /data/");
   CommandResult bad = Dsfs({"warmup", mp, "d2/f0", "big/b0"});

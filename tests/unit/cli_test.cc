@@ -426,6 +426,28 @@ TEST(StatsCommandTest, NotAMount) {
   EXPECT_NE(r.err.find("is not a dsfs mount"), std::string::npos);
 }
 
+// A directory that merely holds .dsfs/stats is no mount: a FIFO there (which would block a
+// reader), a link to /dev/zero (endless) or a file of made-up figures; stats and warmup say so.
+TEST(StatsCommandTest, AFakeStatsFileIsNoMount) {
+  TempDir dir;
+  const std::string fifo = dir / "fifo", zero = dir / "zero", made_up = dir / "made_up";
+  for (const std::string& d : {fifo, zero, made_up}) {
+    ASSERT_TRUE(std::filesystem::create_directories(d + "/.dsfs"));
+  }
+  ASSERT_EQ(::mkfifo((fifo + "/.dsfs/stats").c_str(), 0644), 0);
+  ASSERT_EQ(::symlink("/dev/zero", (zero + "/.dsfs/stats").c_str()), 0);
+  WriteFile(made_up + "/.dsfs/stats", R"({"uptime_s": 1, "requests": {"read": 7}})");
+  for (const std::string& d : {fifo, zero, made_up}) {
+    for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+             {"stats", d}, {"stats", "--prometheus", d}, {"warmup", d}}) {
+      CliRun r = Dsfs(args);
+      EXPECT_EQ(r.code, 1) << args[0] << " " << d << ": " << r.err;
+      EXPECT_NE(r.err.find("is not a dsfs mount"), std::string::npos) << r.err;
+      EXPECT_EQ(r.out, "") << args[0] << " " << d;
+    }
+  }
+}
+
 // An empty MOUNTPOINT (a script's unset variable) is one line and exit 1, never an uncaught
 // filesystem_error ("cannot make absolute path") and an abort.
 TEST(StatsCommandTest, EmptyMountpointIsOneLine) {

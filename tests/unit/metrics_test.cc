@@ -192,6 +192,11 @@ TEST_F(MetricsTest, ExportParsesAndCarriesTheCounters) {
   EXPECT_TRUE(e.Find("dsfs_memory_limit_bytes", {}, &v));
   EXPECT_GT(v, 0);
   EXPECT_EQ(e.types["dsfs_uptime_seconds"], "gauge");
+  // A mountpoint is any bytes, a label UTF-8: a byte that is no character becomes U+FFFD.
+  const std::string odd = PrometheusText(stats.Object(), "/mnt/bad\xff\xfe\xc3\xa9");
+  EXPECT_EQ(odd.find('\xff'), std::string::npos);
+  EXPECT_NE(odd.find("mountpoint=\"/mnt/bad\xEF\xBF\xBD\xEF\xBF\xBD\xc3\xa9\""),
+            std::string::npos);
   // No store in object storage, no kernel path: none of their series.
   EXPECT_EQ(text.find("dsfs_s3_"), std::string::npos);
   EXPECT_EQ(text.find("dsfs_kernel_"), std::string::npos);
@@ -241,13 +246,37 @@ TEST(MetricsTableTest, RemoteAndKernelMembers) {
 }
 
 TEST_F(MetricsTest, MetricsFileIsWrittenAtomicallyAndRemovedIfStillOurs) {
-  EXPECT_FALSE(MetricsFile::Check("relative.prom").ok());
-  EXPECT_FALSE(MetricsFile::Check(dir_.path()).ok());
-  EXPECT_FALSE(MetricsFile::Check(dir_ / "no/such/dir/m.prom").ok());
-  const Status s = MetricsFile::Check(dir_ / "no/such/dir/m.prom");
+  const std::string mp = dir_ / "mp";
+  ASSERT_TRUE(std::filesystem::create_directory(mp));
+  EXPECT_FALSE(MetricsFile::Check("relative.prom", mp).ok());
+  EXPECT_FALSE(MetricsFile::Check(dir_.path(), mp).ok());
+  EXPECT_FALSE(MetricsFile::Check(dir_ / "no/such/dir/m.prom", mp).ok());
+  const Status s = MetricsFile::Check(dir_ / "no/such/dir/m.prom", mp);
   EXPECT_NE(s.message().find("metrics_file="), std::string::npos) << s.message();
+  // Below the mountpoint: nothing there can be written once it is mounted.
+  EXPECT_FALSE(MetricsFile::Check(mp + "/m.prom", mp).ok());
+  EXPECT_FALSE(MetricsFile::Check(mp + "/sub/../m.prom", mp).ok());
+  // What is there already is replaced and removed at unmount: only a file of dsfs's metrics or
+  // an empty one; never another file, what a link points to, a device or a FIFO.
+  testing::WriteFile(dir_ / "conf.txt", "important\n");
+  ASSERT_EQ(::symlink((dir_ / "conf.txt").c_str(), (dir_ / "link.prom").c_str()), 0);
+  ASSERT_EQ(::mkfifo((dir_ / "fifo.prom").c_str(), 0644), 0);
+  for (const char* bad : {"conf.txt", "link.prom", "fifo.prom"}) {
+    const Status st = MetricsFile::Check(dir_ / bad, mp);
+    EXPECT_FALSE(st.ok()) << bad;
+    EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.message();
+  }
+  EXPECT_FALSE(MetricsFile::Check("/dev/null", mp).ok());
+  testing::WriteFile(dir_ / "empty.prom", "");
+  EXPECT_TRUE(MetricsFile::Check(dir_ / "empty.prom", mp).ok());
+  testing::WriteFile(dir_ / "old.prom", "# HELP dsfs_uptime_seconds Seconds.\n");
+  EXPECT_TRUE(MetricsFile::Check(dir_ / "old.prom", mp).ok());
+  EXPECT_EQ(testing::ReadFile(dir_ / "conf.txt"), "important\n");
+  for (const char* f : {"conf.txt", "link.prom", "fifo.prom", "empty.prom", "old.prom"}) {
+    std::filesystem::remove(dir_ / f);
+  }
   const std::string path = dir_ / "m.prom";
-  ASSERT_TRUE(MetricsFile::Check(path).ok());
+  ASSERT_TRUE(MetricsFile::Check(path, mp).ok());
   EXPECT_FALSE(std::filesystem::exists(path));  // the probe leaves nothing
   MountStats stats(fs_.get());
   {
@@ -267,7 +296,7 @@ TEST_F(MetricsTest, MetricsFileIsWrittenAtomicallyAndRemovedIfStillOurs) {
       names.push_back(entry.path().filename());
     }
     EXPECT_EQ(std::count(names.begin(), names.end(), "m.prom"), 1);
-    EXPECT_EQ(names.size(), 2u);  // m.prom and src: no temporary left
+    EXPECT_EQ(names.size(), 3u);  // m.prom, mp and src: no temporary left
   }
   EXPECT_FALSE(std::filesystem::exists(path));
   // A file someone else put there since is not this writer's to remove.
@@ -278,6 +307,15 @@ TEST_F(MetricsTest, MetricsFileIsWrittenAtomicallyAndRemovedIfStillOurs) {
     testing::WriteFile(path, "theirs\n");
   }
   EXPECT_EQ(testing::ReadFile(path), "theirs\n");
+  // A link put at PATH is replaced, never written through.
+  std::filesystem::remove(path);
+  testing::WriteFile(dir_ / "target", "kept\n");
+  ASSERT_EQ(::symlink((dir_ / "target").c_str(), path.c_str()), 0);
+  {
+    MetricsFile f(path, "/m", [&stats] { return stats.Object(); });
+    f.Write();
+  }
+  EXPECT_EQ(testing::ReadFile(dir_ / "target"), "kept\n");
 }
 
 }  // namespace

@@ -22,10 +22,12 @@ std::string FormatTime(time_t t) {
 }  // namespace
 
 std::string DefaultCacheDir() {
+  // The XDG base directory rules: a relative $XDG_CACHE_HOME is ignored (as is a relative
+  // $HOME: a daemon's working directory is /).
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");
-  return xdg && *xdg ? std::string(xdg) + "/dsfs"
-                     : std::string(home && *home ? home : "/root") + "/.cache/dsfs";
+  if (xdg && xdg[0] == '/') return std::string(xdg) + "/dsfs";
+  return std::string(home && home[0] == '/' ? home : "/root") + "/.cache/dsfs";
 }
 
 Status RunCacheLs(const std::string& dir_arg, std::ostream& out) {

@@ -426,6 +426,20 @@ TEST(StatsCommandTest, NotAMount) {
   EXPECT_NE(r.err.find("is not a dsfs mount"), std::string::npos);
 }
 
+// The default cache_dir follows the XDG base directory rules: a relative $XDG_CACHE_HOME
+// (or $HOME) is ignored, never a directory relative to wherever the command runs.
+TEST(CacheCommandTest, DefaultCacheDirIsAbsolute) {
+  testing::ScopedEnv env;
+  env.Set("XDG_CACHE_HOME", "/var/cache/x");
+  EXPECT_EQ(DefaultCacheDir(), "/var/cache/x/dsfs");
+  env.Set("XDG_CACHE_HOME", "rel");
+  env.Set("HOME", "/home/u");
+  EXPECT_EQ(DefaultCacheDir(), "/home/u/.cache/dsfs");
+  env.Set("XDG_CACHE_HOME", nullptr);
+  env.Set("HOME", "relhome");
+  EXPECT_EQ(DefaultCacheDir(), "/root/.cache/dsfs");
+}
+
 // A directory that merely holds .dsfs/stats is no mount: a FIFO there (which would block a
 // reader), a link to /dev/zero (endless) or a file of made-up figures; stats and warmup say so.
 TEST(StatsCommandTest, AFakeStatsFileIsNoMount) {

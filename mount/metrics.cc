@@ -233,7 +233,9 @@ Status MetricsFile::Check(const std::string& path, const std::string& mountpoint
     if (st.st_size > 0) {
       char head[sizeof(kMetricsFileStart) - 1] = {};
       const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-      const bool ours = fd >= 0 && ::pread(fd, head, sizeof(head), 0) ==
+      struct stat opened;
+      const bool ours = fd >= 0 && ::fstat(fd, &opened) == 0 && S_ISREG(opened.st_mode) &&
+                        ::pread(fd, head, sizeof(head), 0) ==
                                        static_cast<ssize_t>(sizeof(head)) &&
                         std::string_view(head, sizeof(head)) == kMetricsFileStart;
       if (fd >= 0) ::close(fd);

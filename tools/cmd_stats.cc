@@ -68,12 +68,6 @@ Status RunStats(const std::string& mountpoint_arg, bool json, std::ostream& out,
   }
   std::string path = mountpoint + "/.dsfs/stats";
   const bool kernel = KernelStatsPath(mountpoint, &path);  // -o kernel: the image mount's
-  // Only a dsfs mount's counters: a directory that merely holds .dsfs/stats (a FIFO, a link to
-  // /dev/zero, a file of made-up figures) is not one.
-  MountInfo m;
-  if (!kernel && !(FindMount(mountpoint, &m) && m.fstype == kDsfsFsType)) {
-    return Status::NotFound(mountpoint + " is not a dsfs mount");
-  }
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0 && kernel && errno == EACCES) {
     return Status::FromErrno(EACCES, "the counters of the -o kernel mount " + mountpoint +
@@ -84,15 +78,26 @@ Status RunStats(const std::string& mountpoint_arg, bool json, std::ostream& out,
     return Status::NotFound(mountpoint + " is a -o kernel mount whose daemon is gone (no " + path +
                             "); clear it with: dsfs umount " + mountpoint);
   }
+  const int open_errno = errno;
+  // Only a dsfs mount's counters: a directory that merely holds .dsfs/stats (a FIFO, a link to
+  // /dev/zero, a file of made-up figures) is not one. Looked up after the open, which mounts
+  // an automount point (x-systemd.automount) first.
+  MountInfo m;
+  const bool dsfs = kernel || (FindMount(mountpoint, &m) && m.fstype == kDsfsFsType);
   if (fd < 0) {
-    const int err = errno;
     // statfs is never answered from a cache: it tells a dead daemon (mount/mount.cc).
     struct statfs sfs;
-    if (::statfs(mountpoint.c_str(), &sfs) != 0 && (errno == ENOTCONN || errno == ECONNABORTED)) {
+    if (dsfs && ::statfs(mountpoint.c_str(), &sfs) != 0 &&
+        (errno == ENOTCONN || errno == ECONNABORTED)) {
       const std::string what = " is a dead dsfs mount (its daemon is gone); clear it with: ";
       return Status::NotFound(mountpoint + what + "dsfs umount " + mountpoint);
     }
-    return Status::FromErrno(err, path);
+    if (!dsfs) return Status::NotFound(mountpoint + " is not a dsfs mount");
+    return Status::FromErrno(open_errno, path);
+  }
+  if (!dsfs) {
+    ::close(fd);
+    return Status::NotFound(mountpoint + " is not a dsfs mount");
   }
   // A regular file of at most a stats file's size (fs/filesystem.h: 16 KiB of JSON).
   constexpr size_t kMaxStatsBytes = 1 << 20;

@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/system.h"
 #include "common/units.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
@@ -124,23 +125,22 @@ Status RunWarmup(const WarmupCommand& cmd, std::ostream& out, std::ostream& err)
   std::vector<std::string> roots = cmd.paths;
   if (roots.empty()) roots.push_back("");
   for (const auto& p : roots) {
-    // PATH inside the mount: relative to it, or an absolute path below it; either way what
-    // it resolves to (a symlink of the store's on the way may point anywhere) must be too.
+    // PATH inside the mount: relative to it, or an absolute path below it. Its directory is
+    // resolved (a link of the store's on the way may point anywhere) and must be in the mount;
+    // its last name is taken as it is (Collect follows no link, as for the files below it).
     if (!(!p.empty() && p[0] == '/') &&
         (p == ".." || p.rfind("../", 0) == 0 || p.find("/../") != std::string::npos ||
          (p.size() >= 3 && p.compare(p.size() - 3, 3, "/..") == 0))) {
       return Status::InvalidArgument(p + ": a path inside the mount may not hold '..'");
     }
-    const std::string given = !p.empty() && p[0] == '/' ? p
-                              : p.empty()                ? mountpoint
-                                                         : mountpoint + "/" + p;
-    char* r = ::realpath(given.c_str(), nullptr);
-    if (r == nullptr) return Status::FromErrno(errno, given);
-    const std::string path = r;
-    ::free(r);
+    const std::string path = AbsolutePath(!p.empty() && p[0] == '/' ? p
+                                          : p.empty()                ? mountpoint
+                                                                     : mountpoint + "/" + p);
     if (path != mountpoint && path.rfind(mountpoint + "/", 0) != 0) {
       return Status::InvalidArgument(p + ": not inside the mount " + mountpoint);
     }
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0) return Status::FromErrno(errno, path);
     Collect(path, path == mountpoint, cmd.cancel, &files, &failed, &errors);
   }
 

@@ -103,10 +103,15 @@ TEST_P(S3WarmupTest, WarmupThenAnEpochMakesNoGet) {
   EXPECT_TRUE(IsOneLineError(Dsfs({"warmup", mp, "d0/../../x"}), {"may not hold '..'"}));
   EXPECT_TRUE(IsOneLineError(Dsfs({"warmup", mp, dir_.path()}), {"not inside the mount"}));
   EXPECT_TRUE(IsOneLineError(Dsfs({"warmup", mp, "nosuch"}), {"no such file"}));
-  for (const char* through_link : {"d0/out", "d0/out/", "d0/out/secret"}) {
+  for (const std::string& through_link : {std::string("d0/out/"), std::string("d0/out/secret"),
+                                          mp + "/d0/out/secret"}) {
     EXPECT_TRUE(IsOneLineError(Dsfs({"warmup", mp, through_link}), {"not inside the mount"}))
         << through_link;
   }
+  // The link itself, named: not followed, like the links below a named directory.
+  CommandResult link = Dsfs({"warmup", mp, "d0/out"});
+  EXPECT_EQ(link.exit_code, 0) << Describe(link);
+  EXPECT_NE(link.out.find("0 B cached, 0 failed (0/0 files"), std::string::npos) << link.out;
   // Files that cannot be read: named, counted, exit status 1 (and nothing cached).
   server_.SetMode("error 500 InternalError /data/");
   CommandResult bad = Dsfs({"warmup", mp, "d2/f0", "big/b0"});

@@ -23,7 +23,7 @@ namespace dsfs {
 // HELP and TYPE lines, then the series, one family after the other; ends with a newline.
 std::string PrometheusText(const nlohmann::ordered_json& stats, const std::string& mountpoint);
 
-// -o metrics_file=PATH: PATH rewritten atomically (PATH.tmp-PID written, then renamed over it)
+// -o metrics_file=PATH: PATH rewritten atomically (a new PATH.tmp-XXXXXX, then renamed over it)
 // on each Write, and removed when this goes (only if it is still the file this wrote).
 // Thread safety: Write from one thread at a time.
 class MetricsFile {

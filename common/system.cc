@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,10 +14,10 @@
 
 namespace dsfs {
 
-bool ReadSmallFile(const std::string& path, std::string* out, size_t max_bytes) {
-  out->clear();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+namespace {
+
+// Up to `max_bytes` from `fd`, which it closes.
+void ReadAndClose(int fd, std::string* out, size_t max_bytes) {
   // In pieces: procfs and sysfs files report no size, and most hold a few bytes.
   char buf[4096];
   while (out->size() < max_bytes) {
@@ -26,6 +27,29 @@ bool ReadSmallFile(const std::string& path, std::string* out, size_t max_bytes) 
     out->append(buf, static_cast<size_t>(n));
   }
   ::close(fd);
+}
+
+}  // namespace
+
+bool ReadSmallFile(const std::string& path, std::string* out, size_t max_bytes) {
+  out->clear();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ReadAndClose(fd, out, max_bytes);
+  return true;
+}
+
+bool ReadSmallRegularFile(const std::string& path, std::string* out, size_t max_bytes) {
+  out->clear();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    errno = EINVAL;
+    return false;
+  }
+  ReadAndClose(fd, out, max_bytes);
   return true;
 }
 

@@ -14,6 +14,7 @@
 #include "common/histogram.h"
 #include "common/log.h"
 #include "common/path.h"
+#include "common/system.h"
 
 namespace dsfs {
 namespace {
@@ -230,19 +231,12 @@ Status MetricsFile::Check(const std::string& path, const std::string& mountpoint
     if (S_ISDIR(st.st_mode)) return Status::InvalidArgument(what + ": is a directory");
     if (S_ISLNK(st.st_mode)) return Status::InvalidArgument(what + ": is a symbolic link");
     if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(what + ": is not a regular file");
-    if (st.st_size > 0) {
-      char head[sizeof(kMetricsFileStart) - 1] = {};
-      const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-      struct stat opened;
-      const bool ours = fd >= 0 && ::fstat(fd, &opened) == 0 && S_ISREG(opened.st_mode) &&
-                        ::pread(fd, head, sizeof(head), 0) ==
-                                       static_cast<ssize_t>(sizeof(head)) &&
-                        std::string_view(head, sizeof(head)) == kMetricsFileStart;
-      if (fd >= 0) ::close(fd);
-      if (!ours) {
-        return Status::InvalidArgument(what + ": holds something else than dsfs's metrics (" +
-                                       "it would be replaced): remove it or name another file");
-      }
+    std::string head;
+    if (st.st_size > 0 &&
+        !(ReadSmallRegularFile(path, &head, sizeof(kMetricsFileStart) - 1) &&
+          head == kMetricsFileStart)) {
+      return Status::InvalidArgument(what + ": holds something else than dsfs's metrics (" +
+                                     "it would be replaced): remove it or name another file");
     }
   }
   // Not below the mountpoint: once mounted, nothing there can be written.

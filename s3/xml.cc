@@ -4,29 +4,34 @@
 
 namespace dsfs {
 
-std::vector<std::string_view> XmlElements(std::string_view xml, std::string_view tag) {
-  std::vector<std::string_view> out;
-  const std::string open = "<" + std::string(tag) + ">", close = "</" + std::string(tag) + ">";
-  size_t pos = 0;
-  while ((pos = xml.find(open, pos)) != std::string_view::npos) {
-    pos += open.size();
-    const size_t end = xml.find(close, pos);
-    if (end == std::string_view::npos) break;
-    out.push_back(xml.substr(pos, end - pos));
-    pos = end + close.size();
-  }
-  return out;
-}
+namespace {
 
-bool XmlElement(std::string_view xml, std::string_view tag, std::string_view* out) {
+// The raw contents of the first <tag>...</tag> at or after `*pos`, and `*pos` moved past it;
+// false if there is none.
+bool NextElement(std::string_view xml, std::string_view tag, size_t* pos, std::string_view* out) {
   const std::string open = "<" + std::string(tag) + ">", close = "</" + std::string(tag) + ">";
-  size_t b = xml.find(open);
+  size_t b = xml.find(open, *pos);
   if (b == std::string_view::npos) return false;
   b += open.size();
   const size_t e = xml.find(close, b);
   if (e == std::string_view::npos) return false;
   *out = xml.substr(b, e - b);
+  *pos = e + close.size();
   return true;
+}
+
+}  // namespace
+
+std::vector<std::string_view> XmlElements(std::string_view xml, std::string_view tag) {
+  std::vector<std::string_view> out;
+  size_t pos = 0;
+  for (std::string_view e; NextElement(xml, tag, &pos, &e);) out.push_back(e);
+  return out;
+}
+
+bool XmlElement(std::string_view xml, std::string_view tag, std::string_view* out) {
+  size_t pos = 0;
+  return NextElement(xml, tag, &pos, out);
 }
 
 std::string XmlUnescape(std::string_view s) {

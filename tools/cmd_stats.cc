@@ -1,6 +1,4 @@
 // dsfs stats MOUNTPOINT: the live counters of a mount, from its hidden /.dsfs/stats file.
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
@@ -14,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/mount_table.h"
+#include "common/system.h"
 #include "common/units.h"
 #include "kernel/kernel_mount.h"
 #include "mount/metrics.h"
@@ -68,23 +67,26 @@ Status RunStats(const std::string& mountpoint_arg, bool json, std::ostream& out,
   }
   std::string path = mountpoint + "/.dsfs/stats";
   const bool kernel = KernelStatsPath(mountpoint, &path);  // -o kernel: the image mount's
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0 && kernel && errno == EACCES) {
+  // A regular file of at most a stats file's size (fs/filesystem.h: 16 KiB of JSON), read
+  // before the mount is looked up: the open mounts an automount point (x-systemd.automount).
+  constexpr size_t kMaxStatsBytes = 1 << 20;
+  std::string text;
+  const bool read = ReadSmallRegularFile(path, &text, kMaxStatsBytes + 1);
+  const int read_errno = errno;
+  if (!read && kernel && read_errno == EACCES) {
     return Status::FromErrno(EACCES, "the counters of the -o kernel mount " + mountpoint +
                                          " are root's (" + std::string(kKernelRunDir) +
                                          " is 0700): run dsfs stats as root");
   }
-  if (fd < 0 && kernel) {
+  if (!read && kernel) {
     return Status::NotFound(mountpoint + " is a -o kernel mount whose daemon is gone (no " + path +
                             "); clear it with: dsfs umount " + mountpoint);
   }
-  const int open_errno = errno;
   // Only a dsfs mount's counters: a directory that merely holds .dsfs/stats (a FIFO, a link to
-  // /dev/zero, a file of made-up figures) is not one. Looked up after the open, which mounts
-  // an automount point (x-systemd.automount) first.
+  // /dev/zero, a file of made-up figures) is not one.
   MountInfo m;
   const bool dsfs = kernel || (FindMount(mountpoint, &m) && m.fstype == kDsfsFsType);
-  if (fd < 0) {
+  if (!read) {
     // statfs is never answered from a cache: it tells a dead daemon (mount/mount.cc).
     struct statfs sfs;
     if (dsfs && ::statfs(mountpoint.c_str(), &sfs) != 0 &&
@@ -93,28 +95,10 @@ Status RunStats(const std::string& mountpoint_arg, bool json, std::ostream& out,
       return Status::NotFound(mountpoint + what + "dsfs umount " + mountpoint);
     }
     if (!dsfs) return Status::NotFound(mountpoint + " is not a dsfs mount");
-    return Status::FromErrno(open_errno, path);
+    return Status::FromErrno(read_errno, path);
   }
-  if (!dsfs) {
-    ::close(fd);
-    return Status::NotFound(mountpoint + " is not a dsfs mount");
-  }
-  // A regular file of at most a stats file's size (fs/filesystem.h: 16 KiB of JSON).
-  constexpr size_t kMaxStatsBytes = 1 << 20;
-  std::string text;
-  struct stat st;
-  bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-  char buf[16384];
-  while (regular && text.size() <= kMaxStatsBytes) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    text.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  if (!regular || text.size() > kMaxStatsBytes) {
-    return Status::Corruption(path + ": not a dsfs stats file");
-  }
+  if (!dsfs) return Status::NotFound(mountpoint + " is not a dsfs mount");
+  if (text.size() > kMaxStatsBytes) return Status::Corruption(path + ": not a dsfs stats file");
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
   if (json) {
     out << text << "\n";

@@ -151,17 +151,17 @@ std::string SelectedCommand(const CLI::App& app) {
 int PrintHelp(CLI::App& app, const std::vector<std::string>& names, std::ostream& out,
               std::ostream& err) {
   CLI::App* at = &app;
-  std::string path;
+  std::string known = "dsfs", path;  // the commands found so far; all the names given so far
   for (const std::string& name : names) {
     auto found = at->get_subcommands([&](CLI::App* sub) { return sub->check_name(name); });
     path += (path.empty() ? "" : " ") + name;
     if (found.empty()) {
-      err << "dsfs: error: unknown command '" << path << "' (see "
-          << (at == &app ? std::string("dsfs") : "dsfs " + path.substr(0, path.rfind(' ')))
+      err << "dsfs: error: unknown command '" << PrintableName(path) << "' (see " << known
           << " --help)\n";
       return 2;
     }
     at = found.front();
+    known += " " + at->get_name();
   }
   std::vector<std::string> again = names;
   again.push_back("--help");
@@ -434,7 +434,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     std::string what = e.what();
     // A first word that is no command reads better named than as "a subcommand is required".
     if (app.get_subcommands().empty() && !args.empty() && !args[0].empty() && args[0][0] != '-') {
-      what = "unknown command '" + args[0] + "'";
+      what = "unknown command '" + PrintableName(args[0]) + "'";
     }
     err << "dsfs: error: " << what << " (see " << SelectedCommand(app) << " --help)\n";
     return 2;

@@ -1222,7 +1222,10 @@ TEST(HelpTest, HelpCommandPrintsTheCommandsHelp) {
            {{"help", "bogus"}, "dsfs: error: unknown command 'bogus' (see dsfs --help)\n"},
            {{"help", "cache", "bogus"},
             "dsfs: error: unknown command 'cache bogus' (see dsfs cache --help)\n"},
-           {{"help", "ls", "x"}, "dsfs: error: unknown command 'ls x' (see dsfs ls --help)\n"}}) {
+           {{"help", "ls", "x"}, "dsfs: error: unknown command 'ls x' (see dsfs ls --help)\n"},
+           // Never an escape sequence to the terminal.
+           {{"help", "\033[2J"}, "dsfs: error: unknown command '\\033[2J' (see dsfs --help)\n"},
+           {{"\033[2J"}, "dsfs: error: unknown command '\\033[2J' (see dsfs --help)\n"}}) {
     r = Dsfs(args);
     EXPECT_EQ(r.code, 2) << Joined(args);
     EXPECT_EQ(r.err, line);

@@ -255,7 +255,8 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       "pack SRC (a directory, a tar/cpio/zip archive, or - for an archive on stdin) into "
       "a new store DST");
   pack_cmd->add_option("SRC", pack.src, "source directory, archive file, or -")->required();
-  pack_cmd->add_option("DST", pack.dst, "store file to create")->required();
+  pack_cmd->add_option("DST", pack.dst, "the store to create (a file; a directory with rocksdb)")
+      ->required();
   pack_cmd->add_flag("-f,--force", pack.force,
                      "replace DST if it is a dsfs store or an empty directory (anything else "
                      "there is refused)");

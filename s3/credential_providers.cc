@@ -184,9 +184,11 @@ class AssumeRoleProvider : public CredentialProvider {
   std::string profile_, role_arn_, session_name_, external_id_, duration_s_;
 };
 
-// Runs `command` with /bin/sh (as the AWS CLI does on POSIX systems), its stdout read (at most
-// 1 MiB) within timeout_s; its stderr is ours (the user's own tool speaking).
-Status RunProcess(const std::string& command, int timeout_s, std::string* out, int* status) {
+}  // namespace
+
+// As the AWS CLI does on POSIX systems; its stderr is ours (the user's own tool speaking).
+Status RunCredentialProcess(const std::string& command, int timeout_ms, std::string* out,
+                            int* status) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return Status::IOError("pipe failed");
   pid_t pid = ::fork();
@@ -203,7 +205,7 @@ Status RunProcess(const std::string& command, int timeout_s, std::string* out, i
     ::_exit(127);
   }
   ::close(fds[1]);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   bool timed_out = false, too_long = false;
   char buf[4096];
   for (;;) {
@@ -232,11 +234,15 @@ Status RunProcess(const std::string& command, int timeout_s, std::string* out, i
   int st = 0;
   while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
-  if (timed_out) return Status::IOError("no answer within " + std::to_string(timeout_s) + " s");
+  if (timed_out) {
+    return Status::IOError("no answer within " + std::to_string(timeout_ms / 1000) + " s");
+  }
   if (too_long) return Status::IOError("more than 1 MiB on its stdout");
   *status = st;
   return Status::OK();
 }
+
+namespace {
 
 class ProcessProvider : public CredentialProvider {
  public:
@@ -245,7 +251,7 @@ class ProcessProvider : public CredentialProvider {
   Status Fetch(AwsCredentials* out) override {
     std::string text;
     int st = 0;
-    Status s = RunProcess(command_, 60, &text, &st);
+    Status s = RunCredentialProcess(command_, 60000, &text, &st);
     if (!s.ok()) return Status::IOError("S3 credentials (" + Name() + "): " + s.message());
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
       return Status::IOError("S3 credentials (" + Name() + "): the command " +
@@ -261,7 +267,9 @@ class ProcessProvider : public CredentialProvider {
   std::string profile_, command_;
 };
 
-bool IsAllowedContainerHost(const std::string& url) {
+}  // namespace
+
+static bool IsAllowedContainerHost(const std::string& url) {
   // Plain http only to the link-local ECS/EKS agents or this host (the SDKs' rule): a token
   // must not travel in clear elsewhere.
   if (url.rfind("https://", 0) == 0) return true;
@@ -274,6 +282,18 @@ bool IsAllowedContainerHost(const std::string& url) {
   }
   return false;
 }
+
+Status CheckContainerUrl(const std::string& url, std::string* use) {
+  if (!IsAllowedContainerHost(url)) {
+    return Status::InvalidArgument(
+        "S3 credentials: AWS_CONTAINER_CREDENTIALS_FULL_URI must be https, or http on "
+        "169.254.170.2, 169.254.170.23 or this host");
+  }
+  *use = url;
+  return Status::OK();
+}
+
+namespace {
 
 class ContainerProvider : public CredentialProvider {
  public:

@@ -55,7 +55,8 @@ struct AwsProfile {
   std::map<std::string, std::string> values;
   bool found = false;
 };
-AwsProfile LoadAwsProfile(const std::string& name);
+// An error names the file (neither existing is no error: found stays false).
+[[nodiscard]] Status LoadAwsProfile(const std::string& name, AwsProfile* profile);
 // AWS_PROFILE, else "default".
 std::string AwsProfileName();
 

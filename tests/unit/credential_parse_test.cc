@@ -347,6 +347,16 @@ TEST(ContainerCredentialsTest, FullUriHostIsMatchedExactly) {
     Status s = CheckContainerUrl(good, &use);
     EXPECT_TRUE(s.ok()) << good << ": " << s.ToString();
   }
+  // Numeric forms curl reads as 127.0.0.1 are taken as curl reads them, and asked so.
+  for (const char* loop : {"http://0x7f.1/c", "http://2130706433/c", "http://127.1/c",
+                           "http://%31%32%37.0.0.1/c"}) {
+    std::string use;
+    ASSERT_TRUE(CheckContainerUrl(loop, &use).ok()) << loop;
+    EXPECT_EQ(use, "http://127.0.0.1/c") << loop;
+  }
+  std::string use;
+  ASSERT_TRUE(CheckContainerUrl("http://127.0.0.1#@evil.example/", &use).ok());
+  EXPECT_EQ(use.rfind("http://127.0.0.1/", 0), 0u) << use;
   for (const char* bad :
        {"http://127.evil.example:1/", "http://127.0.0.1@other.example/",
         "http://localhost:1@other.example/", "http://169.254.170.2:@other.example/",
@@ -355,7 +365,12 @@ TEST(ContainerCredentialsTest, FullUriHostIsMatchedExactly) {
         "https://user:pw@creds.example.com/", "http://@127.0.0.1/", "http://[::1]@evil/",
         "http://[fd00:ec2::24]/", "http://192.0.2.1/creds", "http://169.254.169.254/",
         "ftp://127.0.0.1/", "file:///etc/passwd", "http://[::1%25lo]/", "127.0.0.1/creds",
-        "http://[::ffff:192.0.2.1]/", ""}) {
+        "http://[::ffff:192.0.2.1]/", "http://[::ffff:127.0.0.1]/", "http://localhost%2e/",
+        "http://%6cocalhost.evil.example/", "http://127.0.0.1./", "http://LOCALHOST./",
+        "http://169.254.170.2%40evil.example/", "http://127.0.0.1:80@evil.example/",
+        "http://[::1]%2f@evil.example/", "http://localhost%00.evil.example/",
+        "http://127.0.0.1%0a.evil.example/", "http://xn--localhost-/", "http://*.localhost/",
+        "http://a.localhost/", "http://0.0.0.0/", "http://[::]/", "http://169.254.170.3/", ""}) {
     std::string use;
     Status s = CheckContainerUrl(bad, &use);
     EXPECT_FALSE(s.ok()) << bad << " accepted as " << use;

@@ -164,6 +164,24 @@ def run(args):
             print("  stats: " + st.stdout.strip())
             print("  oom_score_adj: " + open(f"/proc/{daemon}/oom_score_adj").read().strip())
             print("  smaps_rollup: " + " ".join(open(f"/proc/{daemon}/smaps_rollup").read().split()[2:]))
+            maps, cur = [], None
+            for line in open(f"/proc/{daemon}/smaps"):
+                f = line.split()
+                if "-" in f[0] and not f[0].endswith(":"):
+                    lo, hi = (int(x, 16) for x in f[0].split("-"))
+                    cur = [hi - lo, f[5] if len(f) > 5 else "", 0]
+                    maps.append(cur)
+                elif f[0] == "Anonymous:":
+                    cur[2] = int(f[1])
+            maps.sort(key=lambda m: -m[2])
+            print("  anon maps (size kB, anon kB): " +
+                  " ".join(f"{m[0] >> 10}/{m[2]}{m[1]}" for m in maps[:24]))
+            tasks = os.listdir(f"/proc/{daemon}/task")
+            names = {}
+            for t in tasks:
+                n = open(f"/proc/{daemon}/task/{t}/comm").read().strip()
+                names[n] = names.get(n, 0) + 1
+            print(f"  threads: {len(tasks)} {names}")
         return 0
     finally:
         subprocess.run([args.dsfs, "umount", mp], capture_output=True)

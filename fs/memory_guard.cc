@@ -105,8 +105,14 @@ bool MemoryWatch::ReadUsedBytes(uint64_t* used) const {
           !StatValue(stat, v1 ? "total_inactive_file" : "inactive_file", &inactive)) {
         return false;
       }
+      // File pages not yet written back cannot be reclaimed until they are (a cgroup v1 does
+      // not throttle its writers: the S3 disk cache's blocks were tens of MB of them).
+      uint64_t dirty = 0, writeback = 0;
+      StatValue(stat, v1 ? "total_dirty" : "file_dirty", &dirty);
+      StatValue(stat, v1 ? "total_writeback" : "file_writeback", &writeback);
+      const uint64_t file = active + inactive - std::min(active + inactive, dirty + writeback);
       const uint64_t kernel = v1 ? V1ReclaimableKernelBytes() : V2ReclaimableKernelBytes(stat);
-      *used = usage - std::min(usage, active + inactive + kernel);
+      *used = usage - std::min(usage, file + kernel);
       return true;
     }
     case Kind::kPhysical: {

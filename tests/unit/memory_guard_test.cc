@@ -114,6 +114,26 @@ TEST(MemoryWatchTest, ReclaimableKernelMemoryCountsAsReclaimable) {
   EXPECT_EQ(used, 36000000u);
 }
 
+TEST(MemoryWatchTest, FilePagesNotWrittenBackAreNotReclaimable) {
+  TempDir root;
+  const std::string v1 = root.path() + "/v1", v2 = root.path() + "/v2";
+  WriteFile(v1 + "/memory.usage_in_bytes", "100000000\n");
+  WriteFile(v1 + "/memory.stat",
+            "dirty 1\ntotal_active_file 25000000\ntotal_inactive_file 15000000\n"
+            "total_dirty 12000000\ntotal_writeback 3000000\n");
+  MemoryWatch w{MemoryWatch::Kind::kCgroupV1, v1};
+  uint64_t used = 0;
+  ASSERT_TRUE(w.ReadUsedBytes(&used));
+  EXPECT_EQ(used, 75000000u);  // 100 less the 25 of the 40 of file pages that are clean
+  WriteFile(v2 + "/memory.current", "100000000\n");
+  WriteFile(v2 + "/memory.stat",
+            "active_file 25000000\ninactive_file 15000000\nfile_dirty 50000000\n"
+            "file_writeback 0\n");
+  w = MemoryWatch{MemoryWatch::Kind::kCgroupV2, v2};
+  ASSERT_TRUE(w.ReadUsedBytes(&used));
+  EXPECT_EQ(used, 100000000u);  // never more than the usage
+}
+
 TEST(MemoryGuardPolicyTest, ShedsWhatIsOverDownToAFloorAndRaisesBackSlowly) {
   const uint64_t limit = 256 * kMiB, cache = 64 * kMiB;
   MemoryGuardPolicy p(limit, cache);

@@ -278,7 +278,7 @@ const MemoryBudgets& DefaultBudgets() {
   return budgets;
 }
 
-uint64_t MinimumMountLimitBytes(bool remote) { return (remote ? 40ull : 32ull) << 20; }
+uint64_t MinimumMountLimitBytes(bool remote) { return (remote ? 48ull : 32ull) << 20; }
 
 std::string MinimumLimitWarning(bool remote, const MemoryLimit& limit) {
   const uint64_t need = MinimumMountLimitBytes(remote);

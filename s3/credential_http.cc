@@ -2,6 +2,8 @@
 
 #include <curl/curl.h>
 
+#include <cstdlib>
+
 namespace dsfs {
 namespace {
 
@@ -23,6 +25,23 @@ size_t OnBody(char* data, size_t size, size_t n, void* user) {
 struct CurlInit {
   CurlInit() { curl_global_init(CURL_GLOBAL_DEFAULT); }
 };
+
+// The agents on this host or its link (the container endpoints, instance metadata) are asked
+// directly: a proxy from http_proxy cannot reach them and must not see their tokens. The
+// user's no_proxy still applies to the rest (CURLOPT_NOPROXY replaces it, so it is appended).
+std::string NoProxyList() {
+  std::string list =
+      "localhost,127.0.0.0/8,::1,169.254.170.2,169.254.170.23,fd00:ec2::23,169.254.169.254,"
+      "fd00:ec2::254";
+  for (const char* name : {"no_proxy", "NO_PROXY"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') {
+      list += ',';
+      list += v;
+    }
+  }
+  return list;
+}
 
 }  // namespace
 
@@ -50,6 +69,8 @@ Status CredentialHttp(const CredentialHttpRequest& req, long* status, std::strin
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(req.connect_timeout_ms));
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(req.timeout_ms));
   curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+  const std::string no_proxy = NoProxyList();
+  curl_easy_setopt(h, CURLOPT_NOPROXY, no_proxy.c_str());
   if (!req.ca_bundle.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, req.ca_bundle.c_str());
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
   Sink sink{body};

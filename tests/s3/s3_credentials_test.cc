@@ -52,7 +52,8 @@ class S3CredentialsTest : public ::testing::Test {
           "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
           "AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
           "AWS_EC2_METADATA_SERVICE_ENDPOINT", "AWS_CA_BUNDLE", "AWS_ENDPOINT_URL_S3",
-          "AWS_REGION", "AWS_DEFAULT_REGION"}) {
+          "AWS_REGION", "AWS_DEFAULT_REGION", "http_proxy", "https_proxy", "HTTPS_PROXY",
+          "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"}) {
       env_.Set(v, nullptr);
     }
     env_.Set("AWS_EC2_METADATA_DISABLED", "true");
@@ -216,6 +217,31 @@ TEST_F(S3CredentialsTest, Ec2InstanceMetadataV2AndItsOffSwitch) {
   EXPECT_NE(st.ToString().find("none found"), std::string::npos) << st.ToString();
   EXPECT_NE(st.ToString().find("s3_anonymous"), std::string::npos) << st.ToString();
   EXPECT_EQ(server_->Issued("imds"), before + 1);
+}
+
+// The container endpoint and instance metadata are on this host or its link: asked directly,
+// never through http_proxy (a proxy cannot reach them and must not see their tokens). The proxy
+// here is a closed port: a request sent to it fails.
+TEST_F(S3CredentialsTest, LocalCredentialEndpointsBypassTheProxy) {
+  env_.Set("http_proxy", "http://127.0.0.1:1");
+  env_.Set("ALL_PROXY", "http://127.0.0.1:1");
+  env_.Set("no_proxy", "127.0.0.1");  // the S3 requests (theirs to decide): to 127.0.0.1
+  server_->Set("container_token", "container-auth-secret");
+  env_.Set("AWS_CONTAINER_CREDENTIALS_FULL_URI",
+           ("http://localhost:" + std::to_string(server_->port()) + "/container/creds").c_str());
+  env_.Set("AWS_CONTAINER_AUTHORIZATION_TOKEN", "container-auth-secret");
+  std::string source;
+  ASSERT_NO_FATAL_FAILURE(ReadWithChain({}, &source));
+  EXPECT_NE(source.find("container endpoint"), std::string::npos) << source;
+  env_.Set("AWS_CONTAINER_CREDENTIALS_FULL_URI", nullptr);
+  env_.Set("AWS_CONTAINER_AUTHORIZATION_TOKEN", nullptr);
+  env_.Set("AWS_EC2_METADATA_SERVICE_ENDPOINT",
+           ("http://localhost:" + std::to_string(server_->port())).c_str());
+  env_.Set("AWS_EC2_METADATA_DISABLED", nullptr);
+  AwsSettings s;
+  Status st = LoadAwsSettings(&s);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_NE(s.credentials->source().find("EC2 instance metadata"), std::string::npos);
 }
 
 // STS's answer is taken only with HTTP 200: a 500 that carries <Credentials> is a failure.

@@ -255,10 +255,12 @@ MemoryBudgets BudgetsFor(uint64_t limit_bytes) {
   // The kernel's page cache, which serves every repeated read, keeps what these leave (and
   // reclaims pushed pages like any others); the reader's own memory comes out of it too.
   b.cache_bytes = l / 8;
-  b.tight_cache_bytes = l / 8 * 3;
   b.push_bytes = l / 4;
   b.metadata_readahead_bytes = l / 8;
   b.metadata_cache_bytes = std::max(l / 32, std::min<uint64_t>(32ull << 20, l / 8));
+  // The daemon's resident memory stays within half the limit: the tight cache leaves room in
+  // it for the metadata cache and a 16th more (threads, buffers, the tables of the tree).
+  b.tight_cache_bytes = std::min(l / 8 * 3, l / 2 - b.metadata_cache_bytes - l / 16);
   b.remote_recent_bytes = std::clamp<uint64_t>(l / 64, 1ull << 20, 8ull << 20);
   b.remote_fetch_bytes = std::clamp<uint64_t>(l / 16, 2ull << 20, 64ull << 20);
   b.pack_sample_bytes = l / 16;

@@ -50,7 +50,8 @@ struct MemoryBudgets {
   // The mount's RAM cache of decompressed chunks (daemon RSS): an eighth, where the page cache
   // can keep the tree's files (CacheBytesFor).
   uint64_t cache_bytes = 0;
-  // Its most where it cannot: three eighths.
+  // Its most where it cannot: three eighths, less where the metadata cache and a 16th more
+  // would take the daemon over half the limit (below 512 MiB: 5/16 at 96 MiB).
   uint64_t tight_cache_bytes = 0;
   // Files pushed into the kernel's page cache after a listing, and -o kernel's read-ahead into
   // the image's page cache (reclaimable, but charged to the limit): a quarter.

@@ -86,7 +86,8 @@ struct FloorTree {
     WriteFile(dir / "make_tree.py", kMakeTree);
     WriteFile(dir / "reader.py", kReader);
     made =
-        RunCommand({"python3", dir / "make_tree.py", src, manifest, std::to_string(kFiles)}, 120);
+        RunCommand({"/usr/bin/python3", dir / "make_tree.py", src, manifest,
+                    std::to_string(kFiles)}, 120);
     if (made.exit_code == 0) made = Dsfs({"pack", "-q", "--backend", "lmdb", src, store}, 300);
   }
   TempDir dir;
@@ -157,7 +158,7 @@ class MountMemoryFloorTest : public ::testing::Test {
     ASSERT_FALSE(guard.daemons().empty());
     const pid_t daemon = guard.daemons().front();
     CommandResult read = RunCommand(
-        cg.Inside({"python3", tree_->dir / "reader.py", mp, tree_->manifest}), 300);
+        cg.Inside({"/usr/bin/python3", tree_->dir / "reader.py", mp, tree_->manifest}), 300);
     const std::string why = Describe(read) + "\nOOM kills in " + cg.path() + ": " +
                             std::to_string(OomKills(cg)) + "\n--- daemon log ---\n" +
                             ReadFile(tree_->dir / "daemon.log");

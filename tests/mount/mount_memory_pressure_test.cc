@@ -82,7 +82,8 @@ struct PressureTree {
     WriteFile(dir / "make_tree.py", kMakeTree);
     WriteFile(dir / "reader.py", kReader);
     made =
-        RunCommand({"python3", dir / "make_tree.py", src, manifest, std::to_string(kFiles)}, 120);
+        RunCommand({"/usr/bin/python3", dir / "make_tree.py", src, manifest,
+                    std::to_string(kFiles)}, 120);
     if (made.exit_code == 0) made = Dsfs({"pack", src, store, "-q"}, 300);
     ::mkdir(mp.c_str(), 0755);
   }
@@ -149,7 +150,8 @@ TEST_P(MountMemoryPressureTest, EveryFileReadThriceInALimitBelowTheTree) {
     const pid_t daemon = guard.daemons().front();
 
     CommandResult read =
-        RunCommand(cg.Inside({"python3", tree->dir / "reader.py", tree->mp, tree->manifest}), 300);
+        RunCommand(cg.Inside({"/usr/bin/python3", tree->dir / "reader.py", tree->mp,
+                              tree->manifest}), 300);
     // A failure says whether the kernel killed the daemon or it ended by itself (its log).
     const std::string why = Describe(read) + "\nOOM kills in " + cg.path() + ": " +
                             std::to_string(OomKills(cg)) + "\n--- daemon log ---\n" +
@@ -161,7 +163,11 @@ TEST_P(MountMemoryPressureTest, EveryFileReadThriceInALimitBelowTheTree) {
     pid_t ppid;
     ASSERT_TRUE(ProcStat(daemon, &ppid, &state)) << "the daemon is gone";
     const uint64_t anon_kb = ProcStatusKb(daemon, "RssAnon");
-    EXPECT_LE(anon_kb << 10, kLimit / 2) << "RssAnon " << anon_kb << " kB";
+    // Default budgets keep the daemon within half the limit (common/memory_limit.cc); a cache
+    // the user forced larger is held by the guard alone, below its threshold (3/4 of it: the
+    // inode and dentry slab the kernel may reclaim does not count against it).
+    EXPECT_LE(anon_kb << 10, c.forced_cache ? kLimit / 4 * 3 : kLimit / 2)
+        << "RssAnon " << anon_kb << " kB";
     r = Dsfs({"stats", "--json", tree->mp});
     ASSERT_EQ(r.exit_code, 0) << Describe(r);
     EXPECT_NE(r.out.find("\"memory_guard\": {\"watching\": \"cgroup v1 " + cg.path() + "\""),

@@ -15,10 +15,14 @@
 #include <cstring>
 #include <string>
 
+#include "common/path.h"
+
 namespace dsfs {
 namespace {
 
-constexpr const char* kPattern = "[%Y-%m-%d %H:%M:%S.%e] [%l] %v";
+// %Q: the message, printable (PrintableName without escaping backslashes): a name, a server's
+// word or a user's argument in a line cannot break it nor send the terminal an escape.
+constexpr const char* kPattern = "[%Y-%m-%d %H:%M:%S.%e] [%l] %Q";
 
 // True if stderr is the journal's stream (a systemd service's stderr): journald documents
 // $JOURNAL_STREAM as "DEVICE:INODE" of that stream.
@@ -61,13 +65,31 @@ class SyslogPriorityFlag : public spdlog::custom_flag_formatter {
   }
 };
 
+class PrintableMessageFlag : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    const std::string text =
+        PrintableName(std::string_view(msg.payload.data(), msg.payload.size()), false);
+    dest.append(text.data(), text.data() + text.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<PrintableMessageFlag>();
+  }
+};
+
+std::unique_ptr<spdlog::formatter> MakeFormatter(const std::string& pattern) {
+  auto formatter = std::make_unique<spdlog::pattern_formatter>();
+  formatter->add_flag<SyslogPriorityFlag>('*');
+  formatter->add_flag<PrintableMessageFlag>('Q').set_pattern(pattern);
+  return formatter;
+}
+
 // Under systemd, stderr lines go to the journal, which stamps them itself: each line gets
 // only a "<N>" priority prefix, so `journalctl -p err` works.
 void UseJournalFormatIfStderrIsJournal(spdlog::logger* logger) {
   if (!StderrIsJournal()) return;
-  auto formatter = std::make_unique<spdlog::pattern_formatter>();
-  formatter->add_flag<SyslogPriorityFlag>('*').set_pattern("<%*>%v");
-  logger->set_formatter(std::move(formatter));
+  logger->set_formatter(MakeFormatter("<%*>%Q"));
 }
 
 // A file sink that can be reopened by name: after logrotate renames the file, SIGHUP makes the
@@ -119,7 +141,7 @@ std::shared_ptr<ReopenableFileSink> g_file_sink;  // set while logging to a file
 
 void ReplaceSinks(spdlog::sink_ptr sink) {
   auto logger = Log();
-  sink->set_pattern(kPattern);
+  sink->set_formatter(MakeFormatter(kPattern));
   // spdlog's logger does not lock its sink list: replacing it races with threads that log.
   // Callers switch sinks while the process has one thread (before serving) or accept that a
   // line written at that instant may be lost.
@@ -136,7 +158,7 @@ std::shared_ptr<spdlog::logger> Log() {
     logger = spdlog::get("dsfs");
     if (!logger) {
       logger = spdlog::stderr_color_mt("dsfs");
-      logger->set_pattern(kPattern);
+      logger->set_formatter(MakeFormatter(kPattern));
       UseJournalFormatIfStderrIsJournal(logger.get());
       logger->set_level(spdlog::level::warn);
     }

@@ -149,7 +149,19 @@ std::shared_ptr<const AwsCredentials> CredentialHolder::RefreshNow(
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (current_ != used) return current_;  // another caller (or the refresher) got new ones
-    if (failing_ && Now() < next_s_) return current_;  // the back-off of a failed refresh
+    const int64_t now = Now();
+    if (failing_ && now < next_s_) return current_;  // the back-off of a failed refresh
+    if (now - forced_s_ < kForcedRefreshEveryS) {
+      if (now - refused_warned_s_ >= 60) {
+        refused_warned_s_ = now;
+        Log()->warn("S3 credentials from {}: S3 refuses the keys fetched {} s ago as expired "
+                    "(is S3's clock ahead of this host's, or was the session revoked?); "
+                    "fetching again at most every {} s",
+                    source_, now - fetched_s_, kForcedRefreshEveryS);
+      }
+      return current_;
+    }
+    forced_s_ = now;
   }
   FetchLocked();
   return Get();

@@ -16,7 +16,9 @@
 // ExpiredToken: a request answered 403 ExpiredToken calls RefreshNow with the snapshot it
 // signed with; if no newer snapshot has arrived since, the holder fetches at once (one fetch
 // for any number of callers; none while a failed refresh's retry is not due) and every caller
-// resends once with the result.
+// resends once with the result. Such fetches are kForcedRefreshEveryS apart at least: keys S3
+// refuses as soon as they come (its clock ahead of ours, a revoked session) would otherwise
+// have every failed read call the source; that case is logged (warn, once a minute).
 //
 // Thread safety: every method may be called from any thread at once. Lock order: fetch_mu_
 // before mu_.
@@ -63,6 +65,7 @@ class CredentialHolder {
   // After `used` was refused as expired: fetches now unless a newer snapshot than `used` has
   // arrived, and returns the current one (perhaps still `used` if the fetch failed).
   std::shared_ptr<const AwsCredentials> RefreshNow(const std::shared_ptr<const AwsCredentials>& used);
+  static constexpr int64_t kForcedRefreshEveryS = 5;
 
   // Counters (tests, stats): successful and failed fetches after the first.
   uint64_t refreshes() const;
@@ -91,6 +94,8 @@ class CredentialHolder {
   int64_t fetched_s_ = 0;
   int64_t next_s_ = 0;  // when the refresher fetches next
   bool failing_ = false;
+  int64_t forced_s_ = INT64_MIN / 2;   // the last fetch RefreshNow made
+  int64_t refused_warned_s_ = INT64_MIN / 2;
   bool stop_ = false;
   uint64_t refreshes_ = 0, failed_ = 0;
   std::thread thread_;

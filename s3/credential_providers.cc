@@ -41,10 +41,8 @@ std::string HomeFile(const char* env, const char* rel) {
 constexpr size_t kMaxTokenFileBytes = 64 << 10;
 constexpr size_t kMaxProfileFileBytes = 1 << 20;
 
-// The file at `path` as the chain reads every file: a regular file (through a link:
-// Kubernetes projects its token files as links), of at most `max_bytes`; never blocking on a
-// FIFO, never reading a device. NotFound if there is none; else an IOError naming `what` and
-// the file.
+}  // namespace
+
 Status ReadCredentialFile(const std::string& path, size_t max_bytes, const std::string& what,
                           std::string* out) {
   const std::string name = what + " " + PrintableName(path);
@@ -58,6 +56,9 @@ Status ReadCredentialFile(const std::string& path, size_t max_bytes, const std::
   return Status::IOError(name + ": " + (err == EINVAL ? std::string("not a regular file")
                                                       : std::string(std::strerror(err))));
 }
+
+namespace {
+
 
 std::string TrimBlank(std::string s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
@@ -205,7 +206,7 @@ class AssumeRoleProvider : public CredentialProvider {
 };
 
 // In the child of fork(): only async-signal-safe calls. The command leads a process group of
-// its own (killed whole on timeout), reads /dev/null, writes `out_fd`, and inherits no other
+// its own (killed whole once it has answered or timed out), reads /dev/null, writes `out_fd`, and inherits no other
 // descriptor of ours (the daemon's sockets, its FUSE device) nor our blocked signals.
 [[noreturn]] void ExecCommand(const char* command, int out_fd) {
   ::setpgid(0, 0);
@@ -296,16 +297,17 @@ Status RunCredentialProcess(const std::string& command, int timeout_ms, std::str
     too_long = out->size() > kMaxCredentialBodyBytes;
   }
   ::close(fds[0]);
-  if (timed_out || too_long) {
-    ::kill(-pid, SIGKILL);  // the PID is still ours (not reaped): the group is the command's
-    ::kill(pid, SIGKILL);
-  }
+  // The group ends with the command, answered or not: what it left running in the background
+  // would otherwise pile up, one more at each refresh. (The PID is still ours, not reaped, so
+  // the group is the command's; a child that left it with setsid is beyond reach.)
+  ::kill(-pid, SIGKILL);
+  if (timed_out || too_long) ::kill(pid, SIGKILL);
   int st = 0;
   while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
   if (timed_out) {
     return Status::IOError("no answer within " + std::to_string(timeout_ms / 1000) +
-                           " s (the command and its children were killed)");
+                           " s (the command's process group was killed)");
   }
   if (too_long) return Status::IOError("more than 1 MiB on its stdout");
   *status = st;

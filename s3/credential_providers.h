@@ -56,6 +56,13 @@ struct AwsProfile {
   bool found = false;
 };
 // An error names the file (neither existing is no error: found stays false).
+// The file at `path` as the chain reads every file: a regular file (through a link:
+// Kubernetes projects its token files as links), of at most `max_bytes`; never blocking on a
+// FIFO, never reading a device. NotFound if there is none; else an IOError naming `what` and
+// the file.
+[[nodiscard]] Status ReadCredentialFile(const std::string& path, size_t max_bytes,
+                                        const std::string& what, std::string* out);
+
 [[nodiscard]] Status LoadAwsProfile(const std::string& name, AwsProfile* profile);
 // AWS_PROFILE, else "default".
 std::string AwsProfileName();

@@ -5,10 +5,14 @@
 #include <cstdlib>
 
 #include "common/log.h"
+#include "common/path.h"
 #include "s3/credential_providers.h"
 
 namespace dsfs {
 namespace {
+
+// A system's whole bundle is about 200 kB.
+constexpr size_t kMaxCaBundleBytes = 16 << 20;
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -34,17 +38,28 @@ Status LoadAwsSettings(AwsSettings* s, const AwsLoadOptions& options) {
   if (endpoint.empty()) endpoint = "https://s3." + s->region + ".amazonaws.com";
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
   if (endpoint.rfind("http://", 0) != 0 && endpoint.rfind("https://", 0) != 0) {
-    return Status::InvalidArgument("S3 endpoint " + endpoint +
+    return Status::InvalidArgument("S3 endpoint " + PrintableName(endpoint) +
                                    ": not an http:// or https:// URL (AWS_ENDPOINT_URL)");
   }
   s->endpoint = endpoint;
   s->addressing = options.addressing;
   s->ca_bundle = Env("AWS_CA_BUNDLE");
   if (s->ca_bundle.empty()) s->ca_bundle = config("ca_bundle");
-  if (!s->ca_bundle.empty() && ::access(s->ca_bundle.c_str(), R_OK) != 0) {
-    return Status::InvalidArgument("S3 CA bundle " + s->ca_bundle +
-                                   ": cannot be read (AWS_CA_BUNDLE or the profile's ca_bundle)");
+  if (!s->ca_bundle.empty()) {
+    // Checked as the chain's files are (curl would block on a FIFO, read /dev/zero, and name
+    // no file when it fails): a bounded regular file holding PEM certificates.
+    std::string pem;
+    Status st = ReadCredentialFile(s->ca_bundle, kMaxCaBundleBytes, "S3 CA bundle", &pem);
+    if (!st.ok()) {
+      return Status::InvalidArgument(st.message() + " (AWS_CA_BUNDLE or the profile's ca_bundle)");
+    }
+    if (pem.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+      return Status::InvalidArgument("S3 CA bundle " + PrintableName(s->ca_bundle) +
+                                     ": holds no PEM certificate (AWS_CA_BUNDLE or the "
+                                     "profile's ca_bundle)");
+    }
   }
+
   if (options.anonymous) {
     s->access_key_id.clear();
     s->secret_access_key.clear();

@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/path.h"
 #include "common/system.h"
 #include "common/units.h"
 #include "tools/commands.h"
@@ -238,7 +239,7 @@ Status RunWarmup(const WarmupCommand& cmd, std::ostream& out, std::ostream& err)
 
   failed += read_failed.load();
   for (size_t i = 0; i < errors.size() && i < kFailuresShown; ++i) {
-    err << "dsfs: warning: " << errors[i] << "\n";
+    err << "dsfs: warning: " << PrintableName(errors[i], false) << "\n";
   }
   if (errors.size() > kFailuresShown) {
     err << "dsfs: warning: ... and " << errors.size() - kFailuresShown << " more\n";

@@ -18,6 +18,10 @@
 namespace dsfs {
 namespace {
 
+// A message for an error line: a name, a server's word or an argument the user typed in it
+// cannot break the line nor send the terminal an escape (what is already escaped stays so).
+std::string Printable(const std::string& message) { return PrintableName(message, false); }
+
 // Set by the signal handlers of InterruptOnSignals: the cancellation token of the pack or add
 // being run (PackOptions::cancel). A store to a lock-free atomic is all a handler may do.
 std::atomic<bool> g_cancel_requested{false};
@@ -207,12 +211,12 @@ int MountHelperMain(const std::string& program, const std::vector<std::string>& 
     return 0;
   }
   if (!s.ok()) {
-    err << "dsfs: error: " << s.message() << " (" << program << ")\n";
+    err << "dsfs: error: " << Printable(s.message()) << " (" << PrintableName(program) << ")\n";
     return 1;
   }
   if (h.verbose && h.config.log_level.empty()) SetLogLevel("info");
   if (h.asked_rw) {
-    err << "dsfs: warning: " << h.config.store_path
+    err << "dsfs: warning: " << PrintableName(h.config.store_path)
         << ": dsfs mounts are read-only: 'rw' is mounted read-only\n";
   }
   if (h.fake) return 0;
@@ -223,7 +227,7 @@ int MountHelperMain(const std::string& program, const std::vector<std::string>& 
   }
   s = RunMount(h.config);
   if (!s.ok()) {
-    err << "dsfs: error: " << s.message() << "\n";
+    err << "dsfs: error: " << Printable(s.message()) << "\n";
     return 32;  // mount(8): mount failure
   }
   return 0;
@@ -437,7 +441,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     if (app.get_subcommands().empty() && !args.empty() && !args[0].empty() && args[0][0] != '-') {
       what = "unknown command '" + PrintableName(args[0]) + "'";
     }
-    err << "dsfs: error: " << what << " (see " << SelectedCommand(app) << " --help)\n";
+    err << "dsfs: error: " << Printable(what) << " (see " << SelectedCommand(app) << " --help)\n";
     return 2;
   }
   if (*help_cmd) return PrintHelp(app, help_names, out, err);
@@ -451,7 +455,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     ~RestoreLevel() { Log()->set_level(level); }
   } restore{level_before};
   if (!SetLogLevel(log_level)) {
-    err << "dsfs: error: unknown log level '" << log_level
+    err << "dsfs: error: unknown log level '" << PrintableName(log_level)
         << "' (one of trace, debug, info, warn, error, off)\n";
     return 2;
   }
@@ -465,7 +469,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
                                                                              : nullptr;
   if (store) s = CheckStoreScheme(*store);
   if (!s.ok()) {
-    err << "dsfs: error: " << s.message() << "\n";
+    err << "dsfs: error: " << Printable(s.message()) << "\n";
     return 1;
   }
   // Ctrl-C, SIGTERM or SIGHUP during pack or add: stop, and leave no store or temporary behind.
@@ -500,7 +504,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     for (const auto& o : mount_opts) joined += (joined.empty() ? "" : ",") + o;
     s = ParseMountOptions(joined, &mount);
     if (!s.ok()) {
-      err << "dsfs: error: " << s.message() << "\n";
+      err << "dsfs: error: " << Printable(s.message()) << "\n";
       return 2;
     }
     s = RunMount(mount);
@@ -525,7 +529,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   }
   out.flush();
   if (!s.ok()) {
-    err << "dsfs: error: " << s.message() << "\n";
+    err << "dsfs: error: " << Printable(s.message()) << "\n";
     return 1;
   }
   return 0;

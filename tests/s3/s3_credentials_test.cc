@@ -6,6 +6,7 @@
 // virtual-hosted addressing; a mount whose keys come from web identity reads every file and its
 // trace-level log holds no secret. No test reaches AWS or 169.254.169.254.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <memory>
@@ -419,6 +420,18 @@ TEST_F(S3CredentialsTest, CaBundleForHttps) {
   env_.Set("AWS_CA_BUNDLE", (*dir_ / "no-such.pem").c_str());
   st = LoadAwsSettings(&s);
   EXPECT_NE(st.ToString().find("AWS_CA_BUNDLE"), std::string::npos) << st.ToString();
+  // A bundle that is a FIFO (curl blocked on it for ever), a device, a directory or no PEM:
+  // one line naming the file, at once, before any request.
+  const std::string fifo = *dir_ / "bundle.fifo", empty = *dir_ / "bundle.txt";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  WriteFile(empty, "not a certificate\n");
+  for (const std::string& bad : {fifo, std::string("/dev/zero"), dir_->path(), empty}) {
+    env_.Set("AWS_CA_BUNDLE", bad.c_str());
+    st = LoadAwsSettings(&s);
+    EXPECT_FALSE(st.ok()) << bad;
+    EXPECT_NE(st.ToString().find("CA bundle " + bad), std::string::npos) << st.ToString();
+    EXPECT_EQ(st.ToString().find('\n'), std::string::npos) << st.ToString();
+  }
 }
 
 // The whole way: a store pushed with long-term keys, mounted with keys from web identity that

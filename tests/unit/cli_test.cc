@@ -1233,6 +1233,40 @@ TEST(HelpTest, HelpCommandPrintsTheCommandsHelp) {
   }
 }
 
+// A name, option or argument with control characters, in any command's error: printed
+// escaped, one line, no escape sequence or forged line reaches the terminal.
+TEST(HelpTest, WhatTheUserTypedIsPrintedEscapedInErrors) {
+  TempDir dir;
+  WriteFile(dir / "src/a.txt", "alpha\n");
+  const std::string store = dir / "b.dsfs";
+  ASSERT_EQ(Dsfs({"pack", "-q", dir / "src", store}).code, 0);
+  const std::string e = "x\033[31mR\nforged\a";
+  const std::string mp = dir / "mnt";
+  ::mkdir(mp.c_str(), 0755);
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"ls", e},
+           {"ls", store, e},
+           {"cat", store, e},
+           {"info", store, e},
+           {"mount", "-o", e + "=1", store, mp},
+           {"mount", "-o", "cache_size=" + e, store, mp},
+           {"mount", "-o", "view=" + e, store, mp},
+           {"--log-level", e, "ls", store},
+           {"mount", store, e},
+           {"mount", "s3://" + e + "/x", mp},
+           {"cache", "ls", e},
+           {"pack", e, dir / "y.dsfs"},
+           {"umount", e},
+           {"stats", e}}) {
+    CliRun r = Dsfs(args);
+    EXPECT_NE(r.code, 0) << Joined(args);
+    EXPECT_EQ(LineCount(r.err), 1) << r.err;
+    EXPECT_EQ(r.err.find_first_of("\033\a\r"), std::string::npos) << Joined(args) << ": " << r.err;
+    EXPECT_NE(r.err.find("x\\033[31mR\\012forged\\007"), std::string::npos)
+        << Joined(args) << ": " << r.err;
+  }
+}
+
 // A usage error points to the help of the command it is about.
 TEST(HelpTest, UsageErrorsPointToTheCommandsHelp) {
   for (const auto& [args, line] : std::vector<std::pair<std::vector<std::string>, std::string>>{

@@ -296,6 +296,30 @@ TEST(CredentialHolderTest, RefreshNowFetchesOnceForManyCallers) {
   EXPECT_EQ(CredentialHolder::Fixed({"A", "S", "", 0})->Get()->access_key_id, "A");
 }
 
+// S3 refuses even the keys just fetched (its clock ahead of ours, a revoked session): every
+// failed read calls RefreshNow with them, and the source is asked again only every
+// kForcedRefreshEveryS, not once per read (208 STS calls in 20 s before).
+TEST(CredentialHolderTest, KeysS3RefusesAtOnceAreFetchedAgainOnlyEveryFewSeconds) {
+  std::atomic<int64_t> now{1000};
+  std::atomic<bool> fail{false};
+  std::atomic<int> fetches{0};
+  auto provider = std::make_unique<FakeProvider>(&now, &fail, &fetches);
+  AwsCredentials first;
+  ASSERT_TRUE(provider->Fetch(&first).ok());
+  auto holder = CredentialHolder::Refreshing(std::move(provider), first, [&] { return now.load(); });
+  auto used = holder->Get();
+  used = holder->RefreshNow(used);  // the first refusal: fetched at once
+  EXPECT_EQ(used->access_key_id, "KEY2");
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(holder->RefreshNow(used), used);  // refused again
+  EXPECT_EQ(fetches.load(), 2);
+  now = now + CredentialHolder::kForcedRefreshEveryS - 1;
+  EXPECT_EQ(holder->RefreshNow(used), used);
+  EXPECT_EQ(fetches.load(), 2);
+  now = now + 1;
+  EXPECT_EQ(holder->RefreshNow(used)->access_key_id, "KEY3");
+  EXPECT_EQ(fetches.load(), 3);
+}
+
 TEST(S3AddressingTest, AutoIsVirtualOnAwsOnlyForDnsNames) {
   S3Addressing a;
   ASSERT_TRUE(ParseS3Addressing("auto", &a).ok());
@@ -554,11 +578,15 @@ TEST_F(CredentialProcessTest, ABackgroundChildHoldingStdoutDoesNotHoldTheAnswer)
   Status s = RunCredentialProcess(std::string("sleep 30 & echo $! > ") + pidfile + "; echo '" +
                                       kJson + "'",
                                   8000, &out, &st);
-  PidIn(pidfile);
+  const pid_t child = PidIn(pidfile);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   AwsCredentials c;
   EXPECT_TRUE(ParseCredentialsJson(out, "p", &c).ok()) << out;
+  // Answered: the background child (of its process group) ends with it, not one per refresh.
+  ASSERT_GT(child, 0);
+  EXPECT_TRUE(WaitUntil([&] { return !ProcessAlive(child); }, std::chrono::seconds(5)))
+      << "the command's background child " << child << " outlived its answer";
 }
 
 TEST_F(CredentialProcessTest, InheritsNoDescriptorAboveStderr) {

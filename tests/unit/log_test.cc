@@ -3,6 +3,8 @@
 #include "common/log.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <spdlog/sinks/ostream_sink.h>
 
 #include <cstdio>
@@ -125,6 +127,24 @@ TEST(LogLevelTest, NamesAreChecked) {
 
 // logrotate renames the file, then sends SIGHUP: the daemon must write to a new file by the
 // old name, not keep writing to the renamed one.
+// What a line says comes from names, servers and users: printed escaped, so that no
+// newline forges a second line and no escape sequence reaches a terminal showing the log.
+TEST(LogFileTest, ControlCharactersInAMessageAreEscaped) {
+  TempDir dir;
+  std::string path = dir / "dsfs.log";
+  ASSERT_TRUE(LogToFile(path).ok());
+  SetLogLevel("info");
+  Log()->warn("role {} refused", "evil\x1b[2J\n[2026-01-01 00:00:00.000] [error] forged\a");
+  LogToStderr();
+  SetLogLevel("warn");
+  const std::string log = ReadFile(path);
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
+  EXPECT_EQ(log.find_first_of("\x1b\a"), std::string::npos) << log;
+  EXPECT_NE(log.find("role evil\\033[2J\\012[2026-01-01 00:00:00.000] [error] forged\\007 refused"),
+            std::string::npos)
+      << log;
+}
+
 TEST(LogFileTest, ReopenWritesToANewFileAfterARename) {
   TempDir dir;
   std::string path = dir / "dsfs.log";

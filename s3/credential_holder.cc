@@ -98,6 +98,13 @@ bool CredentialHolder::FetchLocked() {
     if (failing_) {
       Log()->warn("S3 credentials from {}: refreshed again after failures", source_);
     }
+    if (fresh.expiration_s != 0 && fresh.expiration_s - now < kShortLifetimeS && !short_warned_) {
+      short_warned_ = true;
+      Log()->warn("S3 credentials from {}: the keys received live only {} s by this host's "
+                  "clock (until {}): they are fetched again every few seconds (is this host's "
+                  "clock ahead of the source's?)",
+                  source_, fresh.expiration_s - now, FormatIso8601(fresh.expiration_s));
+    }
     Log()->debug("S3 credentials from {}: refreshed, valid until {}", source_,
                  fresh.expiration_s ? FormatIso8601(fresh.expiration_s) : std::string("no expiry"));
     failing_ = false;

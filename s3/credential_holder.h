@@ -66,6 +66,8 @@ class CredentialHolder {
   // arrived, and returns the current one (perhaps still `used` if the fetch failed).
   std::shared_ptr<const AwsCredentials> RefreshNow(const std::shared_ptr<const AwsCredentials>& used);
   static constexpr int64_t kForcedRefreshEveryS = 5;
+  // Keys living less than this are refreshed every few seconds: logged once (warn).
+  static constexpr int64_t kShortLifetimeS = 60;
 
   // Counters (tests, stats): successful and failed fetches after the first.
   uint64_t refreshes() const;
@@ -96,6 +98,7 @@ class CredentialHolder {
   bool failing_ = false;
   int64_t forced_s_ = INT64_MIN / 2;   // the last fetch RefreshNow made
   int64_t refused_warned_s_ = INT64_MIN / 2;
+  bool short_warned_ = false;  // keys that lived under kShortLifetimeS were logged
   bool stop_ = false;
   uint64_t refreshes_ = 0, failed_ = 0;
   std::thread thread_;

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/log.h"
 #include "common/system.h"
 
 #include "s3/addressing.h"
@@ -318,6 +319,32 @@ TEST(CredentialHolderTest, KeysS3RefusesAtOnceAreFetchedAgainOnlyEveryFewSeconds
   now = now + 1;
   EXPECT_EQ(holder->RefreshNow(used)->access_key_id, "KEY3");
   EXPECT_EQ(fetches.load(), 3);
+}
+
+// A source whose keys live a few seconds (a clock ahead of it): refreshed every few seconds,
+// which the log says once at warn, naming the clock.
+TEST(CredentialHolderTest, ShortLivedKeysAreLoggedOnceNamingTheClock) {
+  TempDir dir;
+  const std::string log = dir / "log";
+  ASSERT_TRUE(LogToFile(log).ok());
+  std::atomic<int64_t> now{1000};
+  std::atomic<bool> fail{false};
+  std::atomic<int> fetches{0};
+  auto provider = std::make_unique<FakeProvider>(&now, &fail, &fetches);
+  FakeProvider* fake = provider.get();
+  fake->set_life(5);
+  AwsCredentials first;
+  ASSERT_TRUE(provider->Fetch(&first).ok());
+  auto holder = CredentialHolder::Refreshing(std::move(provider), first, [&] { return now.load(); });
+  for (int i = 1; i <= 3; ++i) {
+    now = now + 5;
+    ASSERT_TRUE(WaitUntil([&] { return holder->refreshes() == static_cast<uint64_t>(i); }, kWait));
+  }
+  holder.reset();
+  LogToStderr();
+  const std::string text = ReadFile(log);
+  EXPECT_EQ(LinesWith(text, "live only").size(), 1u) << text;
+  EXPECT_NE(text.find("clock"), std::string::npos) << text;
 }
 
 TEST(S3AddressingTest, AutoIsVirtualOnAwsOnlyForDnsNames) {

@@ -1,0 +1,1 @@
+"""dsfs.torch: torchvision-style datasets over a dsfs store (docs/python.md)."""

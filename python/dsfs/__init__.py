@@ -150,17 +150,21 @@ class Store(_Store):
     def open(self, path, mode="rb", buffering=-1, *, view=None):
         """open(path, mode='rb', buffering=-1, *, view=None) -> binary file object
 
-        File `path` (links followed) for reading: an io.BufferedReader over a dsfs.File
-        (read, readinto, seek, tell, readable, seekable), what PIL.Image.open, numpy.load and
-        torch.load take. buffering=0 returns the dsfs.File itself. view='bmp', 'npy',
-        'bmp-256', ... reads the file that view shows for `path` (for 'npy', give the
-        name the view shows: 'x.jpg.npy'). Mode 'rb' only (the store is read-only)."""
+        File `path` (links followed) for reading, what PIL.Image.open, numpy.load and
+        torch.load take: a file of at most 8 MiB is read whole at once (the GIL released) and
+        served from memory (an io.BytesIO, with .name); a larger one, and any with
+        buffering=0, is a dsfs.File (io.RawIOBase: read, readinto, seek, tell, readable,
+        seekable; each read a read of the store). view='bmp', 'npy', 'bmp-256', ... opens the
+        file that view shows for `path` (for 'npy' name it as the view does: 'x.jpg.npy').
+        Mode 'rb' only: stores are read-only."""
         if mode not in ("r", "rb", "br"):
             raise ValueError(f"dsfs.Store.open: mode {mode!r}: only 'rb' (stores are read-only)")
         raw = File(self, self.view_path(path, view))
-        if buffering == 0:
+        if buffering == 0 or raw.size() > _WHOLE_FILE_BYTES:
             return raw
-        return io.BufferedReader(raw, buffering if buffering > 1 else 64 * 1024)
+        with raw:
+            data = raw.read()
+        return _Bytes(data, raw.name)
 
     def view_path(self, path, view):
         """view_path(path, view) -> str: the path at which view `view` shows `path`
@@ -222,6 +226,21 @@ class Store(_Store):
         files = self.read_view(base + "files.txt", "tensor").decode(
             "utf-8", "surrogateescape").splitlines()
         return images, labels, classes, files
+
+
+# Store.open reads files up to this size whole.
+_WHOLE_FILE_BYTES = 8 << 20
+
+
+class _Bytes(io.BytesIO):
+    """A file read whole: io.BytesIO with the file's name."""
+
+    def __init__(self, data, name):
+        super().__init__(data)
+        self.name = name
+
+    def __repr__(self):
+        return f"<dsfs file {self.name!r} (in memory)>"
 
 
 def _reopen(path, kwargs):

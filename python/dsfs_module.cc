@@ -546,7 +546,7 @@ PYBIND11_MODULE(_dsfs, m) {
   py::class_<PyStore>(m, "_Store")
       .def(py::init<py::handle, const std::map<std::string, std::string>&>(), py::arg("path"),
            py::arg("options"))
-      .def_property_readonly("path", &PyStore::path)
+      .def_property_readonly("path", &PyStore::path, "The store's path or s3:// URL, as given to Store().")
       .def_property_readonly("_options", &PyStore::options)
       .def("_stat", &PyStore::Stat, py::arg("path"), py::arg("follow_symlinks"))
       .def("_scandir", &PyStore::ScanDir, py::arg("path"))

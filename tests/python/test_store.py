@@ -1,0 +1,212 @@
+"""dsfs.Store: the files, listings, errors and the file objects."""
+import io
+import os
+import pickle
+import stat
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import dsfs
+from conftest import hidden_tree, pack, write_image
+
+
+@pytest.fixture(scope="module")
+def tree_store(session_dir):
+    tree = hidden_tree(session_dir / "store-tree")
+    with open(os.path.join(tree, "big.bin"), "wb") as f:
+        f.write(np.random.default_rng(3).integers(0, 256, 9 << 20, dtype=np.uint8).tobytes())
+    return tree, dsfs.Store(pack(tree, session_dir / "store-tree.db"))
+
+
+def all_files(tree):
+    for root, dirs, files in os.walk(tree):
+        for name in files:
+            path = os.path.join(root, name)
+            if os.path.isfile(path):
+                yield os.path.relpath(path, tree)
+
+
+def test_every_file_reads_as_the_original(tree_store):
+    tree, store = tree_store
+    files = list(all_files(tree))
+    assert len(files) > 15
+    for rel in files:
+        with open(os.path.join(tree, rel), "rb") as f:
+            want = f.read()
+        assert store.read(rel) == want, rel
+        assert store.read("/" + rel) == want
+        with store.open(rel) as f:
+            assert f.read() == want
+        assert store.stat(rel).st_size == len(want)
+
+
+def test_listings_and_stat_as_os(tree_store):
+    tree, store = tree_store
+    for root, dirs, files in os.walk(tree):
+        rel = os.path.relpath(root, tree)
+        rel = "" if rel == "." else rel
+        assert sorted(store.listdir(rel)) == sorted(os.listdir(root)), rel
+        for name in dirs + files:
+            p = os.path.join(rel, name)
+            assert stat.S_IFMT(store.lstat(p).st_mode) == stat.S_IFMT(os.lstat(os.path.join(root, name)).st_mode)
+            assert store.exists(p) == os.path.exists(os.path.join(root, name)), p
+            assert store.isdir(p) == os.path.isdir(os.path.join(root, name)), p
+    assert store.readlink("kitty") == os.readlink(os.path.join(tree, "kitty"))
+    assert store.listdir("kitty") == store.listdir("cat")
+    theirs = sorted(os.walk(tree, followlinks=True))
+    ours = sorted(store.walk("", followlinks=True))
+    assert [(os.path.relpath(os.path.join(tree, d), tree), sorted(ds), sorted(fs)) for d, ds, fs in ours] == \
+           [(os.path.relpath(d, tree), sorted(ds), sorted(fs)) for d, ds, fs in theirs]
+
+
+def test_walk_ends_on_a_link_loop(session_dir):
+    tree = session_dir / "loop"
+    write_image(f"{tree}/a/x.jpg", 1)
+    os.symlink("..", f"{tree}/a/up")
+    store = dsfs.Store(pack(tree, session_dir / "loop.db"))
+    walked = list(store.walk("", followlinks=True))
+    assert [d for d, _, _ in walked] == ["", "a"]
+    assert store.read("a/up/a/up/a/x.jpg") == store.read("a/x.jpg")
+
+
+def test_errors_are_python_exceptions(tree_store, session_dir):
+    tree, store = tree_store
+    with pytest.raises(FileNotFoundError):
+        store.read("no/such/file")
+    with pytest.raises(FileNotFoundError):
+        store.stat("Zebra (1)/dangling.txt")
+    with pytest.raises(IsADirectoryError):
+        store.read("cat")
+    with pytest.raises(IsADirectoryError):
+        store.open("kitty")
+    with pytest.raises(NotADirectoryError):
+        store.listdir("dog/notes.txt")
+    with pytest.raises(NotADirectoryError):
+        store.read("dog/notes.txt/x")
+    with pytest.raises(FileNotFoundError):
+        dsfs.Store(str(session_dir / "missing.db"))
+    with pytest.raises(OSError, match="not a dsfs store"):
+        dsfs.Store(tree)
+    with pytest.raises(ValueError, match="unknown option"):
+        dsfs.Store(store.path, no_such_option=1)
+    with pytest.raises(ValueError, match="mount's"):
+        dsfs.Store(store.path, threads=4)
+    with pytest.raises(ValueError, match="cache_size"):
+        dsfs.Store(store.path, cache_size="lots")
+    with pytest.raises(ValueError, match="view"):
+        dsfs.Store(store.path, view="gif")
+    with pytest.raises(ValueError, match="only 'rb'"):
+        store.open("dog/notes.txt", "w")
+    with pytest.raises(TypeError):
+        store.read(42)
+
+
+def test_options(tree_store):
+    _, store = tree_store
+    small = dsfs.Store(store.path, cache_size="16M", umask="022", view="bmp")
+    assert small.info()["cache_bytes"] == 16 << 20
+    assert small.info()["view"] == "bmp"
+    assert small.read("cat/a.jpg")[:2] == b"BM"       # the bmp view at the root
+    assert small.read(".dsfs/original/cat/a.jpg") == store.read("cat/a.jpg")
+    assert small.stat("dog/notes.txt").st_mode & 0o022 == 0
+    assert dsfs.Store(store.path, cache_size=0).read("dog/notes.txt") == b"not an image\n"
+
+
+def test_file_object(tree_store):
+    tree, store = tree_store
+    want = open(os.path.join(tree, "big.bin"), "rb").read()
+    with store.open("big.bin") as f:            # larger than what is read whole
+        assert isinstance(f, io.RawIOBase) and f.readable() and f.seekable()
+        assert f.read(10) == want[:10] and f.tell() == 10
+        f.seek(-5, io.SEEK_END)
+        assert f.read() == want[-5:]
+        f.seek(1 << 20)
+        buf = bytearray(300000)
+        assert f.readinto(buf) == len(buf) and bytes(buf) == want[1 << 20:(1 << 20) + 300000]
+        f.seek(len(want) + 10)
+        assert f.read(5) == b""
+        with pytest.raises(OSError):
+            f.seek(-1)
+    assert f.closed
+    with pytest.raises(ValueError):
+        f.read()
+    raw = store.open("cat/a.jpg", buffering=0)
+    assert isinstance(raw, dsfs.File) and raw.read() == store.read("cat/a.jpg")
+    img = Image.open(store.open("dog/1.png"))
+    assert img.size == (5, 40)
+    arr = np.load(store.open(".dsfs/npy/dog/1.png.npy"))
+    assert arr.shape == (40, 5, 3)
+    assert (arr == np.asarray(Image.open(os.path.join(tree, "dog/1.png")).convert("RGB"))).all()
+
+
+def test_threads_share_a_store(tree_store):
+    tree, store = tree_store
+    files = [f for f in all_files(tree) if f != "big.bin"]
+    want = {f: open(os.path.join(tree, f), "rb").read() for f in files}
+    errors = []
+
+    def reader(k):
+        try:
+            for i in range(200):
+                f = files[(i * 7 + k) % len(files)]
+                if store.read(f) != want[f]:
+                    errors.append(f)
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_fork_and_pickle(tree_store):
+    tree, store = tree_store
+    want = store.read("cat/a.jpg")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ok = store.read("cat/a.jpg") == want and store.pixels("cat/a.jpg").shape == (9, 12, 3)
+            os.write(w, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(w)
+    assert os.read(r, 1) == b"1"
+    os.waitpid(pid, 0)
+    assert store.read("cat/a.jpg") == want  # the parent's store still serves
+    again = pickle.loads(pickle.dumps(store))
+    assert again.path == store.path and again.read("cat/a.jpg") == want
+    opts = pickle.loads(pickle.dumps(dsfs.Store(store.path, cache_size="8M")))
+    assert opts.info()["cache_bytes"] == 8 << 20
+
+
+def test_help_documents_every_method():
+    for name in dir(dsfs.Store):
+        if name.startswith("_"):
+            continue
+        doc = getattr(dsfs.Store, name).__doc__
+        assert doc and len(doc) > 30, name
+    assert "path_or_url" in dsfs.Store.__doc__
+    text = subprocess.run([sys.executable, "-c", "import dsfs; help(dsfs.Store)"],
+                          capture_output=True, text=True, env={**os.environ, "PAGER": "cat"})
+    for method in ("listdir", "stat", "walk", "open", "read", "pixels", "tensor"):
+        assert method + "(" in text.stdout
+
+
+def test_no_libfuse_in_the_module():
+    so = dsfs._dsfs.__file__
+    needed = subprocess.run(["readelf", "-d", so], capture_output=True, text=True, check=True).stdout
+    assert "NEEDED" in needed and "fuse" not in needed.lower()
+    syms = subprocess.run(["nm", "-D", "--undefined-only", so], capture_output=True, text=True,
+                          check=True).stdout
+    assert "fuse_" not in syms
+    ldd = subprocess.run(["ldd", so], capture_output=True, text=True, check=True).stdout
+    assert "libfuse" not in ldd

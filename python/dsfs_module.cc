@@ -269,9 +269,15 @@ class PyStore {
   // following symbolic links on the way (and the last component's when `follow`).
   uint64_t Resolve(const Filesystem& fs, std::string_view path, bool follow, struct stat* st) {
     std::vector<uint64_t> stack{1};
+    stack.reserve(8);
     int hops = 0;
-    if (fs.GetAttr(1, st).ok() == false) RaiseErrno(EIO, "cannot read the store's root", path);
+    st->st_mode = S_IFDIR;  // the root: its attributes are read only if it is the answer
+    st->st_ino = 0;
     Walk(fs, path, follow, &stack, &hops, st, path);
+    if (st->st_ino != stack.back()) {  // the root, or a directory reached by "." in a link
+      Status s = fs.GetAttr(1, st);
+      if (!s.ok()) Raise(s, path);
+    }
     return stack.back();
   }
 
@@ -475,8 +481,8 @@ class PyStore {
         const std::string copy(target);
         // An absolute target names the host's tree, not the store's: as a dangling link.
         if (!copy.empty() && copy[0] == '/') RaiseErrno(ENOENT, "No such file or directory", whole);
-        s = fs.GetAttr(stack->back(), st);
-        if (!s.ok()) Raise(s, whole);
+        st->st_mode = S_IFDIR;  // the directory holding the link
+        st->st_ino = 0;
         Walk(fs, copy, true, stack, hops, st, whole);
         continue;
       }

@@ -96,6 +96,14 @@ def make_dataset(store, directory, class_to_idx=None, extensions=None, is_valid_
     return instances
 
 
+def _open_whole(store, path):
+    """An image file read whole into memory: one call into the store (Store.open does more,
+    for files of any size)."""
+    f = io.BytesIO(store.read(path))
+    f.name = path
+    return f
+
+
 def pil_loader(f):
     """torchvision's pil_loader over an open binary file: Image.open(f).convert("RGB")."""
     from PIL import Image
@@ -155,7 +163,7 @@ class DatasetFolder(_WorkerShare, (_Base or torch.utils.data.Dataset)):
 
     def load(self, path):
         """The sample at `path`, as the loader makes it."""
-        with self.store.open(path) as f:
+        with _open_whole(self.store, path) as f:
             return self.loader(f)
 
     def __getitem__(self, index):

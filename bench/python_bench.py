@@ -32,7 +32,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "lib"))
 from bench_util import PY, REPO, drop_caches, results_dir, sh  # noqa: E402
 
-PYTHONPATH = os.path.join(REPO, "build", "python")
+# The module read: the build's, or DSFS_PYTHONPATH (a copy, kept as it is during a long run).
+PYTHONPATH = os.environ.get("DSFS_PYTHONPATH") or os.path.join(REPO, "build", "python")
 
 READER = r"""
 import json, sys, time

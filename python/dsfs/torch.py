@@ -9,7 +9,7 @@ The same classes, class_to_idx, samples (paths relative to the store's root: wha
 Store.open takes), targets, order and PIL images as torchvision.datasets.ImageFolder over the
 tree that was packed. Two variants hand the same samples already decoded:
 
-    PixelImageFolder   PIL images made from the npy view's pixels (no JPEG/PNG decode)
+    PixelImageFolder   PIL images made from the bmp view's pixels (no JPEG/PNG decode)
     TensorImageFolder  the tensor view: each sample a torch.uint8 H x W x 3 tensor
 
 In DataLoader workers each process reads the store itself (reopened after fork; pickled as
@@ -99,9 +99,7 @@ def make_dataset(store, directory, class_to_idx=None, extensions=None, is_valid_
 def _open_whole(store, path):
     """An image file read whole into memory: one call into the store (Store.open does more,
     for files of any size)."""
-    f = io.BytesIO(store.read(path))
-    f.name = path
-    return f
+    return _named_bytes(store.read(path), path)
 
 
 def pil_loader(f):
@@ -205,19 +203,47 @@ class ImageFolder(DatasetFolder):
 
 
 class PixelImageFolder(ImageFolder):
-    """ImageFolder whose images come decoded: each sample is the PIL image made from the npy
+    """ImageFolder whose images come decoded: each sample is the PIL image made from the bmp
     view's pixels (what convert("RGB") of the original gives), with no JPEG or PNG decode.
     A file the views serve as it is (not a JPEG or PNG, or too large) is decoded by PIL as
     ImageFolder would. Same arguments as ImageFolder (`loader` is not used for images the
     views decode)."""
 
     def load(self, path):
-        from PIL import Image
-        try:
-            pixels = self.store.pixels(path)
-        except ValueError:
-            return super().load(path)
-        return Image.fromarray(pixels, "RGB")
+        data = self.store.read(self._bmp_path(path))
+        img = _bmp_image(data)
+        if img is None:  # served as it is: the original's bytes
+            return self.loader(_named_bytes(data, path))
+        return img
+
+    def _bmp_path(self, path):
+        view = getattr(self, "_bmp_prefix", None)
+        if view is None:
+            view = self._bmp_prefix = self.store.view_path("", "bmp")
+        return view + path
+
+
+def _named_bytes(data, name):
+    f = io.BytesIO(data)
+    f.name = name
+    return f
+
+
+def _bmp_image(data):
+    """The PIL image of a BMP the bmp views make (24-bit, uncompressed, 40-byte header: rows
+    of BGR, bottom-up), None for anything else."""
+    from PIL import Image
+    if len(data) < 54 or data[:2] != b"BM" or data[14:18] != b"\x28\0\0\0" or \
+            data[28:30] != b"\x18\0" or data[30:34] != b"\0\0\0\0":
+        return None
+    offset = int.from_bytes(data[10:14], "little")
+    width = int.from_bytes(data[18:22], "little", signed=True)
+    height = int.from_bytes(data[22:26], "little", signed=True)
+    stride = (width * 3 + 3) & ~3
+    if width <= 0 or height == 0 or offset + stride * abs(height) > len(data):
+        return None
+    return Image.frombytes("RGB", (width, abs(height)), data[offset:], "raw", "BGR", stride,
+                           -1 if height > 0 else 1)
 
 
 class TensorImageFolder(_WorkerShare, torch.utils.data.Dataset):

@@ -2,6 +2,7 @@
 import io
 import os
 import pickle
+import re
 import stat
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 from PIL import Image
 
 import dsfs
-from conftest import hidden_tree, pack, write_image
+from conftest import REPO, hidden_tree, pack, write_image
 
 
 @pytest.fixture(scope="module")
@@ -210,3 +211,11 @@ def test_no_libfuse_in_the_module():
     assert "fuse_" not in syms
     ldd = subprocess.run(["ldd", so], capture_output=True, text=True, check=True).stdout
     assert "libfuse" not in ldd
+    # Nor, in its sources, a header of the layers above fs/ (docs/design.md).
+    src_dir = os.path.join(REPO, "python")
+    for name in os.listdir(src_dir):
+        if name.endswith((".cc", ".h")):
+            with open(os.path.join(src_dir, name)) as f:
+                for line in f:
+                    assert not re.match(r'#include [<"](fuse|kernel|mount|pack|tools|erofs)/', line), line
+                    assert not re.match(r"#include <fuse", line), line

@@ -34,6 +34,7 @@
 #include "common/status.h"
 #include "common/units.h"
 #include "fs/filesystem.h"
+#include "fs/memory_guard.h"
 #include "fs/views.h"
 #include "s3/addressing.h"
 #include "store/store.h"
@@ -180,11 +181,23 @@ OpenConfig ParseConfig(const std::string& path, const std::map<std::string, std:
   return c;
 }
 
-// One opened store: the cache, the Filesystem over the store.
+// One opened store: the cache, the Filesystem over the store, and the guard that sheds the
+// cache before the memory limit is reached (as a mount's daemon: the process's own memory, a
+// model, batches, is charged to the same limit).
 struct Opened {
   std::shared_ptr<ByteCache> cache;
   uint64_t full_cache_bytes = 0;  // its capacity before a share (Store.share_cache)
   std::shared_ptr<Filesystem> fs;
+  std::unique_ptr<MemoryGuard> guard;  // last: stopped before the cache goes
+
+  // (Re)starts the guard at the cache's capacity now (the guard's policy never raises the
+  // capacity above what it started with).
+  void Guard() {
+    guard.reset();
+    if (cache && cache->capacity_bytes() > 0) {
+      guard = std::make_unique<MemoryGuard>(cache.get(), ProcessMemoryLimit());
+    }
+  }
 };
 
 // As mount/mount.cc's Serve assembles a mount, without the mount.
@@ -203,6 +216,7 @@ Status OpenStore(const OpenConfig& c, unsigned share, Opened* out) {
   fo.max_render_bytes = so.cache ? so.cache->max_value_bytes() : 0;
   out->cache = so.cache;
   out->fs = std::make_shared<Filesystem>(std::move(store), fo, so.cache);
+  out->Guard();
   return Status::OK();
 }
 
@@ -254,14 +268,7 @@ class PyStore {
   // The Filesystem of this process (reopened after a fork). GIL released by the caller.
   std::shared_ptr<Filesystem> Fs() {
     std::lock_guard<std::mutex> lock(mu_);
-    const uint64_t gen = g_fork_generation.load(std::memory_order_relaxed);
-    if (gen != generation_) {
-      new Opened(std::move(opened_));  // NOLINT: the parent's, never freed here
-      opened_ = Opened();
-      Status s = OpenStore(config_, share_, &opened_);
-      if (!s.ok()) Raise(s, "");
-      generation_ = gen;
-    }
+    ReopenAfterForkLocked();
     return opened_.fs;
   }
 
@@ -424,7 +431,12 @@ class PyStore {
     py::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(mu_);
     share_ = std::max(1u, n);
-    if (opened_.cache) opened_.cache->SetCapacity(opened_.full_cache_bytes / share_);
+    ReopenAfterForkLocked();  // never the parent's guard: its thread is not in this process
+    if (opened_.cache) {
+      opened_.guard.reset();  // the only other writer of the capacity
+      opened_.cache->SetCapacity(opened_.full_cache_bytes / share_);
+      opened_.Guard();
+    }
   }
 
   py::dict Info() {
@@ -442,10 +454,25 @@ class PyStore {
     d["file_bytes"] = s.header().file_bytes;
     d["cache_bytes"] = opened_.cache ? opened_.cache->capacity_bytes() : 0;
     d["view"] = ViewName(fs->options().view);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      d["memory_guard"] = opened_.guard ? opened_.guard->stats().watching : std::string();
+    }
     return d;
   }
 
  private:
+  // In the child of a fork: the parent's objects left untouched, the store opened anew.
+  void ReopenAfterForkLocked() {
+    const uint64_t gen = g_fork_generation.load(std::memory_order_relaxed);
+    if (gen == generation_) return;
+    new Opened(std::move(opened_));  // NOLINT: the parent's, never freed here
+    opened_ = Opened();
+    Status s = OpenStore(config_, share_, &opened_);
+    if (!s.ok()) Raise(s, "");
+    generation_ = gen;
+  }
+
   // Walks the components of `path` from the directory on top of *stack.
   void Walk(const Filesystem& fs, std::string_view path, bool follow, std::vector<uint64_t>* stack,
             int* hops, struct stat* st, std::string_view whole) {
@@ -575,5 +602,6 @@ PYBIND11_MODULE(_dsfs, m) {
            "dsfs.torch's datasets call it in each worker).")
       .def("info", &PyStore::Info,
            "info() -> dict\n\nThe store's backend, file count and bytes, and this process's "
-           "RAM cache budget.");
+           "RAM cache budget (lowered by the memory guard under pressure) and what the memory "
+           "guard watches (memory_guard: a cgroup, physical memory).");
 }

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from conftest import pack
@@ -95,3 +96,39 @@ def test_reads_inside_a_memory_cgroup(session_dir, cgroup):
     with open(events) as f:
         text = f.read()
     assert "oom_kill 0" in text or "oom_kill" not in text, text
+
+
+BALLAST = r"""
+import sys, time, dsfs
+store = dsfs.Store(sys.argv[1])
+ballast = bytearray(int(sys.argv[2]))  # the reader's own memory (a model, batches): not the cache's
+for i in range(0, len(ballast), 4096):
+    ballast[i] = 1
+time.sleep(0.5)  # the guard's next samples see it (as a model loaded before the first epoch)
+names = sorted(store.listdir())
+for _ in range(3):
+    for name in names:
+        store.read(name)
+time.sleep(0.3)  # a few of the guard's samples
+print(store.info()["cache_bytes"], store.info()["memory_guard"])
+"""
+
+
+def test_the_guard_sheds_the_cache_when_the_reader_grows(session_dir, cgroup):
+    # As a mount's daemon (fs/memory_guard.h): when the process's own memory leaves no room
+    # for the RAM cache's budget, the cache is shed instead of the process being OOM-killed.
+    kind, path = cgroup
+    tree = session_dir / "guard-tree"
+    tree.mkdir()
+    rng = np.random.default_rng(8)
+    for i in range(48):
+        # compressible: read through the RAM cache (decompressed chunks), not mapped as stored
+        (tree / f"g{i:03d}.txt").write_bytes(rng.integers(97, 105, 1 << 20, np.uint8).tobytes())
+    db = pack(tree, session_dir / "guard.db")
+    r = subprocess.run(["sh", "-c", f"echo $$ > '{path}/cgroup.procs' && exec \"$0\" \"$@\"",
+                        sys.executable, "-c", BALLAST, db, str(28 << 20)], capture_output=True,
+                       text=True, env=os.environ, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stderr[-500:])
+    cache_bytes, watching = r.stdout.split(None, 1)
+    assert "cgroup" in watching
+    assert int(cache_bytes) < LIMIT * 3 // 8  # lowered from the default budget

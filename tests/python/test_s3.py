@@ -4,6 +4,7 @@ installed."""
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -61,3 +62,62 @@ def test_s3_store(gateway, small_store, session_dir):
         store.read("c0/none.jpg")
     with pytest.raises(OSError):
         dsfs.Store("s3://pytest/no-such-store", cache_dir=str(cache), s3_attempts=1)
+
+
+# A child that reads the store through a relay run by a Python thread of its own: every byte
+# from the gateway passes through that thread, so a read that held the GIL while it waited on
+# the network could never finish (it fails within s3_timeout instead). Its keys come from a
+# profile of a credentials file, not the environment (the chain, as for a mount).
+RELAY_READER = r"""
+import os, socket, sys, threading
+import dsfs
+host, port = sys.argv[1].rsplit("/", 1)[-1].rsplit(":", 1)
+listener = socket.create_server(("127.0.0.1", 0))
+
+def pipe(a, b):
+    try:
+        while data := a.recv(65536):
+            b.sendall(data)
+    except OSError:
+        pass
+    finally:
+        b.close()
+
+def serve():
+    while True:
+        client, _ = listener.accept()
+        upstream = socket.create_connection((host, int(port)))
+        threading.Thread(target=pipe, args=(client, upstream), daemon=True).start()
+        threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+
+threading.Thread(target=serve, daemon=True).start()
+os.environ["AWS_ENDPOINT_URL"] = "http://127.0.0.1:%d" % listener.getsockname()[1]
+store = dsfs.Store("s3://pytest/small", cache_disk=0, s3_attempts=1, s3_timeout=10)
+got = {}
+def reader(k):
+    for c in ("c0", "c1"):
+        for name in store.listdir(c)[k::4]:
+            got[c + "/" + name] = store.read(c + "/" + name)
+threads = [threading.Thread(target=reader, args=(k,)) for k in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(len(got), sum(map(len, got.values())))
+"""
+
+
+def test_reads_release_the_gil_and_keys_come_from_a_profile(gateway, small_store, session_dir):
+    tree, db = small_store
+    dsfs_cli("push", "-q", "--force", db, "s3://pytest/small")
+    creds = session_dir / "aws-credentials"
+    creds.write_text(f"[default]\naws_access_key_id = wrong\naws_secret_access_key = wrong\n"
+                     f"[bench]\naws_access_key_id = {gateway['access_key']}\n"
+                     f"aws_secret_access_key = {gateway['secret_key']}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_SHARED_CREDENTIALS_FILE=str(creds), AWS_CONFIG_FILE=str(session_dir / "none"),
+               AWS_PROFILE="bench", AWS_REGION="us-east-1", HOME=str(session_dir))
+    r = subprocess.run([sys.executable, "-c", RELAY_READER, gateway["endpoint"]], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-800:]
+    sizes = [os.path.getsize(os.path.join(tree, c, n)) for c in ("c0", "c1")
+             for n in os.listdir(os.path.join(tree, c))]
+    assert r.stdout.split() == [str(len(sizes)), str(sum(sizes))]

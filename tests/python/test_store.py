@@ -219,3 +219,24 @@ def test_no_libfuse_in_the_module():
                 for line in f:
                     assert not re.match(r'#include [<"](fuse|kernel|mount|pack|tools|erofs)/', line), line
                     assert not re.match(r"#include <fuse", line), line
+
+
+def test_rocksdb_store(session_dir, small_store):
+    tree, _ = small_store
+    db = pack(tree, session_dir / "small-rocksdb", "--backend", "rocksdb")
+    store = dsfs.Store(db)
+    assert store.info()["backend"] == "rocksdb"
+    want = {f"{c}/{n}": open(os.path.join(tree, c, n), "rb").read()
+            for c in os.listdir(tree) for n in os.listdir(os.path.join(tree, c))}
+    assert {f: store.read(f) for f in want} == want
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child reopens the directory the parent holds open
+        try:
+            os.write(w, b"1" if all(store.read(f) == d for f, d in want.items()) else b"0")
+        finally:
+            os._exit(0)
+    os.close(w)
+    assert os.read(r, 1) == b"1"
+    os.waitpid(pid, 0)
+    assert pickle.loads(pickle.dumps(store)).read("c0/img00.jpg") == want["c0/img00.jpg"]

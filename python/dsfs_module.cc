@@ -16,7 +16,9 @@
 #include <pybind11/stl.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +34,7 @@
 #include "backend/kv_open.h"
 #include "common/log.h"
 #include "common/memory_limit.h"
+#include "common/path.h"
 #include "common/status.h"
 #include "common/units.h"
 #include "fs/filesystem.h"
@@ -46,7 +50,67 @@ namespace {
 
 // Bumped in the child of every fork: a Store opened in an earlier generation reopens.
 std::atomic<uint64_t> g_fork_generation{0};
-void OnForkChild() { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
+
+// Every live Store's lock is taken across a fork (pthread_atfork), so that a child never
+// inherits one that another thread of the parent held at that moment (it would wait on it for
+// ever). Never destroyed: a fork may come during the interpreter's exit.
+std::mutex& StoresMutex() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::set<std::mutex*>& StoreLocks() {  // guarded by StoresMutex()
+  static auto* locks = new std::set<std::mutex*>;
+  return *locks;
+}
+void RegisterStoreLock(std::mutex* mu) {
+  std::lock_guard<std::mutex> lock(StoresMutex());
+  StoreLocks().insert(mu);
+}
+void UnregisterStoreLock(std::mutex* mu) {
+  std::lock_guard<std::mutex> lock(StoresMutex());
+  StoreLocks().erase(mu);
+}
+// The Store locks this thread holds (the store's own code forks too: the LMDB check's child,
+// under a Store's lock when a child of fork reopens it): not taken again across that fork.
+thread_local std::vector<std::mutex*> t_held;
+std::vector<std::mutex*>& LockedForFork() {  // guarded by StoresMutex() across the fork
+  static auto* locked = new std::vector<std::mutex*>;
+  return *locked;
+}
+void BeforeFork() {
+  StoresMutex().lock();
+  for (std::mutex* mu : StoreLocks()) {
+    if (std::find(t_held.begin(), t_held.end(), mu) != t_held.end()) continue;
+    mu->lock();
+    LockedForFork().push_back(mu);
+  }
+}
+void AfterForkParent() {
+  for (std::mutex* mu : LockedForFork()) mu->unlock();
+  LockedForFork().clear();
+  StoresMutex().unlock();
+}
+// A Store's lock, known to BeforeFork as this thread's.
+class StoreLock {
+ public:
+  explicit StoreLock(std::mutex* mu) : mu_(mu) {
+    mu_->lock();
+    t_held.push_back(mu_);
+  }
+  ~StoreLock() {
+    t_held.pop_back();
+    mu_->unlock();
+  }
+  StoreLock(const StoreLock&) = delete;
+  StoreLock& operator=(const StoreLock&) = delete;
+
+ private:
+  std::mutex* mu_;
+};
+void AfterForkChild() {
+  g_fork_generation.fetch_add(1, std::memory_order_relaxed);
+  AfterForkParent();  // the forking thread is the child's only one: it holds them
+}
 
 // A failed call: raised as OSError(errno, message, path), which Python turns into the errno's
 // subclass (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError).
@@ -166,8 +230,26 @@ std::string DefaultCacheDir() {
   return std::string(home && home[0] == '/' ? home : "/root") + "/.cache/dsfs";
 }
 
+// A URL of another scheme than s3:// is refused by name, as the CLI refuses it
+// (tools/commands.cc CheckStoreScheme), rather than looked for as a local path.
+void CheckScheme(const std::string& path) {
+  const size_t sep = path.find("://");
+  if (sep == std::string::npos || sep == 0 || IsRemoteStore(path)) return;
+  const std::string scheme = path.substr(0, sep);
+  const bool is_scheme =
+      std::isalpha(static_cast<unsigned char>(scheme[0])) &&
+      std::all_of(scheme.begin(), scheme.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
+      });
+  struct stat st;
+  if (!is_scheme || ::lstat(path.c_str(), &st) == 0) return;  // a local path
+  throw OptionError{PrintableName(path) + ": URL scheme '" + PrintableName(scheme) +
+                    "' is not supported: a store is a local path or s3://BUCKET/PREFIX"};
+}
+
 OpenConfig ParseConfig(const std::string& path, const std::map<std::string, std::string>& options) {
   if (path.empty()) throw OptionError{"no store path given"};
+  CheckScheme(path);
   OpenConfig c;
   c.path = path;
   for (const auto& [key, value] : options) ApplyOption(key, value, &c);
@@ -231,7 +313,9 @@ std::string PathArg(py::handle h) {
   char* data = nullptr;
   Py_ssize_t n = 0;
   if (PyBytes_AsStringAndSize(p.ptr(), &data, &n) != 0) throw py::error_already_set();
-  return std::string(data, static_cast<size_t>(n));
+  std::string path(data, static_cast<size_t>(n));
+  if (path.find('\0') != std::string::npos) throw py::value_error("embedded null byte");  // as os
+  return path;
 }
 
 // os.fsdecode of a name.
@@ -254,8 +338,10 @@ class PyStore {
     }
     if (!s.ok()) Raise(s, "");  // the store's message names the path
     generation_ = g_fork_generation.load(std::memory_order_relaxed);
+    RegisterStoreLock(&mu_);
   }
   ~PyStore() {
+    UnregisterStoreLock(&mu_);
     // A copy inherited over a fork is left as it is (see the top of this file).
     if (generation_ != g_fork_generation.load(std::memory_order_relaxed)) {
       new Opened(std::move(opened_));  // NOLINT: deliberately never freed
@@ -267,7 +353,7 @@ class PyStore {
 
   // The Filesystem of this process (reopened after a fork). GIL released by the caller.
   std::shared_ptr<Filesystem> Fs() {
-    std::lock_guard<std::mutex> lock(mu_);
+    StoreLock lock(&mu_);
     ReopenAfterForkLocked();
     return opened_.fs;
   }
@@ -403,11 +489,21 @@ class PyStore {
   }
 
   // Reads into a writable buffer at `offset` of file `ino`: the bytes read.
-  size_t ReadInto(uint64_t ino, uint64_t offset, py::buffer target) {
-    py::buffer_info info = target.request(true);
-    if (info.readonly) throw py::type_error("readinto needs a writable buffer");
-    char* dst = static_cast<char*>(info.ptr);
-    const uint64_t want = static_cast<uint64_t>(info.size * info.itemsize);
+  size_t ReadInto(uint64_t ino, uint64_t offset, py::handle target) {
+    // As FileIO.readinto: one contiguous writable buffer (a strided view is refused, never
+    // written past).
+    Py_buffer view;
+    if (PyObject_GetBuffer(target.ptr(), &view, PyBUF_WRITABLE) != 0) {
+      if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_TypeError)) {
+        throw py::error_already_set();  // e.g. numpy's "ndarray is not C-contiguous"
+      }
+      PyErr_Clear();
+      throw py::type_error(std::string("readinto() argument must be read-write bytes-like object, not ") +
+                           Py_TYPE(target.ptr())->tp_name);
+    }
+    std::unique_ptr<Py_buffer, void (*)(Py_buffer*)> release_view(&view, PyBuffer_Release);
+    char* dst = static_cast<char*>(view.buf);
+    const uint64_t want = static_cast<uint64_t>(view.len);
     uint64_t done = 0;
     {
       py::gil_scoped_release release;
@@ -427,10 +523,13 @@ class PyStore {
 
   // Lowers this process's RAM cache to 1/n of its budget (n DataLoader workers share the
   // memory limit); applies to the store reopened after a fork too.
-  void ShareCache(unsigned n) {
+  void ShareCache(int64_t n) {
+    if (n < 1 || n > 65536) {
+      throw OptionError{"share_cache(" + std::to_string(n) + "): n is a count of processes, 1 to 65536"};
+    }
     py::gil_scoped_release release;
-    std::lock_guard<std::mutex> lock(mu_);
-    share_ = std::max(1u, n);
+    StoreLock lock(&mu_);
+    share_ = static_cast<unsigned>(n);
     ReopenAfterForkLocked();  // never the parent's guard: its thread is not in this process
     if (opened_.cache) {
       opened_.guard.reset();  // the only other writer of the capacity
@@ -455,7 +554,7 @@ class PyStore {
     d["cache_bytes"] = opened_.cache ? opened_.cache->capacity_bytes() : 0;
     d["view"] = ViewName(fs->options().view);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      StoreLock lock(&mu_);
       d["memory_guard"] = opened_.guard ? opened_.guard->stats().watching : std::string();
     }
     return d;
@@ -553,13 +652,33 @@ class PyStore {
   unsigned share_ = 1;
 };
 
+// The PyStore of `self`, for a method called on it. One made by _Store.__new__ without
+// __init__ has no store (pybind11 would hand the method uninitialized memory): TypeError.
+PyStore& Self(py::handle self) {
+  if (!py::isinstance<PyStore>(self)) throw py::type_error("not a dsfs.Store");
+  auto* inst = reinterpret_cast<py::detail::instance*>(self.ptr());
+  py::detail::value_and_holder vh =
+      inst->get_value_and_holder(py::detail::get_type_info(typeid(PyStore)));
+  if (!vh.holder_constructed()) {
+    throw py::type_error("dsfs.Store: not opened (its __init__ did not run)");
+  }
+  return *vh.value_ptr<PyStore>();
+}
+
+template <typename R, typename... A>
+auto Method(R (PyStore::*m)(A...)) {
+  return [m](py::handle self, A... a) -> R { return (Self(self).*m)(std::forward<A>(a)...); };
+}
+
 }  // namespace
 }  // namespace dsfs
 
 PYBIND11_MODULE(_dsfs, m) {
+  using dsfs::Method;
   using dsfs::PyStore;
+  using dsfs::Self;
   m.doc() = "dsfs's store reader (the C++ part of the dsfs package; use dsfs.Store)";
-  ::pthread_atfork(nullptr, nullptr, dsfs::OnForkChild);
+  ::pthread_atfork(dsfs::BeforeFork, dsfs::AfterForkParent, dsfs::AfterForkChild);
   dsfs::SetLogLevel("warn");
 
   py::register_exception_translator([](std::exception_ptr p) {
@@ -579,28 +698,28 @@ PYBIND11_MODULE(_dsfs, m) {
   py::class_<PyStore>(m, "_Store")
       .def(py::init<py::handle, const std::map<std::string, std::string>&>(), py::arg("path"),
            py::arg("options"))
-      .def_property_readonly("path", &PyStore::path, "The store's path or s3:// URL, as given to Store().")
-      .def_property_readonly("_options", &PyStore::options)
-      .def("_stat", &PyStore::Stat, py::arg("path"), py::arg("follow_symlinks"))
-      .def("_scandir", &PyStore::ScanDir, py::arg("path"))
-      .def("listdir", &PyStore::ListDir, py::arg("path") = "",
+      .def_property_readonly("path", [](py::handle self) { return Self(self).path(); }, "The store's path or s3:// URL, as given to Store().")
+      .def_property_readonly("_options", [](py::handle self) { return Self(self).options(); })
+      .def("_stat", Method(&PyStore::Stat), py::arg("path"), py::arg("follow_symlinks"))
+      .def("_scandir", Method(&PyStore::ScanDir), py::arg("path"))
+      .def("listdir", Method(&PyStore::ListDir), py::arg("path") = "",
            "listdir(path='') -> list of str\n\nThe names in directory `path` (relative to the "
            "store's root; links followed), in the store's order (sorted by bytes), without '.' "
            "and '..'. NotADirectoryError, FileNotFoundError as os.listdir.")
-      .def("readlink", &PyStore::ReadLinkPy, py::arg("path"),
+      .def("readlink", Method(&PyStore::ReadLinkPy), py::arg("path"),
            "readlink(path) -> str\n\nThe target of symbolic link `path`, as os.readlink.")
-      .def("read", &PyStore::ReadPath, py::arg("path"),
+      .def("read", Method(&PyStore::ReadPath), py::arg("path"),
            "read(path) -> bytes\n\nThe whole of file `path` (links followed), the GIL released "
            "while it is read. FileNotFoundError, IsADirectoryError, OSError(EIO) with the store's "
            "message for damaged data (never wrong bytes).")
-      .def("_open", &PyStore::OpenFile, py::arg("path"))
-      .def("_read_at", &PyStore::ReadAt, py::arg("ino"), py::arg("offset"), py::arg("size"))
-      .def("_readinto_at", &PyStore::ReadInto, py::arg("ino"), py::arg("offset"), py::arg("buffer"))
-      .def("share_cache", &PyStore::ShareCache, py::arg("n"),
+      .def("_open", Method(&PyStore::OpenFile), py::arg("path"))
+      .def("_read_at", Method(&PyStore::ReadAt), py::arg("ino"), py::arg("offset"), py::arg("size"))
+      .def("_readinto_at", Method(&PyStore::ReadInto), py::arg("ino"), py::arg("offset"), py::arg("buffer"))
+      .def("share_cache", Method(&PyStore::ShareCache), py::arg("n"),
            "share_cache(n)\n\nGives this process 1/n of the RAM cache's budget (n processes "
            "reading one store inside one memory limit, e.g. DataLoader workers; "
            "dsfs.torch's datasets call it in each worker).")
-      .def("info", &PyStore::Info,
+      .def("info", Method(&PyStore::Info),
            "info() -> dict\n\nThe store's backend, file count and bytes, and this process's "
            "RAM cache budget (lowered by the memory guard under pressure) and what the memory "
            "guard watches (memory_guard: a cgroup, physical memory).");

@@ -12,8 +12,10 @@ them: the views are there too (".dsfs/bmp/train/...", ".dsfs/tensor/train/images
 dsfs.torch holds ImageFolder datasets over a store. See docs/python.md.
 """
 import io
+import operator
 import os
 import posixpath
+import re
 import stat as _stat
 
 from ._dsfs import _Store
@@ -22,6 +24,17 @@ __all__ = ["Store", "File", "VIEWS"]
 
 # The views of fixed names (bmp-N and jpeg-N too: N from 16 to 4096).
 VIEWS = ("original", "bmp", "npy", "tensor")
+_SIZED_VIEW = re.compile(r"(bmp|jpeg)-([0-9]{2,4})")
+
+
+def _check_view(view):
+    """ValueError unless `view` names a view (docs/views.md), as Store(view=...) checks it."""
+    if not isinstance(view, str):
+        raise TypeError(f"view: a view's name ('bmp', 'npy', 'bmp-256', ...), not {type(view).__name__}")
+    m = _SIZED_VIEW.fullmatch(view)
+    if view not in VIEWS and not (m and 16 <= int(m.group(2)) <= 4096):
+        raise ValueError(f"unknown view {view!r}: original, bmp, npy, tensor, bmp-N or jpeg-N "
+                         "(N from 16 to 4096)")
 
 
 def _option_text(key, value):
@@ -169,9 +182,18 @@ class Store(_Store):
     def view_path(self, path, view):
         """view_path(path, view) -> str: the path at which view `view` shows `path`
         ('.dsfs/bmp/a/b.jpg'); `path` itself for view None or the view at the root."""
-        if view is None or view == self.info()["view"]:
+        if view is None:
             return path
-        return posixpath.join(".dsfs", view, path.lstrip("/"))
+        _check_view(view)
+        if view == self._root_view():
+            return path
+        return posixpath.join(".dsfs", view, os.fsdecode(path).lstrip("/"))
+
+    def _root_view(self):
+        view = self.__dict__.get("_view")
+        if view is None:
+            view = self.__dict__["_view"] = self.info()["view"]
+        return view
 
     def read_view(self, path, view):
         """read_view(path, view) -> bytes: read() of the file view `view` shows for `path`."""
@@ -185,6 +207,10 @@ class Store(_Store):
         pixels). ValueError for a file the views do not decode (not a JPEG or PNG, or one they
         serve as it is)."""
         import numpy as np
+        if size is not None:
+            size = operator.index(size)
+            if not 16 <= size <= 4096:
+                raise ValueError(f"pixels: size={size}: from 16 to 4096 (the bmp-N views)")
         if size is None:
             try:
                 raw = File(self, self.view_path(path + ".npy", "npy"))
@@ -192,7 +218,7 @@ class Store(_Store):
                 self._not_decoded(path)
             with raw:
                 return _read_npy(raw)
-        data = self.read_view(path, f"bmp-{int(size)}")
+        data = self.read_view(path, f"bmp-{size}")
         if data[:2] != b"BM":
             self._not_decoded(path)
         return _bmp_pixels(np, data)
@@ -208,12 +234,13 @@ class Store(_Store):
         it in ImageFolder's order), labels (int64 class indices), classes and the files'
         paths relative to `path`. FileNotFoundError if the view has none (images of
         different sizes: the reason is in .dsfs/tensor/PATH/classes.txt's absence)."""
+        path = os.fsdecode(path)
         base = posixpath.join(path.strip("/"), "")
         try:
             f = File(self, self.view_path(base + "images.npy", "tensor"))
-        except FileNotFoundError:
-            if not self.isdir(path):
-                raise
+        except (FileNotFoundError, NotADirectoryError):
+            if not _stat.S_ISDIR(self._stat(path, True)[0]):  # FileNotFoundError for none
+                raise NotADirectoryError(20, "Not a directory", path) from None
             raise FileNotFoundError(
                 2, "no tensor view of this directory (its images are not all of one size, or "
                 "it holds none)", path) from None
@@ -314,9 +341,10 @@ class File(io.RawIOBase):
 
     def read(self, size=-1):
         self._checkClosed()
-        if size is None or size < 0:
-            size = max(0, self._size - self._pos)
-        if size == 0 or self._pos >= self._size:
+        size = -1 if size is None else operator.index(size)
+        if size < 0 or size > self._size - self._pos:
+            size = max(0, self._size - self._pos)  # never more than is left (any size asked)
+        if size == 0:
             return b""
         data = self._store._read_at(self._ino, self._pos, size)
         self._pos += len(data)
@@ -327,6 +355,7 @@ class File(io.RawIOBase):
 
     def seek(self, offset, whence=io.SEEK_SET):
         self._checkClosed()
+        offset, whence = operator.index(offset), operator.index(whence)
         if whence == io.SEEK_SET:
             pos = offset
         elif whence == io.SEEK_CUR:

@@ -157,6 +157,13 @@ def test_threads_share_a_store(tree_store):
                 f = files[(i * 7 + k) % len(files)]
                 if store.read(f) != want[f]:
                     errors.append(f)
+                if i % 10 == 0:  # file objects too: seek, readinto
+                    with store.open(f, buffering=0) as fo:
+                        fo.seek(len(want[f]) // 2)
+                        buf = bytearray(len(want[f]))
+                        n = fo.readinto(buf)
+                        if bytes(buf[:n]) != want[f][len(want[f]) // 2:]:
+                            errors.append(f + " (readinto)")
         except Exception as e:  # noqa: BLE001
             errors.append(repr(e))
 
@@ -240,3 +247,99 @@ def test_rocksdb_store(session_dir, small_store):
     assert os.read(r, 1) == b"1"
     os.waitpid(pid, 0)
     assert pickle.loads(pickle.dumps(store)).read("c0/img00.jpg") == want["c0/img00.jpg"]
+
+
+FORK_UNDER_LOAD = r"""
+import os, sys, threading, dsfs
+store = dsfs.Store(sys.argv[1], cache_size="4M")
+want = store.read("cat/a.jpg")
+stop = False
+def busy():  # holds the Store's lock for most of its time (the cache and its guard restarted)
+    n = 1
+    while not stop:
+        store.share_cache(n)
+        n = 3 - n
+t = threading.Thread(target=busy)
+t.start()
+bad = 0
+for _ in range(20):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if store.read("cat/a.jpg") == want else 1)
+    _, status = os.waitpid(pid, 0)
+    bad += status != 0
+stop = True
+t.join()
+print(bad)
+"""
+
+
+def test_fork_while_another_thread_uses_the_store(tree_store):
+    # A fork copies a lock another thread holds at that moment: the child would wait for it
+    # for ever. The Store's locks are taken across the fork (pthread_atfork).
+    _, store = tree_store
+    p = subprocess.Popen([sys.executable, "-c", FORK_UNDER_LOAD, store.path], text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)  # its children too: a child stuck on the lock
+        p.communicate()
+        pytest.fail("a child of the fork never finished its read")
+    assert p.returncode == 0 and out.split() == ["0"], err[-500:]
+
+
+def test_careless_and_hostile_input(tree_store, session_dir):
+    tree, store = tree_store
+    with pytest.raises(ValueError, match="embedded null byte"):
+        store.read("cat/a\0.jpg")
+    with pytest.raises(ValueError, match="embedded null byte"):
+        dsfs.Store(store.path + "\0x")
+    with pytest.raises(ValueError, match="URL scheme 'http' is not supported"):
+        dsfs.Store("http://example.com/x.db")
+    truncated = session_dir / "truncated.db"
+    truncated.write_bytes(open(store.path, "rb").read()[:20000])
+    with pytest.raises(OSError, match="truncated"):
+        dsfs.Store(str(truncated))
+    with pytest.raises(ValueError, match="unknown view 'gif'"):
+        store.open("cat/a.jpg", view="gif")
+    with pytest.raises(ValueError, match="unknown view"):
+        store.read_view("cat/a.jpg", "../..")
+    with pytest.raises(TypeError, match="view"):
+        store.open("cat/a.jpg", view=3)
+    with pytest.raises(ValueError, match="from 16 to 4096"):
+        store.pixels("cat/a.jpg", size=0)
+    with pytest.raises(NotADirectoryError):
+        store.tensor("dog/notes.txt")
+    with pytest.raises(FileNotFoundError, match="'nope'"):
+        store.tensor("nope")
+    with pytest.raises(ValueError, match="1 to 65536"):
+        store.share_cache(0)
+    with pytest.raises(ValueError, match="1 to 65536"):
+        store.share_cache(1 << 40)
+    f = store.open("big.bin", buffering=0)
+    size = f.size()
+    with pytest.raises(TypeError):
+        f.seek(1.5)
+    with pytest.raises(TypeError):
+        f.read("10")
+    assert len(f.read(1 << 64)) == size  # any size asked: what is left
+    f.seek(1 << 70)
+    assert f.read(10) == b"" and f.readinto(bytearray(4)) == 0
+    f.seek(0)
+    with pytest.raises(TypeError):
+        f.readinto(b"read-only")
+    strided = np.zeros(64, np.uint8)[::-2]  # never written past: refused as FileIO does
+    with pytest.raises((ValueError, BufferError)):
+        f.readinto(strided)
+    assert f.readinto(np.zeros(4, np.float64)) == 32  # any contiguous buffer, in bytes
+    f.close()
+    with pytest.raises(ValueError, match="closed"):
+        f.readinto(bytearray(4))
+    bare = dsfs._dsfs._Store.__new__(dsfs._dsfs._Store)  # __init__ never ran: no crash
+    for call in (lambda: bare.read("x"), lambda: bare.info(), lambda: bare.listdir(),
+                 lambda: bare.path):
+        with pytest.raises(TypeError, match="not opened"):
+            call()
+    with pytest.raises(TypeError, match="not a dsfs.Store"):
+        dsfs._dsfs._Store.read(42, "x")

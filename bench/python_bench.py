@@ -12,12 +12,15 @@ batch_size=256, num_workers=2), as bench/lib/imagefolder_read.py) and its one-im
   ext4            torchvision's ImageFolder over the tree (epoch 2: hot, in the page cache)
   dsfs            dsfs.torch.ImageFolder over the store (no mount)
   kernel          torchvision's ImageFolder over `dsfs mount -o kernel` (root; EROFS)
-  dsfs-pixels     dsfs.torch.PixelImageFolder (the npy view's pixels, no JPEG/PNG decode)
+  dsfs-pixels     dsfs.torch.PixelImageFolder (the bmp view's pixels, no JPEG/PNG decode)
   ext4-cgroup     ext4, inside a memory cgroup of half the files' page cache footprint
   dsfs-cgroup     dsfs, inside the same cgroup
 
 images/s of epoch 1 and epoch 2 (each run in a fresh process, workers started per epoch as
-in training), and the ratios the issue sets targets for. Then Store.read of a hot 1 KB file
+in training), the CPU time per image (the reader and its workers: less sensitive than images/s
+to what else the machine runs), the load average after each run, and the ratios the issue sets
+targets for (images/s; the cgroup runs read --cgroup-epochs epochs, 1 by default: ext4 at half
+its footprint reads from the disk at a few hundred images/s). Then Store.read of a hot 1 KB file
 from one thread (us per call: the same file, and 1,000 files in turn). Writes
 bench/results/python/python-DATE.jsonl and .md.
 """
@@ -36,7 +39,7 @@ from bench_util import PY, REPO, drop_caches, results_dir, sh  # noqa: E402
 PYTHONPATH = os.environ.get("DSFS_PYTHONPATH") or os.path.join(REPO, "build", "python")
 
 READER = r"""
-import json, sys, time
+import json, resource, sys, time
 import torch
 from torch.utils.data import DataLoader
 from torchvision.transforms import ToTensor
@@ -52,12 +55,18 @@ else:
     ds = cls(root, transform=ToTensor())
 scan = time.perf_counter() - t0
 loader = DataLoader(ds, batch_size=256, shuffle=True, num_workers=workers)
-out = {"scan_s": round(scan, 3), "images": len(ds), "epochs": []}
+out = {"scan_s": round(scan, 3), "images": len(ds), "epochs": [], "cpu_us": []}
+
+def cpu_s():  # this process and its reaped children (the epoch's workers, joined at its end)
+    return sum(ru.ru_utime + ru.ru_stime for ru in (resource.getrusage(resource.RUSAGE_SELF),
+                                                     resource.getrusage(resource.RUSAGE_CHILDREN)))
+
 for epoch in range(epochs):
-    n, t0 = 0, time.perf_counter()
+    n, t0, c0 = 0, time.perf_counter(), cpu_s()
     for x, y in loader:
         n += x.shape[0]
     out["epochs"].append(round(n / (time.perf_counter() - t0), 1))
+    out["cpu_us"].append(round((cpu_s() - c0) / n * 1e6, 1))
 print(json.dumps(out))
 """
 
@@ -92,14 +101,17 @@ print(json.dumps({"file_bytes": len(store.read(one)), "mean_bytes": sum(sizes) /
 
 
 def run_reader(kind, root, a, cgroup=None):
-    argv = [PY, "-c", READER, kind, root, str(a.epochs), str(a.workers)]
+    argv = [PY, "-c", READER, kind, root, str(a.cgroup_epochs if cgroup else a.epochs),
+            str(a.workers)]
     if cgroup:
         argv = ["sh", "-c", f"echo $$ > '{cgroup}/cgroup.procs' && exec \"$0\" \"$@\"", *argv]
     env = dict(os.environ, PYTHONPATH=PYTHONPATH)
     r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3600)
+    load = round(os.getloadavg()[0], 2)  # of the last minute: the run's own share included
     if r.returncode != 0:
-        return {"error": (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1]}
-    return json.loads(r.stdout.strip().splitlines()[-1])
+        return {"error": (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1],
+                "load": load}
+    return dict(json.loads(r.stdout.strip().splitlines()[-1]), load=load)
 
 
 def warm_tree(tree):
@@ -212,6 +224,7 @@ def main():
     ap.add_argument("--work", default="/var/tmp/dsfs-python-bench")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--cgroup-epochs", type=int, default=1)
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -240,12 +253,15 @@ def main():
              f"{os.getloadavg()[0]:.1f}. Raw rows: {os.path.basename(jsonl)}.", ""]
     for name, rows in results.items():
         n = next((r["images"] for r in rows.values() if "images" in r), "?")
-        lines += [f"## {name} ({n} images)", "", "| run | epoch 1 | epoch 2 |", "|---|---|---|"]
+        lines += [f"## {name} ({n} images)", "",
+                  "| run | images/s epoch 1 | epoch 2 | CPU us/image epoch 1 | epoch 2 | load after |",
+                  "|---|---|---|---|---|---|"]
         for label, r in rows.items():
-            cells = r["epochs"] if "epochs" in r else [r.get("error", "?"), ""]
+            ep = list(r.get("epochs", [r.get("error", "?")])) + [""] * 2
+            cpu = list(r.get("cpu_us", [])) + [""] * 2
             extra = f" (limit {r['limit_bytes'] / 1e6:.0f} MB)" if "limit_bytes" in r else ""
-            lines.append(f"| {label}{extra} | " + " | ".join(f"{c:,.0f}" if isinstance(c, float) else str(c)
-                                                       for c in cells) + " |")
+            cells = [f"{c:,.0f}" if isinstance(c, float) else str(c) for c in ep[:2] + cpu[:2]]
+            lines.append(f"| {label}{extra} | " + " | ".join(cells) + f" | {r.get('load', '')} |")
         lines += ["", "| target | epoch 1 | epoch 2 | at least |", "|---|---|---|---|"]
         for what, ours, theirs, least in TARGETS:
             lines.append(f"| {what} | {ratio(rows, ours, theirs, 0)}x | "

@@ -24,4 +24,24 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS fuse3)
 set(CPACK_STRIP_FILES ON)  # the debugging symbols stay in the build directory
 set(CPACK_PACKAGE_DIRECTORY ${CMAKE_BINARY_DIR}/package)
+# The Python module (python/, DSFS_PYTHON) is a second binary package of the same run,
+# python3-dsfs_VERSION_ARCH.deb: the dsfs package into Debian's Python path
+# (/usr/lib/python3/dist-packages), for Debian 12's python3 (3.11, the ABI its extension is
+# built for) and numpy; what it installs is the install() component "python", everything
+# else is the dsfs package's as before.
+if(DSFS_PYTHON)
+  set(CPACK_DEB_COMPONENT_INSTALL ON)
+  set(CPACK_COMPONENTS_ALL Unspecified python)
+  set(CPACK_DEBIAN_UNSPECIFIED_PACKAGE_NAME dsfs)
+  set(CPACK_DEBIAN_UNSPECIFIED_FILE_NAME DEB-DEFAULT)
+  set(CPACK_DEBIAN_UNSPECIFIED_PACKAGE_DEPENDS fuse3)
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-dsfs)
+  set(CPACK_DEBIAN_PYTHON_FILE_NAME DEB-DEFAULT)
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS
+      "python3 (>= ${Python_VERSION_MAJOR}.${Python_VERSION_MINOR}), python3 (<< ${Python_VERSION_MAJOR}.${DSFS_PYTHON_NEXT_MINOR}), python3-numpy")
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_RECOMMENDS "python3-torch, python3-torchvision, python3-pil")
+  set(CPACK_DEBIAN_PYTHON_DESCRIPTION
+      "Python module of dsfs: read a dsfs store without FUSE\n import dsfs: a dsfs store (LMDB, RocksDB or S3) read in the Python process, without\n a mount, FUSE or root: files, the decoded views, and torchvision-style ImageFolder\n datasets (dsfs.torch) for PyTorch DataLoaders.")
+endif()
 include(CPack)

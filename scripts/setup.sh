@@ -7,13 +7,15 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 # Building: the compiler and tools, the libraries' headers, pandoc for the man pages, and
-# dpkg-dev (dpkg-shlibdeps) and file for `cpack -G DEB`.
+# dpkg-dev (dpkg-shlibdeps) and file for `cpack -G DEB`, pybind11 and Python's headers for the
+# Python module (python/).
 BUILD=(
   build-essential cmake pkg-config ninja-build
   libfuse3-dev liburing-dev liblmdb-dev librocksdb-dev libzstd-dev libxxhash-dev
   libcurl4-openssl-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libturbojpeg0-dev libpng-dev zlib1g-dev libarchive-dev libsystemd-dev
   pandoc dpkg-dev file
+  pybind11-dev python3-pybind11 python3-dev
 )
 # The tests and benchmarks: GoogleTest, the FUSE tools, a real Ceph gateway, systemd-analyze,
 # man, the reference filesystems (squashfs, EROFS), the datasets and Python with torch, and
@@ -25,7 +27,7 @@ TEST=(
   systemd groff-base man-db
   squashfs-tools squashfuse erofs-utils
   dataset-fashion-mnist
-  python3-torch python3-torchvision python3-numpy python3-pil python3-matplotlib
+  python3-torch python3-torchvision python3-numpy python3-pil python3-matplotlib python3-pytest
   psmisc procps util-linux mount
   openssl
   clang-14 libclang-rt-14-dev llvm-14

@@ -64,4 +64,36 @@ out=$("$root/usr/bin/dsfs" --version)
 check "the installed dsfs --version: $out" test "$out" = "dsfs $version"
 out=$("$root/usr/bin/dsfs" -V)
 check "the installed dsfs -V" test "$out" = "dsfs $version"
+
+# The Python module's package, when the build made the module (DSFS_PYTHON).
+if ! ls "$build"/python/dsfs/_dsfs*.so >/dev/null 2>&1; then
+  echo "ok: no Python module in this build (DSFS_PYTHON off): no python3-dsfs package"
+  exit $fail
+fi
+check "the dsfs package holds no Python module" \
+  test -z "$(dpkg-deb -c "$deb" | grep -E 'dist-packages|_dsfs')"
+pydeb="$tmp/out/python3-dsfs_${version}_${arch}.deb"
+[[ -f $pydeb ]] || { echo "FAILED: no $pydeb; made: $(ls "$tmp/out")"; exit 1; }
+echo "ok: $(basename "$pydeb"), $(du -k "$pydeb" | cut -f1) KiB"
+check "Package: python3-dsfs" test "$(dpkg-deb -f "$pydeb" Package)" = python3-dsfs
+pydepends=$(dpkg-deb -f "$pydeb" Depends)
+echo "python3-dsfs Depends: $pydepends"
+pyver=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+for want in "python3 (>= $pyver)" 'python3-numpy' 'liblmdb0' 'librocksdb' 'libzstd1' 'libcurl'; do
+  check "python3-dsfs Depends names $want" grep -qF "$want" <<<"$pydepends"
+done
+for bad in libfuse fuse3 ceph -dev gtest pandoc; do
+  if grep -qi -- "$bad" <<<"$pydepends"; then echo "FAILED: python3-dsfs Depends names $bad"; fail=1; fi
+done
+pyroot="$tmp/pyroot"
+dpkg-deb -x "$pydeb" "$pyroot"
+site="$pyroot/usr/lib/python3/dist-packages"
+check "python3-dsfs holds dsfs/__init__.py, dsfs/torch.py" test -f "$site/dsfs/__init__.py" -a -f "$site/dsfs/torch.py"
+so=$(ls "$site"/dsfs/_dsfs*.so 2>/dev/null | head -1)
+check "python3-dsfs holds the extension ($(basename "${so:-none}"))" test -n "$so"
+check "the extension links no libfuse" sh -c "! readelf -d '$so' | grep -qi fuse"
+check "the extension is stripped" sh -c "! file -L '$so' | grep -q 'not stripped'"
+out=$(cd "$tmp" && PYTHONPATH="$site" /usr/bin/python3 -c \
+  'import dsfs, dsfs.torch; print(dsfs.__file__)' 2>&1) || true
+check "/usr/bin/python3 imports dsfs from the package ($out)" test "$out" = "$site/dsfs/__init__.py"
 exit $fail

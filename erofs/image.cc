@@ -96,7 +96,9 @@ Image::Shape Image::ShapeOf(uint32_t ino, const ImageInode& attr, const Dir* dir
   const uint32_t tail = static_cast<uint32_t>(s.size % kBlockBytes);
   // The kernel reads inline data only from the inode's own block; a tail that cannot share an
   // empty block with its inode goes to a data block instead.
-  s.tail = options_.inline_data && tail > 0 && s.isize + tail <= kBlockBytes ? tail : 0;
+  const bool may_inline = options_.inline_data &&
+                          (options_.inline_file_tails || !IsRegMode(attr.mode) || s.size == tail);
+  s.tail = may_inline && tail > 0 && s.isize + tail <= kBlockBytes ? tail : 0;
   s.blocks = s.tail ? s.size / kBlockBytes : (s.size + kBlockBytes - 1) / kBlockBytes;
   return s;
 }
@@ -514,13 +516,12 @@ Status Image::DataRange(uint32_t ino, uint64_t offset, size_t len, char* dst) co
   return Status::OK();
 }
 
-bool Image::DirOfByte(uint64_t offset, uint32_t* dir) const {
-  const uint64_t meta_end = uint64_t{meta_blocks_} * kBlockBytes;
-  if (offset < meta_end || offset >= size_bytes()) return false;
-  const uint64_t rel = (offset - meta_end) / kBlockBytes;
-  // The owner of the block, as in Read.
-  const uint32_t ino =
-      static_cast<uint32_t>(std::upper_bound(blk_.begin(), blk_.end(), rel) - blk_.begin() - 1);
+uint32_t Image::OwnerOfSlot(uint64_t slot) const {
+  const auto end = nid_.begin() + inode_count_;
+  return static_cast<uint32_t>(std::upper_bound(nid_.begin(), end, slot) - nid_.begin() - 1);
+}
+
+bool Image::DirOfInode(uint32_t ino, uint32_t* dir) const {
   if (FindDir(ino)) {
     *dir = ino;
     return true;
@@ -534,6 +535,21 @@ bool Image::DirOfByte(uint64_t offset, uint32_t* dir) const {
   return true;
 }
 
+bool Image::DirOfByte(uint64_t offset, uint32_t* dir) const {
+  const uint64_t meta_end = uint64_t{meta_blocks_} * kBlockBytes;
+  if (offset >= size_bytes()) return false;
+  if (offset < meta_end) {
+    // An inode (and maybe its inline data) is being read: its slot's owner, as in MetaBlock.
+    if (offset < kFirstSlotByte) return DirOfInode(0, dir);
+    return DirOfInode(OwnerOfSlot(offset / kSlotBytes), dir);
+  }
+  const uint64_t rel = (offset - meta_end) / kBlockBytes;
+  // The owner of the block, as in Read.
+  const uint32_t ino =
+      static_cast<uint32_t>(std::upper_bound(blk_.begin(), blk_.end(), rel) - blk_.begin() - 1);
+  return DirOfInode(ino, dir);
+}
+
 void Image::ChildrenData(uint32_t dir, uint64_t* offset, uint64_t* len) const {
   *offset = *len = 0;
   const Dir* d = FindDir(dir);
@@ -541,6 +557,16 @@ void Image::ChildrenData(uint32_t dir, uint64_t* offset, uint64_t* len) const {
   const uint64_t first = blk_[d->first_child], end = blk_[d->first_child + d->child_count];
   *offset = (uint64_t{meta_blocks_} + first) * kBlockBytes;
   *len = (end - first) * kBlockBytes;
+}
+
+void Image::ChildrenMeta(uint32_t dir, uint64_t* offset, uint64_t* len) const {
+  *offset = *len = 0;
+  const Dir* d = FindDir(dir);
+  if (!d || d->child_count == 0) return;
+  const uint64_t first = uint64_t{nid_[d->first_child]} * kSlotBytes;
+  const uint64_t end = uint64_t{nid_[d->first_child + d->child_count]} * kSlotBytes;
+  *offset = first / kBlockBytes * kBlockBytes;
+  *len = RoundUp(end, kBlockBytes) - *offset;
 }
 
 void Image::ForEachChildData(uint32_t dir,

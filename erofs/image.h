@@ -69,6 +69,11 @@ struct ImageOptions {
   // inode, so one 4 KiB metadata block holds several tiny files. Off: every byte of data gets
   // its own data blocks (FLAT_PLAIN).
   bool inline_data = true;
+  // With inline_data: the tails of regular files that also have data blocks are inlined too.
+  // Off: a regular file is inline only whole (it fits after its inode in one block), so the
+  // metadata area holds no byte of a larger file (a stat never reads one, and a damaged
+  // larger file fails only its own reads). Directories and symlinks are inlined either way.
+  bool inline_file_tails = true;
   // 32-byte inodes for those whose mtime equals the image's build time (the root's mtime), with
   // 16-bit uid/gid/nlink and a size under 4 GiB; 64-byte inodes for the rest. Off: all 64-byte.
   bool compact_inodes = true;
@@ -104,9 +109,14 @@ class Image {
   // the tree in one ReadData call. Thread safety: safe to call concurrently (const, no state).
   Status Read(uint64_t offset, size_t len, char* dst) const;
 
-  // For reading ahead: the directory that image byte `offset` serves, true if it lies in the data
-  // area: a directory's own entry blocks serve it, a file's or symlink's blocks its parent.
+  // For reading ahead: the directory that image byte `offset` serves (false past the image):
+  // a directory's own entry blocks and inode serve it, a file's or symlink's blocks and inode
+  // (with its inline data) its parent.
   bool DirOfByte(uint64_t offset, uint32_t* dir) const;
+  // The whole metadata blocks holding the inodes of the children of directory `dir` (and their
+  // inline data, which is all of a tiny file's): what a first stat or read of them reads.
+  // *len = 0 for an empty directory or an inode that is none.
+  void ChildrenMeta(uint32_t dir, uint64_t* offset, uint64_t* len) const;
   // The image bytes [*offset, *offset + *len) holding the data of the children of directory
   // `dir` (their contents and entry blocks, side by side in name order): what a first touch of
   // the directory's files reads. *len = 0 for an empty directory or an inode that is none.
@@ -140,6 +150,10 @@ class Image {
                    Dir* dir, std::vector<std::pair<uint32_t, uint32_t>>* parents);
   Shape ShapeOf(uint32_t ino, const ImageInode& attr, const Dir* dir) const;
   const Dir* FindDir(uint32_t ino) const;
+  // The inode whose slots hold 32-byte slot `slot` of the metadata area (at or after nid 36).
+  uint32_t OwnerOfSlot(uint64_t slot) const;
+  // DirOfByte for a byte of inode `ino`'s: `ino` if a directory, else its parent.
+  bool DirOfInode(uint32_t ino, uint32_t* dir) const;
   uint32_t DirBlocks(const Dir& dir) const;
 
   Status MetaBlock(uint32_t block, char* dst) const;

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -261,6 +262,31 @@ TEST_F(KernelMountTest, TheImageIsServedOverIoUringWhereTheKernelAllows) {
     km.WaitDaemon();
     EXPECT_TRUE(LayersGone(mp_, km.prefix()));
   }
+}
+
+// Tiny files are inline after their inodes, several to a 4 KiB block (the image, and the page
+// cache it fills, is a fraction of one block per file), and read back exactly, beside a file
+// whose tail is not inlined and an empty one; a second pass, from the kernel's cache, too.
+TEST_F(KernelMountTest, TinyFilesAreInlineAfterTheirInodes) {
+  std::map<std::string, std::string> files;
+  for (int i = 0; i < 400; ++i) {
+    files["cls/f" + std::to_string(1000 + i)] = TextBytes(600 + i, i);
+  }
+  files["cls/big"] = RandomBytes(3 * 4096 + 100, 7);
+  files["cls/empty"] = "";
+  for (const auto& [name, data] : files) Put(src_ + "/" + name, data);
+  Pack();
+  KernelMount km(mp_);
+  CommandResult r = km.Mount(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const auto& [name, data] : files) {
+      EXPECT_TRUE(ReadFile(mp_ + "/" + name) == data) << "pass " << pass << ": " << name;
+    }
+  }
+  // Plain, the 400 would take a block each (1.6 MB); inline, 4 to 6 to a block.
+  EXPECT_LT(KernelStat(mp_, "kernel.image_bytes"), 150u * 4096) << Describe(Dsfs({"stats", mp_}));
+  EXPECT_EQ(KernelStat(mp_, "kernel.image_read_errors"), 0u);
 }
 
 TEST_F(KernelMountTest, BogusKernelValueIsRefusedWithOneLine) {

@@ -168,8 +168,10 @@ void ExpectSameListing(const std::map<std::string, std::string>& want,
 
 // Streams the whole image to `path` in 1 MiB reads; all-zero stretches are left as holes.
 void WriteImage(const Image& image, const std::string& path);
+// fsck.erofs-1.9 where installed (/usr/local/bin), else Debian's fsck.erofs.
+const std::string& FsckBinary();
 bool HaveFsck();
-// fsck.erofs IMG, extracting into `extract` unless it is empty.
+// FsckBinary() IMG, extracting into `extract` unless it is empty.
 void Fsck(const std::string& image, const std::string& extract = "");
 // Why the kernel cannot be tried here ("" if it can).
 std::string KernelUnavailable();

@@ -180,6 +180,25 @@ class Store {
   // Reads and checks every chunk of regular file `rec`.
   Status VerifyFile(const InodeRecord& rec) const;
 
+  // Format 5 (kKernelFormatVersion): the solid payload groups as the kernel's EROFS decodes
+  // them (erofs/store_tree.h). All of them, in id order: their records are every file's bytes.
+  struct KernelGroup {
+    uint64_t last_id = 0;        // its key
+    uint32_t count = 0;          // records in it
+    uint64_t records_bytes = 0;  // raw bytes of its records
+    uint32_t frame_bytes = 0;    // bytes of its zstd frame
+  };
+  // fn for each payload group, reading only each group's header (unverified: a damaged one
+  // is caught by ReadKernelFrame). NotSupported for stores of other formats or in object
+  // storage (every group would be fetched); Corruption if the groups do not follow each other.
+  Status ForEachKernelGroup(const std::function<Status(const KernelGroup&)>& fn) const;
+  // Bytes [offset, offset + len) of the zstd frame of group `g` (as ForEachKernelGroup gave
+  // it), once its record's checksum and sizes check out (Corruption otherwise).
+  Status ReadKernelFrame(const KernelGroup& g, uint64_t offset, size_t len, char* dst) const;
+  // Where payload `id` lies: the key of its group, and its offset among the group's records
+  // (from the group's verified index).
+  Status KernelRecordOffset(uint64_t id, uint64_t* last_id, uint64_t* offset) const;
+
  private:
   Store() = default;
   Status Init();

@@ -296,6 +296,60 @@ TEST_F(KernelMountTest, TinyFilesAreInlineAfterTheirInodes) {
   EXPECT_EQ(KernelStat(mp_, "kernel.image_read_errors"), 0u);
 }
 
+// A format 5 store (packed without a dictionary) gets the compressed image: its small files are
+// fragments of the packed inode whose pclusters are the store's own groups, which the kernel
+// decodes; the tree (odd names, empty and large files, 3,000 entries) reads as its source,
+// twice, and every view still reads as the classic mount's. A kernel without what it takes
+// ($DSFS_EROFS_FEATURES fakes the probe) gets the uncompressed image.
+TEST_F(KernelMountTest, FormatFiveStoreGetsTheCompressedImage) {
+  BuildTree(src_);
+  for (int i = 0; i < 300; ++i) {
+    Put(src_ + "/crops/c" + std::to_string(1000 + i) + ".jpg", Jpeg(32, 32, i));
+  }
+  Pack({"--dict-size", "0"});
+  const auto want = Expected(src_, 0, 0, 0);
+  {
+    KernelMount km(mp_);
+    CommandResult r = km.Mount(store_);
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_EQ(KernelStat(mp_, "kernel.compressed"), 1u) << Describe(r);
+    for (int pass = 0; pass < 2; ++pass) ExpectSameTree(want, Walk(mp_));
+    EXPECT_EQ(KernelStat(mp_, "kernel.image_read_errors"), 0u);
+    EXPECT_EQ(KernelStat(mp_, "kernel.directio"), 0u) << "a compressed image: never directio";
+    EXPECT_EQ(Dsfs({"umount", mp_}).exit_code, 0);
+    km.WaitDaemon();
+  }
+  ::setenv("DSFS_EROFS_FEATURES", "fragments", 1);  // no zstd
+  KernelMount km(mp_);
+  CommandResult r = km.Mount(store_);
+  ::unsetenv("DSFS_EROFS_FEATURES");
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(KernelStat(mp_, "kernel.compressed"), 0u);
+  ExpectSameTree(want, Walk(mp_));
+  EXPECT_EQ(Dsfs({"umount", mp_}).exit_code, 0);
+  km.WaitDaemon();
+}
+
+// Views of a format 5 store are their own trees, as of any store (pixels made by dsfs).
+TEST_F(KernelMountTest, ViewsOfAFormatFiveStoreAreTheClassicViews) {
+  for (int i = 0; i < 30; ++i) Put(src_ + "/cls/img" + std::to_string(i) + ".jpg", Jpeg(32, 32, i));
+  Pack({"--dict-size", "0"});
+  std::string classic = dir_ / "classic";
+  std::filesystem::create_directories(classic);
+  MountGuard classic_guard(classic);
+  CommandResult r = classic_guard.MountBackground(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  for (const char* view : {"bmp", "npy"}) {
+    SCOPED_TRACE(view);
+    KernelMount km(mp_);
+    r = km.Mount(store_, std::string("allow_other,view=") + view);
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_EQ(KernelStat(mp_, "kernel.compressed"), 0u);
+    ExpectSameTree(Walk(classic + "/.dsfs/" + view, false), Walk(mp_, false));
+    EXPECT_EQ(Dsfs({"umount", mp_}).exit_code, 0);
+  }
+}
+
 TEST_F(KernelMountTest, BogusKernelValueIsRefusedWithOneLine) {
   Put(src_ + "/a", "a\n");
   Pack();

@@ -12,7 +12,10 @@
 #include <thread>
 #include <utility>
 
+#include <zstd.h>
+
 #include "cache/byte_cache.h"
+#include "store/codec.h"
 #include "fs/filesystem.h"
 #include "pack/packer.h"
 #include "tests/support/fakes/faulty_store.h"
@@ -789,6 +792,105 @@ TEST(StoreSolidTest, PartialDecodeServesExactBytesForEveryRecord) {
     }
   }
 }
+
+// Format 5 (a pack without a dictionary): every group one standard zstd frame of its records,
+// with no dictionary and a window of at most 1 MiB, its index outside the frame, so all the
+// groups' records, in order, are every file's bytes. Files read back through the store as
+// ever; each frame decodes alone to its records; KernelRecordOffset finds each file in them;
+// no group but the last holds less than kMinKernelGroupBytes; a damaged group fails its frame.
+class StoreKernelFormatTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StoreKernelFormatTest, GroupsAreKernelFramesOfTheRecordsInIdOrder) {
+  TempDir dir;
+  std::vector<std::pair<std::string, std::string>> files;
+  for (int i = 0; i < 500; ++i) {
+    const size_t n = i % 60 == 0 ? 100000 + i : i % 9 == 0 ? 1 : 300 + (i * 53) % 4000;
+    std::string data = i % 3 ? TextBytes(n, i) : RandomBytes(n, i);
+    files.emplace_back("d" + std::to_string(i % 4) + "/f" + std::to_string(1000 + i), data);
+    WriteFile(dir / ("src/" + files.back().first), data);
+  }
+  WriteFile(dir / "src/empty", "");
+  PackOptions o;
+  o.chunk_bytes = 64 << 10;  // the large files have several chunks
+  o.group_bytes = 16 << 10;
+  o.dict_bytes = 0;
+  std::shared_ptr<MemTable> table;
+  std::unique_ptr<Store> store;
+  ASSERT_TRUE(PackToMemory(dir / "src", o, &table, &store).ok());
+  if (GetParam() != "memory") {
+    ASSERT_TRUE(testing::PackToBackend(dir / "src", o, GetParam(), dir / "s.db", &store).ok());
+  }
+  EXPECT_EQ(store->header().version, kKernelFormatVersion);
+  EXPECT_EQ(store->header().dict_bytes, 0u);
+  std::string all;  // every record, in id order, decoded from the frames alone
+  std::vector<Store::KernelGroup> groups;
+  Status s = store->ForEachKernelGroup([&](const Store::KernelGroup& g) {
+    groups.push_back(g);
+    std::string frame(g.frame_bytes, '\0');
+    DSFS_RETURN_IF_ERROR(store->ReadKernelFrame(g, 0, frame.size(), frame.data()));
+    EXPECT_EQ(ZSTD_getDictID_fromFrame(frame.data(), frame.size()), 0u);
+    ZSTD_frameHeader fh;
+    EXPECT_EQ(ZSTD_getFrameHeader(&fh, frame.data(), frame.size()), 0u);
+    EXPECT_LE(fh.windowSize, 1u << 20);
+    std::string raw(g.records_bytes, '\0');
+    EXPECT_EQ(ZSTD_decompress(raw.data(), raw.size(), frame.data(), frame.size()), raw.size());
+    all += raw;
+    return Status::OK();
+  });
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_GT(groups.size(), 10u);
+  for (size_t i = 0; i + 1 < groups.size(); ++i) {
+    EXPECT_GE(groups[i].records_bytes, kMinKernelGroupBytes) << "group " << i;
+  }
+  uint64_t total = 0;
+  for (const auto& [path, data] : files) {
+    uint32_t ino;
+    InodeRecord r;
+    ASSERT_TRUE(store->LookupPath(path, &ino, &r).ok());
+    ReadBuffer buf;
+    std::string_view out;
+    ASSERT_TRUE(store->Read(r, 0, r.size, &buf, &out).ok()) << path;
+    ASSERT_EQ(out, data) << path;
+    uint64_t last_id = 0, offset = 0;
+    ASSERT_TRUE(store->KernelRecordOffset(r.data, &last_id, &offset).ok());
+    uint64_t start = 0;  // the group's first byte among all records
+    for (const Store::KernelGroup& g : groups) {
+      if (g.last_id == last_id) break;
+      start += g.records_bytes;
+    }
+    ASSERT_EQ(all.substr(start + offset, data.size()), data) << path;
+    total += data.size();
+  }
+  EXPECT_EQ(all.size(), total);
+  // A flipped byte in a group's frame: ReadKernelFrame refuses it (Corruption), not bytes.
+  if (GetParam() == "memory") {
+    std::shared_ptr<MemTable> damaged;
+    ASSERT_TRUE(testing::DamagePayload(*table, groups[3].last_id, &damaged).ok());
+    std::unique_ptr<Store> bad;
+    ASSERT_TRUE(Store::Open(NewMemReader(damaged), &bad).ok());
+    std::string frame(groups[3].frame_bytes, '\0');
+    EXPECT_TRUE(bad->ReadKernelFrame(groups[3], 0, frame.size(), frame.data()).IsCorruption());
+    EXPECT_TRUE(bad->ReadKernelFrame(groups[4], 0, 10, frame.data()).ok());
+  }
+}
+
+// A store with a dictionary stays format 4: no kernel frames.
+TEST(StoreKernelFormatTest, WithADictionaryTheStoreIsFormat4) {
+  TempDir dir;
+  for (int i = 0; i < 200; ++i) WriteFile(dir / ("src/f" + std::to_string(i)), TextBytes(500, i));
+  PackOptions o;
+  o.dict_bytes = 4096;
+  std::shared_ptr<MemTable> table;
+  std::unique_ptr<Store> store;
+  ASSERT_TRUE(PackToMemory(dir / "src", o, &table, &store).ok());
+  EXPECT_EQ(store->header().version, kFormatVersion);
+  Status s = store->ForEachKernelGroup([](const Store::KernelGroup&) { return Status::OK(); });
+  EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, StoreKernelFormatTest,
+                         ::testing::Values("memory", "lmdb", "rocksdb"),
+                         [](const auto& info) { return info.param; });
 
 // Damage to a group is found on the partial path too: the files of the damaged group fail with
 // EIO through a small cache, whatever order they are read in, and the others read.

@@ -70,15 +70,33 @@ bool OwnRegularFile(int dir_fd, const std::string& name, struct stat* st) {
 }
 
 uint64_t Allocated(const struct stat& st) { return static_cast<uint64_t>(st.st_blocks) * 512; }
+// What unlinking the file would free: nothing while another hard link keeps its blocks.
+uint64_t Freeable(const struct stat& st) { return st.st_nlink == 1 ? Allocated(st) : 0; }
 
-// Bytes the store directory `id_fd` takes (its NNNNNN files).
-uint64_t StoreBytes(int id_fd) {
-  uint64_t bytes = 0;
+// Bytes the store directory `id_fd` takes (its NNNNNN files), and what removing them would free.
+void StoreBytes(int id_fd, uint64_t* bytes, uint64_t* freeable) {
   for (const auto& f : Entries(id_fd)) {
     struct stat st;
-    if (IsObjectFileName(f) && OwnRegularFile(id_fd, f, &st)) bytes += Allocated(st);
+    if (IsObjectFileName(f) && OwnRegularFile(id_fd, f, &st)) {
+      *bytes += Allocated(st);
+      *freeable += Freeable(st);
+    }
   }
-  return bytes;
+}
+
+// Unlinks `name` of `dir_fd` if it is a regular file of this user's; the bytes that freed: its
+// blocks if that was its last link (as the inode says after the unlink), else nothing.
+uint64_t UnlinkOwnFile(int dir_fd, const std::string& name) {
+  int fd = ::openat(dir_fd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct stat st;
+  uint64_t freed = 0;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() &&
+      ::unlinkat(dir_fd, name.c_str(), 0) == 0 && ::fstat(fd, &st) == 0 && st.st_nlink == 0) {
+    freed = Allocated(st);
+  }
+  ::close(fd);
+  return freed;
 }
 
 // Removes the store directory `id` of `dir_fd` (its NNNNNN files of this user's, then the
@@ -89,11 +107,7 @@ uint64_t RemoveStore(int dir_fd, const std::string& id) {
   if (id_fd < 0) return 0;
   uint64_t freed = 0;
   for (const auto& f : Entries(id_fd)) {
-    struct stat fst;
-    if (IsObjectFileName(f) && OwnRegularFile(id_fd, f, &fst) &&
-        ::unlinkat(id_fd, f.c_str(), 0) == 0) {
-      freed += Allocated(fst);
-    }
+    if (IsObjectFileName(f)) freed += UnlinkOwnFile(id_fd, f);
   }
   ::close(id_fd);
   ::unlinkat(dir_fd, id.c_str(), AT_REMOVEDIR);  // fails, and leaves it, if anything else is in it
@@ -179,11 +193,12 @@ S3CacheEntry Describe(int dir_fd, const std::string& name, const struct stat& di
     if (IsHex16(f)) {
       int id_fd = OpenOwnDir(dir_fd, f, &st);
       if (id_fd < 0) continue;
-      e.bytes += StoreBytes(id_fd);
+      StoreBytes(id_fd, &e.bytes, &e.freeable_bytes);
       ::close(id_fd);
       if (!e.meta.id.empty() && f != e.meta.id) e.stale.push_back(f);
     } else if ((IsCacheFileName(f) || f == kS3CacheLockName) && OwnRegularFile(dir_fd, f, &st)) {
       e.bytes += Allocated(st);
+      e.freeable_bytes += Freeable(st);
     }
   }
   e.mounted = HeldByMount(dir_fd, nullptr);
@@ -292,19 +307,16 @@ Status GcS3Caches(const std::string& cache_dir, const S3CacheGcOptions& options,
       r.action = options.dry_run ? "would remove" : "removed";
       r.why = "unused for " + std::to_string(age_days) + " days";
       if (options.dry_run) {
-        r.freed_bytes = e.bytes;
+        r.freed_bytes = e.freeable_bytes;
       } else {
         for (const auto& f : Entries(fd)) {
-          struct stat fst;
           if (IsHex16(f)) {
             r.freed_bytes += RemoveStore(fd, f);
-          } else if (IsCacheFileName(f) && OwnRegularFile(fd, f, &fst) &&
-                     ::unlinkat(fd, f.c_str(), 0) == 0) {
-            r.freed_bytes += Allocated(fst);
+          } else if (IsCacheFileName(f)) {
+            r.freed_bytes += UnlinkOwnFile(fd, f);
           }
         }
-        struct stat lst;
-        if (OwnRegularFile(fd, kS3CacheLockName, &lst)) ::unlinkat(fd, kS3CacheLockName, 0);
+        r.freed_bytes += UnlinkOwnFile(fd, kS3CacheLockName);
         if (::unlinkat(root, name.c_str(), AT_REMOVEDIR) != 0) {
           r.action = "left";
           r.why += "; its dsfs files removed, but it holds other files (not dsfs's): kept";
@@ -319,7 +331,8 @@ Status GcS3Caches(const std::string& cache_dir, const S3CacheGcOptions& options,
           struct stat ist;
           int id_fd = OpenOwnDir(fd, id, &ist);
           if (id_fd >= 0) {
-            r.freed_bytes += StoreBytes(id_fd);
+            uint64_t bytes = 0;
+            StoreBytes(id_fd, &bytes, &r.freed_bytes);
             ::close(id_fd);
           }
         } else {

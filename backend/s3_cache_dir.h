@@ -50,6 +50,7 @@ struct S3CacheEntry {
   std::string name;  // s3-HASH
   S3CacheMeta meta;  // empty fields if the cache has no (readable) meta file
   uint64_t bytes = 0;              // disk space its files take (allocated blocks)
+  uint64_t freeable_bytes = 0;     // what removing them frees: not a hard-linked file's blocks
   time_t last_use = 0;             // mtime of meta (else of the directory)
   bool mounted = false;            // a live mount holds its lock
   std::vector<std::string> stale;  // ID directories of stores pushed over it since (not meta.id)
@@ -70,7 +71,8 @@ struct S3CacheGcResult {
   std::string name;
   std::string action;  // "removed", "removed stale stores", "kept", "in use", "left"
   std::string why;     // one phrase: "unused for 41 days", "mounted now", ...
-  uint64_t freed_bytes = 0;
+  uint64_t freed_bytes = 0;  // blocks really freed (would be, with dry_run): a file with
+                             // another hard link frees none
 };
 
 // Removes from `cache_dir` the caches no mount holds that were not used within keep_days (the

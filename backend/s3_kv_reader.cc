@@ -22,6 +22,7 @@
 #include "backend/s3_kv_index.h"
 #include "backend/s3_kv_objects.h"
 #include "common/log.h"
+#include "common/memory_limit.h"
 
 namespace dsfs {
 namespace {
@@ -32,8 +33,9 @@ using s3kv::Join;
 using s3kv::RetryPolicyFor;
 using s3kv::RunPieces;
 
-// The reader's cache of values read last (RecentValues): a few payload groups per thread.
-constexpr uint64_t kRecentValueBytes = 8 << 20;
+// The reader's memory that no guard can shed is sized from the memory limit
+// (common/memory_limit.h): the values read last (RecentValues: a few payload groups per
+// thread) and the fetches in flight (FetchBudget).
 
 using Entry = S3IndexEntry;
 
@@ -81,6 +83,45 @@ class RecentValues {
   std::unordered_map<uint64_t,
                      std::list<std::pair<uint64_t, std::shared_ptr<const std::string>>>::iterator>
       where_;
+};
+
+// The bytes of fetches in flight at once (each GET's buffer and the value taken from it): a
+// fetch that would pass the budget waits for others to end; one larger than the whole budget
+// runs when no other does. Without it 16 fetch threads held 16 spans of blocks at once, and an
+// S3 mount in a 48 MB cgroup was OOM-killed with its RAM cache shed to the floor.
+class FetchBudget {
+ public:
+  explicit FetchBudget(uint64_t budget) : budget_(budget) {}
+  class Hold {
+   public:
+    Hold(FetchBudget* b, uint64_t n) : b_(b), n_(n) { b_->Acquire(n_); }
+    ~Hold() { b_->Release(n_); }
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+
+   private:
+    FetchBudget* const b_;
+    const uint64_t n_;
+  };
+
+ private:
+  void Acquire(uint64_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return used_ == 0 || used_ + n <= budget_; });
+    used_ += n;
+  }
+  void Release(uint64_t n) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      used_ -= n;
+    }
+    cv_.notify_all();
+  }
+
+  const uint64_t budget_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t used_ = 0;  // guarded by mu_
 };
 
 class S3Reader : public KvReader {
@@ -329,11 +370,15 @@ class S3Reader : public KvReader {
           return Status::OK();
         }
         Log()->debug("{}: fetching object {} bytes {}-{}", url_.ToString(), e.object, fbegin, fend);
-        flight->status = FetchSpan(e.object, fbegin, fend, &flight->bytes);
-        // Kept on disk only if the value it was fetched for checks out (a server answering
-        // other bytes fills no cache).
-        checked = flight->status.ok() && assemble();
-        if (checked && disk_) disk_->Write(e.object, fbegin, flight->bytes);
+        {
+          // The span's buffer and the value's, until the flight hands them over.
+          FetchBudget::Hold hold(&fetch_budget_, fend - fbegin + e.length);
+          flight->status = FetchSpan(e.object, fbegin, fend, &flight->bytes);
+          // Kept on disk only if the value it was fetched for checks out (a server answering
+          // other bytes fills no cache).
+          checked = flight->status.ok() && assemble();
+          if (checked && disk_) disk_->Write(e.object, fbegin, flight->bytes);
+        }  // the waiters take their values from the buffer as soon as the flight is done
       } catch (const std::bad_alloc&) {
         flight->status = Status::IOError(url_.ToString() + ": out of memory fetching " +
                                          std::to_string(fend - fbegin) + " bytes");
@@ -372,13 +417,16 @@ class S3Reader : public KvReader {
     const std::string key = DataKey(url_.prefix, index_.id, object);
     const uint64_t n = end - begin;
     constexpr uint64_t kPieceBytes = 8 << 20;
-    constexpr int kMaxThreads = 8;
+    // Each piece is held twice until it is copied in: no more at once than the fetch budget
+    // allows beside the span (one, in a small limit).
+    const int max_threads = static_cast<int>(
+        std::clamp<uint64_t>(DefaultBudgets().remote_fetch_bytes / kPieceBytes, 1, 8));
     if (n <= kPieceBytes) {
       if (n > 0) DSFS_RETURN_IF_ERROR(client_->Get(url_.bucket, key, bytes, begin, n));
     } else {
       bytes->assign(n, '\0');
       const uint64_t pieces = (n + kPieceBytes - 1) / kPieceBytes;
-      DSFS_RETURN_IF_ERROR(RunPieces(pieces, kMaxThreads, [&](uint64_t i) {
+      DSFS_RETURN_IF_ERROR(RunPieces(pieces, max_threads, [&](uint64_t i) {
         std::string piece;
         uint64_t off = i * kPieceBytes, len = std::min(kPieceBytes, n - off);
         DSFS_RETURN_IF_ERROR(client_->Get(url_.bucket, key, &piece, begin + off, len));
@@ -431,7 +479,8 @@ class S3Reader : public KvReader {
   S3CacheMeta meta_;
   std::unique_ptr<S3DiskCache> disk_;
   std::atomic<uint64_t> disk_hits_{0}, disk_misses_{0}, recent_hits_{0};
-  RecentValues recent_{kRecentValueBytes};
+  RecentValues recent_{DefaultBudgets().remote_recent_bytes};
+  FetchBudget fetch_budget_{DefaultBudgets().remote_fetch_bytes};
 };
 
 }  // namespace

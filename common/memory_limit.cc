@@ -259,6 +259,8 @@ MemoryBudgets BudgetsFor(uint64_t limit_bytes) {
   b.push_bytes = l / 4;
   b.metadata_readahead_bytes = l / 8;
   b.metadata_cache_bytes = std::max(l / 32, std::min<uint64_t>(32ull << 20, l / 8));
+  b.remote_recent_bytes = std::clamp<uint64_t>(l / 64, 1ull << 20, 8ull << 20);
+  b.remote_fetch_bytes = std::clamp<uint64_t>(l / 16, 2ull << 20, 64ull << 20);
   b.pack_sample_bytes = l / 16;
   b.pack_held_bytes = std::min<uint64_t>(32ull << 20, l / 16);
   b.pack_pipeline_bytes = l / 4;
@@ -274,6 +276,16 @@ uint64_t CacheBytesFor(const MemoryBudgets& b, uint64_t limit_bytes, uint64_t fo
 const MemoryBudgets& DefaultBudgets() {
   static const MemoryBudgets budgets = BudgetsFor(ProcessMemoryLimit().bytes);
   return budgets;
+}
+
+uint64_t MinimumMountLimitBytes(bool remote) { return (remote ? 48ull : 32ull) << 20; }
+
+std::string MinimumLimitWarning(bool remote, const MemoryLimit& limit) {
+  const uint64_t need = MinimumMountLimitBytes(remote);
+  if (limit.bytes >= need) return "";
+  return std::string("a mount of a store ") + (remote ? "in object storage" : "on disk") +
+         " needs a memory limit of " + FormatBytes(need) + " at least; this one has " +
+         limit.ToString() + ": the daemon may be killed (out of memory)";
 }
 
 std::string ExplicitSizeWarning(std::string_view what, uint64_t bytes, bool resident,

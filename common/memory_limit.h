@@ -60,6 +60,13 @@ struct MemoryBudgets {
   // The store's cache of decompressed metadata segments: a 32nd, at least 32 MiB unless that
   // is more than an eighth.
   uint64_t metadata_cache_bytes = 0;
+  // A store in object storage (backend/s3_kv_reader.cc), what the RAM cache's guard cannot
+  // shed and so is sized here: the window of values read last (a 64th, 1 to 8 MiB) and the
+  // bytes of fetches in flight at once, each GET's blocks and the value taken from them (a
+  // 16th, 2 to 64 MiB: a 1 MiB block and its value, at least; 16 fetch threads of a block
+  // each, at most).
+  uint64_t remote_recent_bytes = 0;
+  uint64_t remote_fetch_bytes = 0;
   // dsfs pack: sample files held to train the dictionary (at most a 16th, and never more than
   // pack's own cap), the other files held meanwhile (a 16th, at most 32 MiB) and the batches
   // in flight through the compressor (a quarter).
@@ -81,6 +88,16 @@ uint64_t CacheBytesFor(const MemoryBudgets& b, uint64_t limit_bytes, uint64_t fo
                        uint64_t hold_all_bytes);
 // BudgetsFor(ProcessMemoryLimit().bytes).
 const MemoryBudgets& DefaultBudgets();
+
+// The smallest memory limit a mount lives in: its daemon at its floor (the RAM cache at the
+// guard's 4 MiB, the store's metadata cache, the S3 reader's window and fetches, the request
+// threads' buffers and its code) beside a reader of two threads and the kernel's share, measured
+// (bench/memory_floor.py: every file of a tree of 8,000 small files and 4 large ones read three
+// times, no OOM kill). `remote`: a store in object storage.
+uint64_t MinimumMountLimitBytes(bool remote);
+// One line if `limit` is below MinimumMountLimitBytes(remote), else "": what the mount needs and
+// what it has (`dsfs mount` prints it at start).
+std::string MinimumLimitWarning(bool remote, const MemoryLimit& limit);
 
 // An explicit size of `what` (a mount option, e.g. "cache_size") that the limit does not
 // allow: "" if it does, else one line saying so. `resident` sizes are the daemon's own memory

@@ -39,9 +39,11 @@ bool ReadSmallFile(const std::string& path, std::string* out, size_t max_bytes) 
   return true;
 }
 
-bool ReadSmallRegularFile(const std::string& path, std::string* out, size_t max_bytes) {
+bool ReadSmallRegularFile(const std::string& path, std::string* out, size_t max_bytes,
+                          bool follow_link) {
   out->clear();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  const int fd =
+      ::open(path.c_str(), O_RDONLY | (follow_link ? 0 : O_NOFOLLOW) | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return false;
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

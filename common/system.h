@@ -14,9 +14,11 @@ namespace dsfs {
 // be opened. Trailing white space is kept: the caller decides what it means.
 bool ReadSmallFile(const std::string& path, std::string* out, size_t max_bytes = 1 << 20);
 // The same for a file that someone else may have put there: never through a link at `path`
-// (ELOOP), never blocking on a FIFO or device (O_NONBLOCK), and false (errno EINVAL) unless it
-// is a regular file.
-bool ReadSmallRegularFile(const std::string& path, std::string* out, size_t max_bytes);
+// (ELOOP) unless `follow_link` (the file a link names is then what must be regular: a
+// Kubernetes token file is a link), never blocking on a FIFO or device (O_NONBLOCK), and false
+// (errno EINVAL) unless it is a regular file.
+bool ReadSmallRegularFile(const std::string& path, std::string* out, size_t max_bytes,
+                          bool follow_link = false);
 // The same with trailing newlines and spaces removed; "" if it cannot be read.
 std::string ReadSmallFileTrimmed(const std::string& path);
 

@@ -72,13 +72,14 @@ MemoryWatch MemoryWatch::For(const MemoryLimit& limit, const std::string& root) 
     if (slash == std::string_view::npos || file.empty() || file[0] != '/') return false;
     w.kind = kind;
     w.dir = Join(root, std::string(slash == 0 ? "/" : file.substr(0, slash)));
+    w.proc = Join(root, "/proc");
     return true;
   };
   if (cgroup_dir("cgroup v1 ", Kind::kCgroupV1) || cgroup_dir("cgroup v2 ", Kind::kCgroupV2)) {
     return w;
   }
   w.kind = Kind::kPhysical;
-  w.dir = Join(root, "/proc");
+  w.dir = w.proc = Join(root, "/proc");
   return w;
 }
 
@@ -104,7 +105,14 @@ bool MemoryWatch::ReadUsedBytes(uint64_t* used) const {
           !StatValue(stat, v1 ? "total_inactive_file" : "inactive_file", &inactive)) {
         return false;
       }
-      *used = usage - std::min(usage, active + inactive);
+      // File pages not yet written back cannot be reclaimed until they are (a cgroup v1 does
+      // not throttle its writers: the S3 disk cache's blocks were tens of MB of them).
+      uint64_t dirty = 0, writeback = 0;
+      StatValue(stat, v1 ? "total_dirty" : "file_dirty", &dirty);
+      StatValue(stat, v1 ? "total_writeback" : "file_writeback", &writeback);
+      const uint64_t file = active + inactive - std::min(active + inactive, dirty + writeback);
+      const uint64_t kernel = v1 ? V1ReclaimableKernelBytes() : V2ReclaimableKernelBytes(stat);
+      *used = usage - std::min(usage, file + kernel);
       return true;
     }
     case Kind::kPhysical: {
@@ -118,6 +126,28 @@ bool MemoryWatch::ReadUsedBytes(uint64_t* used) const {
     }
   }
   return false;
+}
+
+uint64_t MemoryWatch::V2ReclaimableKernelBytes(const std::string& stat) {
+  uint64_t slab = 0;
+  return StatValue(stat, "slab_reclaimable", &slab) ? slab : 0;  // since Linux 4.14
+}
+
+uint64_t MemoryWatch::V1ReclaimableKernelBytes() const {
+  std::string text, meminfo;
+  uint64_t kmem = 0, reclaimable = 0, slab = 0, stacks = 0, tables = 0;
+  if (!ReadSmallFile((dir == "/" ? std::string() : dir) + "/memory.kmem.usage_in_bytes", &text) ||
+      !ParseU64(text, &kmem) || !ReadSmallFile(proc + "/meminfo", &meminfo) ||
+      !StatValue(meminfo, "SReclaimable:", &reclaimable) || !StatValue(meminfo, "Slab:", &slab)) {
+    return 0;
+  }
+  StatValue(meminfo, "KernelStack:", &stacks);
+  StatValue(meminfo, "PageTables:", &tables);
+  const uint64_t kernel = slab + stacks + tables;
+  if (kernel == 0 || reclaimable > slab) return 0;
+  // The cgroup's kernel memory in the share the whole system's is reclaimable (slab it can
+  // shrink, of the slab, stacks and page tables it holds): kmem x SReclaimable / that.
+  return static_cast<uint64_t>(static_cast<unsigned __int128>(kmem) * reclaimable / kernel);
 }
 
 std::string MemoryWatch::Describe() const {

@@ -40,12 +40,22 @@ struct MemoryWatch {
   enum class Kind { kNone, kCgroupV1, kCgroupV2, kPhysical };
   Kind kind = Kind::kNone;
   std::string dir;  // the cgroup's directory (cgroup kinds), "/proc" (kPhysical)
+  std::string proc = "/proc";  // where meminfo is read (cgroup v1: the kernel's share below)
   // The watch for `limit` (from its source: the file the limit was read from names the cgroup).
   // `root` prefixes every path, as in FindMemoryLimit (tests).
   static MemoryWatch For(const MemoryLimit& limit, const std::string& root = "/");
   // The memory the kernel cannot reclaim in that scope, in bytes; false when it cannot be read.
   bool ReadUsedBytes(uint64_t* used) const;
   std::string Describe() const;  // "cgroup v1 /sys/fs/cgroup/memory/job"
+
+  // The kernel memory charged to the cgroup that the kernel reclaims under pressure (the
+  // inode and dentry slab of the files read: tens of MB in a 103 MB limit), counted as
+  // reclaimable like file pages. v2: memory.stat's slab_reclaimable. v1 says nothing of its
+  // slab (memory.kmem.slabinfo is empty since Linux 5.9): memory.kmem.usage_in_bytes in the
+  // share of the system's kernel memory that is reclaimable slab (/proc/meminfo SReclaimable
+  // of Slab + KernelStack + PageTables). 0 when it cannot be read.
+  static uint64_t V2ReclaimableKernelBytes(const std::string& memory_stat);
+  uint64_t V1ReclaimableKernelBytes() const;
 };
 
 // The guard's decision for one sample, apart from its thread (unit-tested).

@@ -139,7 +139,34 @@ void WarnAboutExplicitSizes(const MountConfig& config) {
   }
 }
 
+// The daemon is the one process every reader of the mount depends on: killed for memory,
+// every read after fails (ENOTCONN) until the mount is cleared, while a reader killed in its
+// place frees its own memory and leaves the daemon serving the others (a job's other workers,
+// the next run). So it lowers its OOM score, by half: the kernel's badness of a process is its
+// RSS plus oom_score_adj thousandths of the limit (oom_badness), so -500 takes half the limit off
+// the daemon's, and a daemon within its budgets (half the limit at most) is never chosen before
+// a reader, while one grown past them still is. Never -1000 (never killed): a cgroup whose
+// daemon alone is over its limit would then have nothing to kill. A lower value already set
+// (systemd's OOMScoreAdjust=, the caller's) is kept; without CAP_SYS_RESOURCE the kernel refuses
+// it, and the daemon keeps the caller's (one debug line).
+constexpr int kDaemonOomScoreAdj = -500;
+
+void LowerOomScore() {
+  std::string text;
+  int current = 0;
+  if (ReadSmallFile("/proc/self/oom_score_adj", &text)) current = std::atoi(text.c_str());
+  if (current <= kDaemonOomScoreAdj) return;
+  const std::string value = std::to_string(kDaemonOomScoreAdj) + "\n";
+  const int fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || ::write(fd, value.data(), value.size()) != static_cast<ssize_t>(value.size())) {
+    Log()->debug("cannot lower the daemon's OOM score to {}: {}", kDaemonOomScoreAdj,
+                 std::strerror(errno));
+  }
+  if (fd >= 0) ::close(fd);
+}
+
 Status Serve(const MountConfig& config, const std::function<void()>& on_mounted) {
+  LowerOomScore();
   // Decompressed chunks (up to 256 KiB) come and go with the cache. With glibc's default
   // dynamic mmap threshold, the first freed one raises the threshold and later ones land in the
   // heap, whose freed holes are never returned: RSS grew ~55% past the cache budget. A fixed
@@ -273,6 +300,9 @@ Status MountStore(const MountConfig& config_in) {
   }
   config.mountpoint = AbsolutePath(config.mountpoint);
   WarnAboutExplicitSizes(config);
+  // Below the smallest limit a mount lives in: one line, and the mount goes on.
+  const std::string floor = MinimumLimitWarning(IsRemoteStore(config.store_path), ProcessMemoryLimit());
+  if (!floor.empty()) Log()->warn("{}", floor);
   if (lock_fd >= 0 && ::geteuid() == 0) {
     // The directory checked and locked is the one mounted on, whatever its path names by
     // then (FuseOptions::mount_target). A descriptor of its own: the lock's goes with the

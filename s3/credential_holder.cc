@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 
 #include "common/log.h"
 
@@ -13,15 +12,6 @@ int64_t SystemNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-std::string UtcTime(int64_t unix_s) {
-  std::time_t t = static_cast<std::time_t>(unix_s);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 // How long after a failed refresh the next try is: every 5 s, sooner while the current keys
@@ -100,13 +90,16 @@ bool CredentialHolder::FetchLocked() {
   AwsCredentials fresh;
   Status s = provider_->Fetch(&fresh);
   const int64_t now = Now();
+  // Keys already expired (or about to) would be fetched again at once: a failure, retried
+  // after the back-off below.
+  if (s.ok()) s = CheckCredentialLifetime(fresh, now);
   std::lock_guard<std::mutex> lock(mu_);
   if (s.ok()) {
     if (failing_) {
       Log()->warn("S3 credentials from {}: refreshed again after failures", source_);
     }
     Log()->debug("S3 credentials from {}: refreshed, valid until {}", source_,
-                 fresh.expiration_s ? UtcTime(fresh.expiration_s) : std::string("no expiry"));
+                 fresh.expiration_s ? FormatIso8601(fresh.expiration_s) : std::string("no expiry"));
     failing_ = false;
     ++refreshes_;
     fetched_s_ = now;
@@ -119,7 +112,7 @@ bool CredentialHolder::FetchLocked() {
   if (!failing_) {
     Log()->warn("S3 credentials from {}: refresh failed ({}); keeping the current ones until "
                 "they expire at {}",
-                source_, s.message(), exp ? UtcTime(exp) : std::string("?"));
+                source_, s.message(), exp ? FormatIso8601(exp) : std::string("?"));
     failing_ = true;
   }
   next_s_ = now + RetryAfterFailureS(exp ? exp - now : 0);
@@ -156,6 +149,7 @@ std::shared_ptr<const AwsCredentials> CredentialHolder::RefreshNow(
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (current_ != used) return current_;  // another caller (or the refresher) got new ones
+    if (failing_ && Now() < next_s_) return current_;  // the back-off of a failed refresh
   }
   FetchLocked();
   return Get();

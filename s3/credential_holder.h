@@ -10,9 +10,13 @@
 // while the current keys have under 10 s left); success after a
 // failure is logged once too. Long-term keys (no Expiration) are never refreshed.
 //
+// Keys that arrive expired or about to expire (kMinCredentialLifetimeS: a clock ahead of the
+// source's) are a failed refresh, logged as above with the clocks named.
+//
 // ExpiredToken: a request answered 403 ExpiredToken calls RefreshNow with the snapshot it
 // signed with; if no newer snapshot has arrived since, the holder fetches at once (one fetch
-// for any number of callers) and every caller resends once with the result.
+// for any number of callers; none while a failed refresh's retry is not due) and every caller
+// resends once with the result.
 //
 // Thread safety: every method may be called from any thread at once. Lock order: fetch_mu_
 // before mu_.

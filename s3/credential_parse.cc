@@ -26,6 +26,12 @@ bool XmlText(std::string_view xml, std::string_view tag, std::string* out) {
   return true;
 }
 
+int DaysInMonth(int year, int month) {
+  static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  const bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+  return month == 2 && leap ? 29 : kDays[month - 1];
+}
+
 }  // namespace
 
 std::map<std::string, IniSection> ParseIni(std::string_view text) {
@@ -65,7 +71,7 @@ Status ParseIso8601(std::string_view text, int64_t* unix_s) {
   text = Trim(text);
   auto bad = [&] {
     return Status::InvalidArgument("not an ISO 8601 UTC time (YYYY-MM-DDTHH:MM:SSZ): '" +
-                                   std::string(text.substr(0, 40)) + "'");
+                                   PrintableName(text.substr(0, 40)) + "'");
   };
   int v[6];
   const char seps[] = {'-', '-', 'T', ':', ':'};
@@ -95,7 +101,8 @@ Status ParseIso8601(std::string_view text, int64_t* unix_s) {
   }
   std::string_view zone = text.substr(pos);
   if (!(zone == "Z" || zone == "z" || zone == "+00:00" || zone == "+0000")) return bad();
-  if (v[1] < 1 || v[1] > 12 || v[2] < 1 || v[2] > 31 || v[3] > 23 || v[4] > 59 || v[5] > 60) {
+  if (v[0] < 1970 || v[1] < 1 || v[1] > 12 || v[2] < 1 || v[2] > DaysInMonth(v[0], v[1]) ||
+      v[3] > 23 || v[4] > 59 || v[5] > 60) {
     return bad();
   }
   std::tm tm{};
@@ -107,6 +114,26 @@ Status ParseIso8601(std::string_view text, int64_t* unix_s) {
   tm.tm_sec = v[5];
   *unix_s = static_cast<int64_t>(timegm(&tm));
   return Status::OK();
+}
+
+std::string FormatIso8601(int64_t unix_s) {
+  std::time_t t = static_cast<std::time_t>(unix_s);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+Status CheckCredentialLifetime(const AwsCredentials& c, int64_t now_s) {
+  if (c.expiration_s == 0 || c.expiration_s - now_s >= kMinCredentialLifetimeS) {
+    return Status::OK();
+  }
+  const int64_t d = c.expiration_s - now_s;
+  return Status::IOError(
+      "the keys received expire at " + FormatIso8601(c.expiration_s) + ", " +
+      (d <= 0 ? std::to_string(-d) + " s ago" : "in " + std::to_string(d) + " s") +
+      " by this host's clock: is this host's clock ahead (or the source's behind)?");
 }
 
 Status ParseStsCredentials(std::string_view xml, AwsCredentials* out) {
@@ -162,7 +189,7 @@ Status ParseCredentialsJson(std::string_view json, std::string_view what, AwsCre
   std::string code;
   DSFS_RETURN_IF_ERROR(text("Code", &code));
   if (!code.empty() && code != "Success") {
-    return Status::IOError(w + ": answered Code " + code.substr(0, 60));
+    return Status::IOError(w + ": answered Code " + PrintableName(code.substr(0, 60)));
   }
   AwsCredentials c;
   DSFS_RETURN_IF_ERROR(text("AccessKeyId", &c.access_key_id));

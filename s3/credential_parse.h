@@ -34,8 +34,19 @@ using IniSection = std::map<std::string, std::string>;
 // section and lines without '=' are ignored; a later duplicate key wins.
 std::map<std::string, IniSection> ParseIni(std::string_view text);
 
-// Unix seconds of an ISO 8601 UTC time ("YYYY-MM-DDTHH:MM:SS[.fff](Z|+00:00)").
+// Unix seconds of an ISO 8601 UTC time ("YYYY-MM-DDTHH:MM:SS[.fff](Z|+00:00)"): a day that
+// exists (leap years counted), a year from 1970 on.
 [[nodiscard]] Status ParseIso8601(std::string_view text, int64_t* unix_s);
+// "2026-12-04T10:11:16Z".
+std::string FormatIso8601(int64_t unix_s);
+
+// Keys that expire less than this many seconds after they arrive are no keys: the source's
+// clock and this host's disagree (or the source is broken), and using them would only fetch
+// again at once.
+inline constexpr int64_t kMinCredentialLifetimeS = 2;
+// OK unless `c` expires within kMinCredentialLifetimeS of `now_s` (Unix seconds, this host's
+// clock); the error says when, and names the clocks. Keys without an Expiration are OK.
+[[nodiscard]] Status CheckCredentialLifetime(const AwsCredentials& c, int64_t now_s);
 
 // The <Credentials> of an STS AssumeRole or AssumeRoleWithWebIdentity answer. An <Error>
 // document becomes an IOError naming its <Code> and <Message>.

@@ -1,5 +1,7 @@
 #include "s3/credential_providers.h"
 
+#include <arpa/inet.h>
+#include <curl/curl.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -7,13 +9,15 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <thread>
 #include <vector>
 
+#include "common/path.h"
+#include "common/system.h"
 #include "s3/credential_http.h"
 #include "s3/url.h"
 
@@ -32,13 +36,27 @@ std::string HomeFile(const char* env, const char* rel) {
   return (home.empty() ? std::string("/root") : home) + "/" + rel;
 }
 
-bool ReadWhole(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  return true;
+// A web identity token is at most 20,000 characters (STS's limit), an authorization token
+// far less; a profile file of a megabyte is thousands of profiles.
+constexpr size_t kMaxTokenFileBytes = 64 << 10;
+constexpr size_t kMaxProfileFileBytes = 1 << 20;
+
+// The file at `path` as the chain reads every file: a regular file (through a link:
+// Kubernetes projects its token files as links), of at most `max_bytes`; never blocking on a
+// FIFO, never reading a device. NotFound if there is none; else an IOError naming `what` and
+// the file.
+Status ReadCredentialFile(const std::string& path, size_t max_bytes, const std::string& what,
+                          std::string* out) {
+  const std::string name = what + " " + PrintableName(path);
+  if (ReadSmallRegularFile(path, out, max_bytes + 1, /*follow_link=*/true)) {
+    if (out->size() <= max_bytes) return Status::OK();
+    out->clear();
+    return Status::IOError(name + ": larger than " + std::to_string(max_bytes) + " bytes");
+  }
+  const int err = errno;
+  if (err == ENOENT) return Status::NotFound(name + ": no such file");
+  return Status::IOError(name + ": " + (err == EINVAL ? std::string("not a regular file")
+                                                      : std::string(std::strerror(err))));
 }
 
 std::string TrimBlank(std::string s) {
@@ -81,10 +99,13 @@ Status StsCall(const CredentialChainOptions& opt, const std::string& form,
   long status = 0;
   std::string body;
   DSFS_RETURN_IF_ERROR(CredentialHttp(req, &status, &body).WithContext(what));
-  Status s = ParseStsCredentials(body, out);
+  AwsCredentials c;
+  Status s = ParseStsCredentials(body, &c);  // names an <Error>'s Code, whatever the status
+  if (s.ok() && status != 200) s = Status::IOError("credentials in an answer that is not 200 OK");
   if (!s.ok()) {
     return Status::IOError(what + ": HTTP " + std::to_string(status) + ": " + s.message());
   }
+  *out = std::move(c);
   return Status::OK();
 }
 
@@ -129,21 +150,19 @@ class WebIdentityProvider : public CredentialProvider {
         session_name_(SessionName(std::move(session_name))) {}
   Status Fetch(AwsCredentials* out) override {
     std::string token;
-    if (!ReadWhole(token_file_, &token)) {
-      return Status::IOError("S3 credentials (" + Name() + "): cannot read the token file " +
-                             token_file_);
-    }
+    Status s = ReadCredentialFile(token_file_, kMaxTokenFileBytes, "the token file", &token);
+    if (!s.ok()) return Status::IOError("S3 credentials (" + Name() + "): " + s.message());
     token = TrimBlank(token);
     if (token.empty()) {
-      return Status::IOError("S3 credentials (" + Name() + "): the token file " + token_file_ +
-                             " is empty");
+      return Status::IOError("S3 credentials (" + Name() + "): the token file " +
+                             PrintableName(token_file_) + " is empty");
     }
     const std::string form = "Action=AssumeRoleWithWebIdentity&RoleArn=" + FormEncode(role_arn_) +
                              "&RoleSessionName=" + FormEncode(session_name_) +
                              "&Version=2011-06-15&WebIdentityToken=" + FormEncode(token);
     return StsCall(opt_, form, nullptr, "S3 credentials (" + Name() + ")", out);
   }
-  std::string Name() const override { return "web identity, role " + role_arn_; }
+  std::string Name() const override { return "web identity, role " + PrintableName(role_arn_); }
 
  private:
   CredentialChainOptions opt_;
@@ -175,7 +194,8 @@ class AssumeRoleProvider : public CredentialProvider {
     return StsCall(opt_, form, &source, "S3 credentials (" + Name() + ")", out);
   }
   std::string Name() const override {
-    return "profile " + profile_ + ", role " + role_arn_ + " from " + source_->Name();
+    return "profile " + PrintableName(profile_) + ", role " + PrintableName(role_arn_) + " from " +
+           source_->Name();
   }
 
  private:
@@ -184,59 +204,115 @@ class AssumeRoleProvider : public CredentialProvider {
   std::string profile_, role_arn_, session_name_, external_id_, duration_s_;
 };
 
-// Runs `command` with /bin/sh (as the AWS CLI does on POSIX systems), its stdout read (at most
-// 1 MiB) within timeout_s; its stderr is ours (the user's own tool speaking).
-Status RunProcess(const std::string& command, int timeout_s, std::string* out, int* status) {
+// In the child of fork(): only async-signal-safe calls. The command leads a process group of
+// its own (killed whole on timeout), reads /dev/null, writes `out_fd`, and inherits no other
+// descriptor of ours (the daemon's sockets, its FUSE device) nor our blocked signals.
+[[noreturn]] void ExecCommand(const char* command, int out_fd) {
+  ::setpgid(0, 0);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::signal(SIGPIPE, SIG_DFL);
+  if (out_fd == 1) {
+    ::fcntl(1, F_SETFD, 0);
+  } else {
+    ::dup2(out_fd, 1);
+  }
+  const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull >= 0) ::dup2(devnull, 0);
+  if (::close_range(3, ~0U, 0) != 0) {
+    for (long fd = 3, n = ::sysconf(_SC_OPEN_MAX); fd < n; ++fd) ::close(static_cast<int>(fd));
+  }
+  ::execl("/bin/sh", "sh", "-c", command, static_cast<char*>(nullptr));
+  ::_exit(127);
+}
+
+// Whether `pid` has exited, leaving it a zombie (its PID, and so its process group, stay ours
+// until it is reaped).
+bool Exited(pid_t pid) {
+  siginfo_t info{};
+  return ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+         info.si_pid == pid;
+}
+
+// Reads what `fd` has now, waiting at most `wait_ms` for it: false at EOF (or error).
+bool ReadSome(int fd, int wait_ms, std::string* out) {
+  pollfd p{fd, POLLIN, 0};
+  const int r = ::poll(&p, 1, wait_ms);
+  if (r <= 0) return true;  // nothing yet (or EINTR: the caller loops)
+  char buf[4096];
+  ssize_t n;
+  do {
+    n = ::read(fd, buf, sizeof buf);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return false;
+  out->append(buf, static_cast<size_t>(n));
+  return true;
+}
+
+}  // namespace
+
+// As the AWS CLI does on POSIX systems; its stderr is ours (the user's own tool speaking).
+// The deadline covers the whole run: reading stdout and waiting for the command to exit. Once
+// it has exited, what is already on the pipe is its answer: a background child still holding
+// the pipe open is not waited for.
+Status RunCredentialProcess(const std::string& command, int timeout_ms, std::string* out,
+                            int* status) {
+  out->clear();
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return Status::IOError("pipe failed");
-  pid_t pid = ::fork();
+  const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(fds[0]);
     ::close(fds[1]);
     return Status::IOError("fork failed");
   }
-  if (pid == 0) {
-    ::dup2(fds[1], 1);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, 0);
-    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
+  if (pid == 0) ExecCommand(command.c_str(), fds[1]);
+  ::setpgid(pid, pid);  // as the child does: whichever runs first
   ::close(fds[1]);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-  bool timed_out = false, too_long = false;
-  char buf[4096];
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    deadline - std::chrono::steady_clock::now())
-                    .count();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  bool open = true, exited = false, timed_out = false, too_long = false;
+  while (!exited && !too_long) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
     if (left <= 0) {
       timed_out = true;
       break;
     }
-    pollfd p{fds[0], POLLIN, 0};
-    int r = ::poll(&p, 1, static_cast<int>(left));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) continue;
-    ssize_t n = ::read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out->append(buf, static_cast<size_t>(n));
-    if (out->size() > kMaxCredentialBodyBytes) {
-      too_long = true;
-      break;
+    const int wait_ms = static_cast<int>(std::min<int64_t>(left, open ? 50 : 10));
+    if (open) {
+      open = ReadSome(fds[0], wait_ms, out);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));  // stdout closed
     }
+    too_long = out->size() > kMaxCredentialBodyBytes;
+    exited = Exited(pid);
+  }
+  // Exited: what its writes left on the pipe, without waiting for more.
+  while (exited && open && !too_long) {
+    const size_t had = out->size();
+    open = ReadSome(fds[0], 0, out) && out->size() > had;
+    too_long = out->size() > kMaxCredentialBodyBytes;
   }
   ::close(fds[0]);
-  if (timed_out || too_long) ::kill(pid, SIGKILL);
+  if (timed_out || too_long) {
+    ::kill(-pid, SIGKILL);  // the PID is still ours (not reaped): the group is the command's
+    ::kill(pid, SIGKILL);
+  }
   int st = 0;
   while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
-  if (timed_out) return Status::IOError("no answer within " + std::to_string(timeout_s) + " s");
+  if (timed_out) {
+    return Status::IOError("no answer within " + std::to_string(timeout_ms / 1000) +
+                           " s (the command and its children were killed)");
+  }
   if (too_long) return Status::IOError("more than 1 MiB on its stdout");
   *status = st;
   return Status::OK();
 }
+
+namespace {
 
 class ProcessProvider : public CredentialProvider {
  public:
@@ -245,7 +321,7 @@ class ProcessProvider : public CredentialProvider {
   Status Fetch(AwsCredentials* out) override {
     std::string text;
     int st = 0;
-    Status s = RunProcess(command_, 60, &text, &st);
+    Status s = RunCredentialProcess(command_, 60000, &text, &st);
     if (!s.ok()) return Status::IOError("S3 credentials (" + Name() + "): " + s.message());
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
       return Status::IOError("S3 credentials (" + Name() + "): the command " +
@@ -255,25 +331,81 @@ class ProcessProvider : public CredentialProvider {
     }
     return ParseCredentialsJson(text, "S3 credentials (" + Name() + ")", out);
   }
-  std::string Name() const override { return "profile " + profile_ + ", credential_process"; }
+  std::string Name() const override {
+    return "profile " + PrintableName(profile_) + ", credential_process";
+  }
 
  private:
   std::string profile_, command_;
 };
 
-bool IsAllowedContainerHost(const std::string& url) {
-  // Plain http only to the link-local ECS/EKS agents or this host (the SDKs' rule): a token
-  // must not travel in clear elsewhere.
-  if (url.rfind("https://", 0) == 0) return true;
-  for (const char* p : {"http://169.254.170.2", "http://169.254.170.23", "http://127.",
-                        "http://localhost", "http://[::1]", "http://[fd00:ec2::23]"}) {
-    if (url.rfind(p, 0) == 0) {
-      char next = url.size() > std::strlen(p) ? url[std::strlen(p)] : '/';
-      if (std::string(p).back() == '.' || next == '/' || next == ':') return true;
-    }
-  }
-  return false;
+}  // namespace
+
+namespace {
+
+// One part of a parsed URL; false if it has none.
+bool UrlPart(CURLU* u, CURLUPart part, std::string* out) {
+  char* v = nullptr;
+  const bool has = curl_url_get(u, part, &v, 0) == CURLUE_OK;
+  *out = has && v != nullptr ? v : "";
+  curl_free(v);
+  return has;
 }
+
+// A host (as curl gives it: IPv4 normalized, IPv6 in brackets) that plain http may reach with
+// an authorization token: this host (127.0.0.0/8, ::1, localhost) or the container agents
+// (169.254.170.2 of ECS, 169.254.170.23 and fd00:ec2::23 of EKS Pod Identity). Literals and
+// the one name only: nothing that a resolver answers.
+bool IsContainerAgentOrLoopback(const std::string& host) {
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    in6_addr a{}, agent{};
+    if (::inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a) != 1) return false;
+    ::inet_pton(AF_INET6, "fd00:ec2::23", &agent);
+    return IN6_IS_ADDR_LOOPBACK(&a) || std::memcmp(&a, &agent, sizeof a) == 0;
+  }
+  in_addr a4{};
+  if (::inet_pton(AF_INET, host.c_str(), &a4) == 1) {
+    const uint32_t ip = ntohl(a4.s_addr);
+    return ip >> 24 == 127 || ip == 0xA9FEAA02 || ip == 0xA9FEAA17;  // 169.254.170.2, .23
+  }
+  std::string lower = host;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower == "localhost";
+}
+
+}  // namespace
+
+Status CheckContainerUrl(const std::string& url, std::string* use) {
+  auto refused = [](const std::string& why) {
+    return Status::InvalidArgument(
+        "S3 credentials: AWS_CONTAINER_CREDENTIALS_FULL_URI must be https, or http on "
+        "169.254.170.2, 169.254.170.23, [fd00:ec2::23] or this host (127.0.0.0/8, [::1], "
+        "localhost), with no user name: " +
+        why);
+  };
+  std::unique_ptr<CURLU, decltype(&curl_url_cleanup)> u(curl_url(), curl_url_cleanup);
+  if (!u) return Status::IOError("S3 credentials: out of memory parsing a URL");
+  if (curl_url_set(u.get(), CURLUPART_URL, url.c_str(), 0) != CURLUE_OK) {
+    return refused("not a URL");
+  }
+  std::string scheme, host, ignored;
+  UrlPart(u.get(), CURLUPART_SCHEME, &scheme);
+  UrlPart(u.get(), CURLUPART_HOST, &host);
+  if (scheme != "http" && scheme != "https") return refused("scheme " + PrintableName(scheme));
+  if (UrlPart(u.get(), CURLUPART_USER, &ignored) || UrlPart(u.get(), CURLUPART_PASSWORD, &ignored) ||
+      UrlPart(u.get(), CURLUPART_OPTIONS, &ignored)) {
+    return refused("it has user info before the host " + PrintableName(host));
+  }
+  if (UrlPart(u.get(), CURLUPART_ZONEID, &ignored)) return refused("it names a zone");
+  if (scheme == "http" && !IsContainerAgentOrLoopback(host)) {
+    return refused("http on " + PrintableName(host));
+  }
+  // The URL as curl parsed it, which is what curl will then ask: no second parser's reading.
+  if (!UrlPart(u.get(), CURLUPART_URL, use)) return refused("not a URL");
+  return Status::OK();
+}
+
+namespace {
 
 class ContainerProvider : public CredentialProvider {
  public:
@@ -288,11 +420,9 @@ class ContainerProvider : public CredentialProvider {
     std::string token_file = Env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
     std::string token;
     if (!token_file.empty()) {
-      if (!ReadWhole(token_file, &token)) {
-        return Status::IOError("S3 credentials (" + Name() +
-                               "): cannot read AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE " +
-                               token_file);
-      }
+      Status s = ReadCredentialFile(token_file, kMaxTokenFileBytes,
+                                    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", &token);
+      if (!s.ok()) return Status::IOError("S3 credentials (" + Name() + "): " + s.message());
       token = TrimBlank(token);
     } else {
       token = Env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
@@ -311,7 +441,9 @@ class ContainerProvider : public CredentialProvider {
     }
     return ParseCredentialsJson(body, "S3 credentials (" + Name() + ")", out);
   }
-  std::string Name() const override { return "container endpoint " + url_.substr(0, url_.find('?')); }
+  std::string Name() const override {
+    return "container endpoint " + PrintableName(url_.substr(0, url_.find('?')));
+  }
 
  private:
   CredentialChainOptions opt_;
@@ -354,11 +486,12 @@ class ImdsProvider : public CredentialProvider {
     std::string body;
     DSFS_RETURN_IF_ERROR(CredentialHttp(req, &status, &body).WithContext(what));
     if (status != 200) {
-      return Status::IOError(what + ": HTTP " + std::to_string(status) + " for role " + role);
+      return Status::IOError(what + ": HTTP " + std::to_string(status) + " for role " +
+                             PrintableName(role));
     }
     return ParseCredentialsJson(body, what, out);
   }
-  std::string Name() const override { return "EC2 instance metadata " + endpoint_; }
+  std::string Name() const override { return "EC2 instance metadata " + PrintableName(endpoint_); }
 
  private:
   CredentialChainOptions opt_;
@@ -387,6 +520,22 @@ std::string ImdsEndpoint() {
   return e;
 }
 
+// The container source at ContainerCredentialsUrl(), if the URL is allowed; `how` says what
+// asked for it (in the message if no URL is set).
+Status MakeContainerProvider(const CredentialChainOptions& opt, const std::string& how,
+                             std::unique_ptr<CredentialProvider>* out) {
+  const std::string url = ContainerCredentialsUrl();
+  if (url.empty()) {
+    return Status::InvalidArgument("S3 credentials: " + how +
+                                   ", but neither AWS_CONTAINER_CREDENTIALS_RELATIVE_URI nor "
+                                   "AWS_CONTAINER_CREDENTIALS_FULL_URI is set");
+  }
+  std::string use;
+  DSFS_RETURN_IF_ERROR(CheckContainerUrl(url, &use));
+  *out = std::make_unique<ContainerProvider>(opt, use);
+  return Status::OK();
+}
+
 bool ImdsDisabled() {
   std::string v = Env("AWS_EC2_METADATA_DISABLED");
   for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -401,7 +550,8 @@ Status ProfileProvider(const CredentialChainOptions& opt, const std::string& nam
     return Status::InvalidArgument("S3 credentials: profile " + name +
                                    ": source_profile chain longer than 5 (a loop?)");
   }
-  AwsProfile p = LoadAwsProfile(name);
+  AwsProfile p;
+  DSFS_RETURN_IF_ERROR(LoadAwsProfile(name, &p));
   if (!p.found) return Status::OK();
   const std::string role = Get(p, "role_arn");
   const std::string key = Get(p, "aws_access_key_id"), secret = Get(p, "aws_secret_access_key");
@@ -429,7 +579,8 @@ Status ProfileProvider(const CredentialChainOptions& opt, const std::string& nam
     } else if (credential_source == "Environment") {
       source = std::make_unique<EnvironmentProvider>();
     } else if (credential_source == "EcsContainer") {
-      source = std::make_unique<ContainerProvider>(opt, ContainerCredentialsUrl());
+      DSFS_RETURN_IF_ERROR(MakeContainerProvider(
+          opt, "profile " + PrintableName(name) + ": credential_source = EcsContainer", &source));
     } else if (credential_source == "Ec2InstanceMetadata") {
       source = std::make_unique<ImdsProvider>(opt, ImdsEndpoint());
     } else {
@@ -464,30 +615,56 @@ std::string AwsProfileName() {
   return profile.empty() ? "default" : profile;
 }
 
-AwsProfile LoadAwsProfile(const std::string& name) {
-  AwsProfile p;
-  p.name = name;
+namespace {
+
+// The sections of the profile file named by `env` (default ~/`rel`); none if it does not exist.
+Status ReadProfileFile(const char* env, const char* rel, std::map<std::string, IniSection>* out) {
   std::string text;
-  if (ReadWhole(HomeFile("AWS_CONFIG_FILE", ".aws/config"), &text)) {
-    auto sections = ParseIni(text);
-    auto it = sections.find(name == "default" ? "default" : "profile " + name);
-    if (it == sections.end() && name == "default") it = sections.find("profile default");
-    if (it != sections.end()) {
-      p.values = it->second;
-      p.found = true;
-    }
-  }
-  text.clear();
-  if (ReadWhole(HomeFile("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials"), &text)) {
-    auto sections = ParseIni(text);
-    auto it = sections.find(name);
-    if (it != sections.end()) {
-      for (const auto& [k, v] : it->second) p.values[k] = v;
-      p.found = true;
-    }
-  }
-  return p;
+  Status s = ReadCredentialFile(HomeFile(env, rel), kMaxProfileFileBytes,
+                                std::string("S3 credentials: ") + env, &text);
+  if (s.IsNotFound()) return Status::OK();
+  DSFS_RETURN_IF_ERROR(s);
+  *out = ParseIni(text);
+  return Status::OK();
 }
+
+}  // namespace
+
+Status LoadAwsProfile(const std::string& name, AwsProfile* p) {
+  *p = AwsProfile();
+  p->name = name;
+  std::map<std::string, IniSection> sections;
+  DSFS_RETURN_IF_ERROR(ReadProfileFile("AWS_CONFIG_FILE", ".aws/config", &sections));
+  auto it = sections.find(name == "default" ? "default" : "profile " + name);
+  if (it == sections.end() && name == "default") it = sections.find("profile default");
+  if (it != sections.end()) {
+    p->values = it->second;
+    p->found = true;
+  }
+  sections.clear();
+  DSFS_RETURN_IF_ERROR(
+      ReadProfileFile("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials", &sections));
+  it = sections.find(name);
+  if (it != sections.end()) {
+    for (const auto& [k, v] : it->second) p->values[k] = v;
+    p->found = true;
+  }
+  return Status::OK();
+}
+
+namespace {
+
+// Keys that arrive expired are an error of their source (CheckCredentialLifetime).
+Status CheckFirst(const CredentialProvider& p, const AwsCredentials& c) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  Status s = CheckCredentialLifetime(c, now);
+  if (!s.ok()) return Status::IOError("S3 credentials (" + p.Name() + "): " + s.message());
+  return Status::OK();
+}
+
+}  // namespace
 
 Status ResolveCredentialChain(const CredentialChainOptions& opt,
                               std::unique_ptr<CredentialProvider>* provider,
@@ -502,20 +679,14 @@ Status ResolveCredentialChain(const CredentialChainOptions& opt,
     const std::string profile = AwsProfileName();
     DSFS_RETURN_IF_ERROR(ProfileProvider(opt, profile, 0, &p));
     if (!p && !ContainerCredentialsUrl().empty()) {
-      const std::string url = ContainerCredentialsUrl();
-      if (!IsAllowedContainerHost(url)) {
-        return Status::InvalidArgument(
-            "S3 credentials: AWS_CONTAINER_CREDENTIALS_FULL_URI must be https, or http on "
-            "169.254.170.2, 169.254.170.23 or this host");
-      }
-      p = std::make_unique<ContainerProvider>(opt, url);
+      DSFS_RETURN_IF_ERROR(MakeContainerProvider(opt, "the container source", &p));
     }
     if (!p && !ImdsDisabled()) {
       auto imds = std::make_unique<ImdsProvider>(opt, ImdsEndpoint());
       Status s = imds->Fetch(first);
       if (s.ok()) {
         *provider = std::move(imds);
-        return Status::OK();
+        return CheckFirst(**provider, *first);
       }
       return Status::InvalidArgument(
           "S3 credentials: none found (no AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, no "
@@ -537,7 +708,7 @@ Status ResolveCredentialChain(const CredentialChainOptions& opt,
   }
   DSFS_RETURN_IF_ERROR(p->Fetch(first));
   *provider = std::move(p);
-  return Status::OK();
+  return CheckFirst(**provider, *first);
 }
 
 }  // namespace dsfs

@@ -55,13 +55,25 @@ struct AwsProfile {
   std::map<std::string, std::string> values;
   bool found = false;
 };
-AwsProfile LoadAwsProfile(const std::string& name);
+// An error names the file (neither existing is no error: found stays false).
+[[nodiscard]] Status LoadAwsProfile(const std::string& name, AwsProfile* profile);
 // AWS_PROFILE, else "default".
 std::string AwsProfileName();
 
 // The URL the container source asks (source 4): RELATIVE_URI on the container agent
 // (http://169.254.170.2), which the SDKs take before FULL_URI; empty if neither is set.
 std::string ContainerCredentialsUrl();
+
+// Whether the container source may ask `url` (AWS_CONTAINER_CREDENTIALS_FULL_URI, or a
+// profile's credential_source = EcsContainer): https anywhere; plain http only on the
+// link-local container agents or this host, so that the authorization token does not travel
+// in clear elsewhere. *use is the URL to ask. InvalidArgument naming the variable if refused.
+[[nodiscard]] Status CheckContainerUrl(const std::string& url, std::string* use);
+
+// Runs a credential_process `command` with /bin/sh, its stdout (at most 1 MiB) in *out and
+// its wait(2) status in *wait_status; IOError if it does not finish within `timeout_ms`.
+[[nodiscard]] Status RunCredentialProcess(const std::string& command, int timeout_ms,
+                                          std::string* out, int* wait_status);
 
 // Picks the first configured source (see the file comment), fetches from it once and returns
 // the provider (for refreshes) and what it gave. InvalidArgument "S3 credentials: none found

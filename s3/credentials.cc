@@ -18,7 +18,8 @@ std::string Env(const char* name) {
 }  // namespace
 
 Status LoadAwsSettings(AwsSettings* s, const AwsLoadOptions& options) {
-  const AwsProfile profile = LoadAwsProfile(AwsProfileName());
+  AwsProfile profile;
+  DSFS_RETURN_IF_ERROR(LoadAwsProfile(AwsProfileName(), &profile));
   auto config = [&](const char* key) {
     auto it = profile.values.find(key);
     return it == profile.values.end() ? std::string() : it->second;

@@ -33,7 +33,10 @@ std::string DefaultCacheDir() {
 Status RunCacheLs(const std::string& dir_arg, std::ostream& out) {
   const std::string dir = dir_arg.empty() ? DefaultCacheDir() : dir_arg;
   std::vector<S3CacheEntry> caches;
-  DSFS_RETURN_IF_ERROR(ListS3Caches(dir, &caches));
+  Status s = ListS3Caches(dir, &caches);
+  // No cache yet (no mount of a store in S3 made the default one): nothing to list. A DIR
+  // given that does not exist is still an error (a typo lists nothing either).
+  if (!s.ok() && !(s.IsNotFound() && dir_arg.empty())) return s;
   uint64_t total = 0;
   for (const auto& c : caches) {
     out << c.name << "  " << (c.meta.url.empty() ? "(unknown: made before dsfs recorded it)" : c.meta.url)
@@ -55,7 +58,8 @@ Status RunCacheGc(const std::string& dir_arg, int keep_days, bool dry_run, std::
   options.keep_days = keep_days;
   options.dry_run = dry_run;
   std::vector<S3CacheGcResult> results;
-  DSFS_RETURN_IF_ERROR(GcS3Caches(dir, options, &results));
+  Status s = GcS3Caches(dir, options, &results);
+  if (!s.ok() && !(s.IsNotFound() && dir_arg.empty())) return s;  // as RunCacheLs
   uint64_t freed = 0;
   for (const auto& r : results) {
     out << r.name << ": " << r.action << " (" << r.why << ")";

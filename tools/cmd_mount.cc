@@ -52,6 +52,22 @@ Status ParseSeconds(std::string_view key, std::string_view value, double min, do
   return Status::OK();
 }
 
+// The options ParseOptionList knows, as dsfs mount --help lists them: named by the error for
+// one it does not know.
+constexpr const char* kMountOptionNames =
+    "cache_size, push, cache_dir, cache_disk, s3_attempts, s3_timeout, s3_anonymous, "
+    "s3_addressing, preload, threads, nice, transport, timeout, zero_open, os_readahead, "
+    "allow_other, uid, gid, umask, view, kernel, log_level, log_file, status_interval, "
+    "metrics_file, debug, ro";
+
+// A size (cache_size=8G); the error says how one is written.
+Status ParseSizeOption(std::string_view key, std::string_view value, uint64_t* bytes) {
+  Status s = ParseSize(value, bytes);
+  if (s.ok()) return s;
+  return Status::InvalidArgument("mount option " + std::string(key) + ": " + s.message() + " (" +
+                                 kSizeSyntax + ")");
+}
+
 // Options mount(8) passes to every helper (from fstab or -o) that mean nothing to a read-only
 // FUSE mount, or that mount(8) and systemd act on themselves. "rw" is not one of them: `dsfs
 // mount -o rw` is refused (ParseMountOptions); the helper mounts read-only and warns.
@@ -120,11 +136,11 @@ Status ParseOptionList(const std::string& list, MountConfig* config, SeenOptions
           ParseTransportMode(value, &config->fuse.session.transport).WithContext("mount option transport"));
     } else if (key == "cache_size") {
       uint64_t bytes;
-      DSFS_RETURN_IF_ERROR(ParseSize(value, &bytes).WithContext("mount option cache_size"));
+      DSFS_RETURN_IF_ERROR(ParseSizeOption(key, value, &bytes));
       config->cache_bytes = bytes;
     } else if (key == "push") {
       uint64_t bytes;
-      DSFS_RETURN_IF_ERROR(ParseSize(value, &bytes).WithContext("mount option push"));
+      DSFS_RETURN_IF_ERROR(ParseSizeOption(key, value, &bytes));
       config->push_bytes = bytes;
     } else if (key == "cache_dir") {
       if (value.empty()) return Status::InvalidArgument("mount option cache_dir needs a path");
@@ -133,7 +149,7 @@ Status ParseOptionList(const std::string& list, MountConfig* config, SeenOptions
           std::filesystem::absolute(std::string(value)).lexically_normal().string();
     } else if (key == "cache_disk") {
       uint64_t bytes;
-      DSFS_RETURN_IF_ERROR(ParseSize(value, &bytes).WithContext("mount option cache_disk"));
+      DSFS_RETURN_IF_ERROR(ParseSizeOption(key, value, &bytes));
       config->store.kv.cache_disk_bytes = bytes;
       config->cache_disk_set = true;
     } else if (key == "s3_attempts") {
@@ -220,7 +236,8 @@ Status ParseOptionList(const std::string& list, MountConfig* config, SeenOptions
       return Status::InvalidArgument(
           "dsfs mounts are read-only: option 'rw' is not supported (mount with -o ro)");
     } else {
-      return Status::InvalidArgument("unknown mount option '" + std::string(opt) + "'");
+      return Status::InvalidArgument("unknown mount option '" + std::string(opt) + "' (one of " +
+                                     kMountOptionNames + "; see dsfs mount --help)");
     }
     DSFS_RETURN_IF_ERROR(NoteOption(key, opt, seen));
   }
@@ -327,6 +344,7 @@ Status ParseMountHelperArgs(const std::vector<std::string>& args, MountHelperArg
 
 Status RunMount(const MountConfig& config_in) {
   MountConfig config = config_in;
+  DSFS_RETURN_IF_ERROR(CheckStoreScheme(config.store_path));
   if (!config.log_file.empty()) DSFS_RETURN_IF_ERROR(LogToFile(config.log_file));
   if (!config.log_level.empty()) SetLogLevel(config.log_level);
   if (IsRemoteStore(config.store_path)) {

@@ -1,12 +1,16 @@
 #include "tools/commands.h"
 
+#include <sys/stat.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <csignal>
 #include <optional>
 
 #include "common/log.h"
+#include "common/path.h"
 #include "common/units.h"
 #include "common/version.h"
 #include "pack/packer.h"
@@ -60,7 +64,7 @@ struct SizeValidator : public CLI::Validator {
     func_ = [](std::string& s) -> std::string {
       uint64_t v;
       Status st = ParseSize(s, &v);
-      if (!st.ok()) return st.message();
+      if (!st.ok()) return st.message() + " (" + kSizeSyntax + ")";
       s = std::to_string(v);
       return std::string();
     };
@@ -126,6 +130,44 @@ constexpr const char* kServiceHelp = R"(Running as a service:
   The Debian package (cpack -G DEB) and cmake --install put bin/dsfs, /sbin/mount.fuse.dsfs
   (mount(8) looks in /sbin only) and the units in lib/systemd/system. See docs/service.md.)";
 
+constexpr const char* kQuietHelp =
+    "print nothing on success: no progress line, no summary (warnings and errors stay)";
+constexpr const char* kStoreHelp =
+    "a store: a file (lmdb), a directory (rocksdb) or s3://BUCKET/PREFIX";
+
+// "dsfs" and the subcommands the parse got to ("dsfs cache gc"): whose --help to point to.
+std::string SelectedCommand(const CLI::App& app) {
+  std::string name = "dsfs";
+  const CLI::App* at = &app;
+  while (!at->get_subcommands().empty()) {
+    at = at->get_subcommands().back();
+    name += " " + at->get_name();
+  }
+  return name;
+}
+
+// dsfs help [COMMAND [SUBCOMMAND]]: what dsfs COMMAND [SUBCOMMAND] --help prints, once the
+// names are known to be commands.
+int PrintHelp(CLI::App& app, const std::vector<std::string>& names, std::ostream& out,
+              std::ostream& err) {
+  CLI::App* at = &app;
+  std::string known = "dsfs", path;  // the commands found so far; all the names given so far
+  for (const std::string& name : names) {
+    auto found = at->get_subcommands([&](CLI::App* sub) { return sub->check_name(name); });
+    path += (path.empty() ? "" : " ") + name;
+    if (found.empty()) {
+      err << "dsfs: error: unknown command '" << PrintableName(path) << "' (see " << known
+          << " --help)\n";
+      return 2;
+    }
+    at = found.front();
+    known += " " + at->get_name();
+  }
+  std::vector<std::string> again = names;
+  again.push_back("--help");
+  return DsfsMain(again, out, err);
+}
+
 const char* kHelperUsage =
     "usage: mount.fuse.dsfs STORE MOUNTPOINT [-s] [-f] [-n] [-v] [-o OPTIONS]\n"
     "       mount.fuse.dsfs -V|--version\n"
@@ -135,6 +177,22 @@ const char* kHelperUsage =
     "  skips unknown options, -f mounts nothing, -v logs at info level.\n";
 
 }  // namespace
+
+Status CheckStoreScheme(const std::string& store) {
+  const size_t sep = store.find("://");
+  if (sep == std::string::npos || sep == 0 || IsRemoteStore(store)) return Status::OK();
+  const std::string scheme = store.substr(0, sep);
+  const bool is_scheme =
+      std::isalpha(static_cast<unsigned char>(scheme[0])) &&
+      std::all_of(scheme.begin(), scheme.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
+      });
+  struct stat st;
+  if (!is_scheme || ::lstat(store.c_str(), &st) == 0) return Status::OK();  // a local path
+  return Status::InvalidArgument(PrintableName(store) + ": URL scheme '" + PrintableName(scheme) +
+                                 "' is not supported: a store is a local path or "
+                                 "s3://BUCKET/PREFIX");
+}
 
 int MountHelperMain(const std::string& program, const std::vector<std::string>& args,
                     std::ostream& out, std::ostream& err) {
@@ -175,7 +233,6 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   CLI::App app{"dsfs: pack image datasets into one compressed store and mount them read-only",
                "dsfs"};
   app.require_subcommand(1);
-  app.footer(kServiceHelp);
   app.set_version_flag("-V,--version", std::string("dsfs ") + DsfsVersion());
   // The options of dsfs itself are also taken after the subcommand (dsfs ls S --log-level
   // debug): a subcommand hands what it does not know to dsfs.
@@ -198,8 +255,11 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       "pack SRC (a directory, a tar/cpio/zip archive, or - for an archive on stdin) into "
       "a new store DST");
   pack_cmd->add_option("SRC", pack.src, "source directory, archive file, or -")->required();
-  pack_cmd->add_option("DST", pack.dst, "store file to create")->required();
-  pack_cmd->add_flag("-f,--force", pack.force, "overwrite DST if it exists");
+  pack_cmd->add_option("DST", pack.dst, "the store to create (a file; a directory with rocksdb)")
+      ->required();
+  pack_cmd->add_flag("-f,--force", pack.force,
+                     "replace DST if it is a dsfs store or an empty directory (anything else "
+                     "there is refused)");
   pack_cmd->add_option("--backend", pack.backend, "lmdb (DST is one file) or rocksdb (a directory)")
       ->capture_default_str();
   pack_cmd->add_option("-l,--level", pack.options.zstd_level, "zstd compression level (1-22)")
@@ -216,7 +276,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       ->capture_default_str();
   pack_cmd->add_option("-j,--threads", pack.options.threads, "compression threads (0 = all cores)")
       ->capture_default_str();
-  pack_cmd->add_flag("-q,--quiet", quiet, "no progress bar");
+  pack_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
   pack_cmd->add_flag("--predecode", pack.options.predecode,
                      "also store every image's decoded pixels, so the bmp/npy/tensor views "
                      "never decode");
@@ -231,7 +291,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   add_cmd->add_flag("--replace", add.options.replace, "replace entries that exist");
   add_cmd->add_option("-j,--threads", add.options.threads, "compression threads (0 = all cores)")
       ->capture_default_str();
-  add_cmd->add_flag("-q,--quiet", quiet, "no progress bar");
+  add_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
 
   ConvertCommand convert;
   auto* convert_cmd = app.add_subcommand(
@@ -239,8 +299,9 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   convert_cmd->add_option("SRC", convert.src, "existing store")->required();
   convert_cmd->add_option("DST", convert.dst, "store to create")->required();
   convert_cmd->add_option("--backend", convert.backend, "lmdb, rocksdb or s3 (DST s3://BUCKET/PREFIX)")->required();
-  convert_cmd->add_flag("-f,--force", convert.force, "overwrite DST if it exists");
-  convert_cmd->add_flag("-q,--quiet", quiet, "no progress line");
+  convert_cmd->add_flag("-f,--force", convert.force,
+                        "replace DST if it is a dsfs store or an empty directory");
+  convert_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
 
   PushCommand push;
   auto* push_cmd = app.add_subcommand(
@@ -248,7 +309,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   push_cmd->add_option("SRC", push.src, "existing store")->required();
   push_cmd->add_option("DST", push.dst, "s3://BUCKET/PREFIX")->required();
   push_cmd->add_flag("-f,--force", push.force, "replace a store already at DST");
-  push_cmd->add_flag("-q,--quiet", quiet, "no progress");
+  push_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
   push_cmd->footer(
       "Credentials and endpoint the AWS way: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,\n"
       "AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL, AWS_PROFILE and ~/.aws/credentials\n"
@@ -258,8 +319,8 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   MountConfig mount;
   std::vector<std::string> mount_opts;
   auto* mount_cmd = app.add_subcommand("mount", "mount STORE read-only at MOUNTPOINT");
-  mount_cmd->add_option("STORE", mount.store_path, "store file")->required();
-  mount_cmd->add_option("MOUNTPOINT", mount.mountpoint, "existing directory")->required();
+  mount_cmd->add_option("STORE", mount.store_path, kStoreHelp)->required();
+  mount_cmd->add_option("MOUNTPOINT", mount.mountpoint, "an existing directory")->required();
   mount_cmd->add_flag("-f,--foreground", mount.foreground, "stay in the foreground");
   // Each -o list is split by ParseMountOptions, which skips empty items (CLI11's own splitting
   // turned "-o ,,," into a missing argument).
@@ -269,32 +330,35 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   std::string umount_point;
   bool lazy = false;
   auto* umount_cmd = app.add_subcommand("umount", "unmount a dsfs mount (also a dead one)");
-  umount_cmd->add_option("MOUNTPOINT", umount_point)->required();
+  umount_cmd->add_option("MOUNTPOINT", umount_point, "the directory a dsfs mount is at")
+      ->required();
   umount_cmd->add_flag("-z,--lazy", lazy, "detach now even if busy");
 
   std::string store_path, path = "/";
   bool long_format = false, recursive = false, json = false;
   auto* ls_cmd = app.add_subcommand("ls", "list PATH inside STORE");
-  ls_cmd->add_option("STORE", store_path)->required();
-  ls_cmd->add_option("PATH", path)->capture_default_str();
+  ls_cmd->add_option("STORE", store_path, kStoreHelp)->required();
+  ls_cmd->add_option("PATH", path, "a directory (or file) inside the store")->capture_default_str();
   ls_cmd->add_flag("-l", long_format, "long format (mode, size, mtime)");
   ls_cmd->add_flag("-R", recursive, "recurse into directories");
   auto* cat_cmd = app.add_subcommand("cat", "write the file at PATH inside STORE to stdout");
-  cat_cmd->add_option("STORE", store_path)->required();
-  cat_cmd->add_option("PATH", path)->required();
+  cat_cmd->add_option("STORE", store_path, kStoreHelp)->required();
+  cat_cmd->add_option("PATH", path, "a file inside the store")->required();
   auto* info_cmd = app.add_subcommand(
       "info", "show what STORE holds, and whether the tensor view has PATH (default /)");
-  info_cmd->add_option("STORE", store_path)->required();
-  info_cmd->add_option("PATH", path)->capture_default_str();
+  info_cmd->add_option("STORE", store_path, kStoreHelp)->required();
+  info_cmd->add_option("PATH", path, "a directory inside the store, for the tensor view")
+      ->capture_default_str();
   info_cmd->add_flag("--json", json, "machine-readable output");
   auto* verify_cmd = app.add_subcommand("verify", "check every payload of STORE");
-  verify_cmd->add_option("STORE", store_path)->required();
-  verify_cmd->add_flag("-q,--quiet", quiet, "no progress line, no summary");
+  verify_cmd->add_option("STORE", store_path, kStoreHelp)->required();
+  verify_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
 
   std::string stats_point;
   bool stats_json = false;
   auto* stats_cmd = app.add_subcommand("stats", "show the live counters of a mount");
-  stats_cmd->add_option("MOUNTPOINT", stats_point)->required();
+  stats_cmd->add_option("MOUNTPOINT", stats_point, "the directory a live dsfs mount is at")
+      ->required();
   bool stats_prometheus = false;
   auto* stats_json_flag = stats_cmd->add_flag("--json", stats_json, "the raw JSON");
   stats_cmd
@@ -313,7 +377,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   warmup_cmd->add_option("-j,--threads", warmup.threads, "files read at once")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  warmup_cmd->add_flag("-q,--quiet", quiet, "no progress line, no summary");
+  warmup_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
   warmup_cmd->footer(
       "Files are read in the store's order, in runs of consecutive files per thread, and\n"
       "dropped from the page cache after. Ctrl-C stops it keeping what was read: run it again\n"
@@ -346,6 +410,15 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       "A cache a live mount uses is never removed (each mount holds a lock on its cache).\n"
       "Only dsfs's own files, never through a symlink, only this user's.");
 
+  std::vector<std::string> help_names;
+  auto* help_cmd = app.add_subcommand(
+      "help", "print the help of dsfs, or of COMMAND: the same as dsfs COMMAND --help");
+  help_cmd->add_option("COMMAND", help_names, "a command, and one of its own (dsfs help cache gc)");
+  // Set last: a subcommand takes its parent's footer when it is made, and this one is dsfs's
+  // own (dsfs mount --help repeats it: the mount options are what it is about).
+  app.footer(std::string(kServiceHelp) +
+             "\n\nThe options of a command: dsfs help COMMAND, or dsfs COMMAND --help.");
+
   std::vector<std::string> rev(args.rbegin(), args.rend());
   try {
     app.parse(rev);
@@ -362,11 +435,12 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     std::string what = e.what();
     // A first word that is no command reads better named than as "a subcommand is required".
     if (app.get_subcommands().empty() && !args.empty() && !args[0].empty() && args[0][0] != '-') {
-      what = "unknown command '" + args[0] + "'";
+      what = "unknown command '" + PrintableName(args[0]) + "'";
     }
-    err << "dsfs: error: " << what << " (see dsfs --help)\n";
+    err << "dsfs: error: " << what << " (see " << SelectedCommand(app) << " --help)\n";
     return 2;
   }
+  if (*help_cmd) return PrintHelp(app, help_names, out, err);
   // -q (of dsfs or of the subcommand, all one flag): no progress, no summary; warnings stay.
   pack.quiet = add.quiet = convert.quiet = push.quiet = warmup.quiet = quiet;
   if (log_level_opt->count() == 0) log_level = verbose ? "info" : "warn";
@@ -377,11 +451,23 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     ~RestoreLevel() { Log()->set_level(level); }
   } restore{level_before};
   if (!SetLogLevel(log_level)) {
-    err << "dsfs: error: unknown log level '" << log_level << "'\n";
+    err << "dsfs: error: unknown log level '" << log_level
+        << "' (one of trace, debug, info, warn, error, off)\n";
     return 2;
   }
 
   Status s;
+  const std::string* store = *ls_cmd || *cat_cmd || *info_cmd || *verify_cmd ? &store_path
+                             : *add_cmd                                      ? &add.store
+                             : *convert_cmd                                  ? &convert.src
+                             : *push_cmd                                     ? &push.src
+                             : *pack_cmd                                     ? &pack.src
+                                                                             : nullptr;
+  if (store) s = CheckStoreScheme(*store);
+  if (!s.ok()) {
+    err << "dsfs: error: " << s.message() << "\n";
+    return 1;
+  }
   // Ctrl-C, SIGTERM or SIGHUP during pack or add: stop, and leave no store or temporary behind.
   std::optional<InterruptOnSignals> interrupt;
   if (*pack_cmd || *add_cmd || *warmup_cmd) {

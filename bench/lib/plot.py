@@ -460,7 +460,7 @@ def plot_memory(path):
     names = {"ext4": "ext4", "classic": "dsfs classic", "classic_small": "classic, small groups",
              "kernel": "dsfs -o kernel", "kernel_small": "-o kernel, small groups",
              "kernel_loop": "-o kernel=loop", "squashfuse": "squashfuse_ll",
-             "erofs": "EROFS, loop"}
+             "erofs": "EROFS 1.5 inline, loop", **setup_row.get("labels", {})}
 
     def rate(r):
         if r.get("failed") or any(r["errors"]) or len(r["files_per_s"]) < 2:

@@ -31,6 +31,12 @@ for c in $cmds; do
 done
 expect "dsfs --log-level <TAB>" debug "$(offered --log-level "")"
 expect "after a global flag" mount "$(offered -v "")"
+top_flags=$(offered -)
+for f in $("$dsfs" --help | sed -n '/^Options:/,/^$/p' | grep -oE '^  -[^ ]+' | tr ',' '\n' | sed 's/^ *//'); do
+  expect "dsfs -<TAB>" "$f" "$top_flags"
+done
+expect "dsfs help <TAB>" mount "$(offered help "")"
+expect "dsfs help cache <TAB>" gc "$(offered help cache "")"
 
 opts=$(offered mount -o "")
 for o in $("$dsfs" mount --help | sed -n '/^Mount options/,/^[^ ]/p' | grep -oE '^  [a-z0-9_]+'); do

@@ -18,7 +18,10 @@ man-db is missing); then:
     `dsfs mount --help` in the mount entry;
   - and the other way: every option that dsfs(1)'s command sections and usage.md's entries
     name exists in that command's --help (or the global one), and every mount option that
-    mount.fuse.dsfs(8) or usage.md defines exists in `dsfs mount --help`.
+    mount.fuse.dsfs(8) or usage.md defines exists in `dsfs mount --help`;
+  - where a command's --help says what -q or -f does in the words of CLAIMS ("print nothing on
+    success", "empty directory"), that option's entry in its dsfs(1) section and in usage.md
+    says it too (pack --help and the pages said -q only hid the progress bar).
 One line per problem; exit status 1 if any, 77 (skipped) when the pages were not built.
 """
 import os
@@ -137,6 +140,37 @@ def usage_entries(usage_md):
     return entries
 
 
+# (option as --help lists it, as the pages write it, what it says): said by --help, said by the pages.
+CLAIMS = [("-q,--quiet", "-q, --quiet", "nothing on success"),
+          ("-f,--force", "-f, --force", "empty directory")]
+
+
+def flat(text):
+    return re.sub(r"\s+", " ", text).lower()
+
+
+def help_says(help_text, flag, words):
+    m = re.search(r"^\s+" + re.escape(flag) + r"\b.*$", help_text, re.M)
+    return m is not None and words in flat(m.group(0))
+
+
+def entry_of(text, flag):
+    """The paragraph of `flag` in a man page section or a usage.md entry: its line and the
+    more indented lines after it."""
+    m = re.search(r"^( +)" + re.escape(flag) + r"\b.*\n((?:\1 +\S.*\n)*)", text, re.M)
+    return flat(m.group(0)) if m else None
+
+
+def check_claims(where, cmd, help_text, text, problems):
+    for flag, written, words in CLAIMS:
+        if not help_says(help_text, flag, words):
+            continue
+        entry = entry_of(text, written)
+        if entry is not None and words not in entry:
+            problems.append(f"{where}: dsfs {cmd} {written} does not say '{words}', as "
+                            f"dsfs {cmd} --help does")
+
+
 def check_usage(dsfs, usage_md, top, problems):
     entries = usage_entries(usage_md)
     if not entries:
@@ -152,6 +186,7 @@ def check_usage(dsfs, usage_md, top, problems):
             problems.append(f"docs/usage.md: no entry for command {cmd}")
             continue
         _, sub, _ = run([dsfs, cmd, "--help"])
+        check_claims("docs/usage.md", cmd, sub, text, problems)
         opts = set(command_options(dsfs, cmd, sub))
         for opt in opts - {"-h", "--help"}:
             if not has_word(text, opt):
@@ -212,6 +247,7 @@ def main():
             problems.append(f"dsfs(1): no section for command {cmd}")
             continue
         cmd_opts = command_options(dsfs, cmd, sub)
+        check_claims("dsfs(1)", cmd, sub, bodies[cmd], problems)
         for opt in cmd_opts:
             if opt in ("-h", "--help"):
                 continue  # GLOBAL OPTIONS says every command takes them

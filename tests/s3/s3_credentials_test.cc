@@ -41,7 +41,8 @@ class S3CredentialsTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(server_->ok()) << server_->error();
     for (const char* name :
-         {"lifetime", "web_token", "container_token", "sts_fail", "revoke_early"}) {
+         {"lifetime", "web_token", "container_token", "sts_fail", "revoke_early", "expiration",
+          "sts_status", "imds_role"}) {
       server_->Remove(name);
     }
     // Nothing of the machine's own AWS setup: only what each test sets.
@@ -215,6 +216,43 @@ TEST_F(S3CredentialsTest, Ec2InstanceMetadataV2AndItsOffSwitch) {
   EXPECT_NE(st.ToString().find("none found"), std::string::npos) << st.ToString();
   EXPECT_NE(st.ToString().find("s3_anonymous"), std::string::npos) << st.ToString();
   EXPECT_EQ(server_->Issued("imds"), before + 1);
+}
+
+// STS's answer is taken only with HTTP 200: a 500 that carries <Credentials> is a failure.
+TEST_F(S3CredentialsTest, StsCredentialsOnlyFromHttp200) {
+  WebIdentityEnv();
+  server_->Set("sts_status", "500");
+  AwsSettings s;
+  Status st = LoadAwsSettings(&s);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.ToString().find("HTTP 500"), std::string::npos) << st.ToString();
+}
+
+// Keys that arrive already expired (the source's clock behind ours, or ours ahead): the chain
+// says so in one line naming the clock, instead of handing out keys every request refuses.
+TEST_F(S3CredentialsTest, KeysThatArriveExpiredNameTheClock) {
+  WebIdentityEnv();
+  server_->Set("expiration", "2001-01-01T00:00:00Z");
+  AwsSettings s;
+  Status st = LoadAwsSettings(&s);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.ToString().find("clock"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.ToString().find("2001-01-01T00:00:00Z"), std::string::npos) << st.ToString();
+  EXPECT_EQ(st.ToString().find('\n'), std::string::npos) << st.ToString();
+}
+
+// What IMDS says is printed printable: a role name with a newline and an escape sequence
+// (that the endpoint then does not know) forges no log line and sends the terminal nothing.
+TEST_F(S3CredentialsTest, ImdsRoleNameInAMessageIsPrintable) {
+  env_.Set("AWS_EC2_METADATA_SERVICE_ENDPOINT", server_->endpoint().c_str());
+  env_.Set("AWS_EC2_METADATA_DISABLED", nullptr);
+  server_->Set("imds_role", "evil\x1b[2Jrole\r forged");
+  AwsSettings s;
+  Status st = LoadAwsSettings(&s);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.ToString().find("HTTP 404"), std::string::npos) << st.ToString();
+  EXPECT_EQ(st.ToString().find_first_of("\r\n\x1b"), std::string::npos) << Printable(st.ToString());
+  EXPECT_NE(st.ToString().find("evil\\033[2Jrole"), std::string::npos) << st.ToString();
 }
 
 // Keys living 3 s: reads go on for 4 s, across a refresh, and none fails.

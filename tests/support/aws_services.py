@@ -18,8 +18,11 @@ One HTTP(S) server speaks, by path:
                                            expiry, 403 otherwise), except GETs and HEADs of
                                            buckets named public-*, which may be unsigned
 Issued credentials live STATE/lifetime seconds (default 3600), read at each issue (and are
-refused STATE/revoke_early seconds before that, default 0). If
-STATE/sts_fail exists every credential service answers 503. The root key (long-term):
+refused STATE/revoke_early seconds before that, default 0); STATE/expiration, if it exists, is
+the Expiration announced instead (a source whose clock is behind). If STATE/sts_fail exists
+every credential service answers 503; STATE/sts_status is the HTTP status of STS's answers
+that carry credentials (default 200); STATE/imds_role is the role name IMDS gives (default
+dsfs-role). The root key (long-term):
 AKIDROOTDSFS / rootsecretDSFS. STATE/issued gets one line per issue ("SOURCE ACCESS_KEY_ID")
 STATE/secrets their secrets and tokens (one a line, for the tests that look for leaks),
 and STATE/s3 one per S3 request ("METHOD PATH KEY_ID|anonymous STATUS").
@@ -78,7 +81,7 @@ def issue(source):
     append("issued", f"{source} {akid}")
     append("secrets", f"{secret}\n{token}")
     stamp = datetime.datetime.fromtimestamp(expires, datetime.timezone.utc)
-    return akid, secret, token, stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return akid, secret, token, state_text("expiration", stamp.strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
 def sha256(data):
@@ -159,7 +162,8 @@ class Handler(hostile_s3.Handler):
                f"<SecretAccessKey>{secret}</SecretAccessKey><Expiration>{exp}</Expiration>"
                f"<AccessKeyId>{akid}</AccessKeyId></Credentials></{action}Result>"
                f"<ResponseMetadata><RequestId>1</RequestId></ResponseMetadata></{action}Response>")
-        self.answer(200, xml.encode(), {"Content-Type": "text/xml"})
+        self.answer(int(state_text("sts_status", "200")), xml.encode(),
+                    {"Content-Type": "text/xml"})
 
     def credentials_json(self, source, imds):
         if state_text("sts_fail") is not None:
@@ -201,7 +205,7 @@ class Handler(hostile_s3.Handler):
             if not ok:
                 self.answer(401, b"")
             elif path == "/latest/meta-data/iam/security-credentials/":
-                self.answer(200, b"dsfs-role")
+                self.answer(200, state_text("imds_role", "dsfs-role").encode())
             elif path == "/latest/meta-data/iam/security-credentials/dsfs-role":
                 self.credentials_json("imds", True)
             else:

@@ -48,6 +48,12 @@ CliRun Dsfs(const std::vector<std::string>& args) {
   return {code, out.str(), err.str()};
 }
 
+std::string Joined(std::vector<std::string> words) {
+  std::string s;
+  for (const auto& w : words) s += (s.empty() ? "" : " ") + w;
+  return s;
+}
+
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -156,7 +162,9 @@ TEST_F(CliTest, GlobalOptionsAreTakenAfterTheSubcommand) {
   }
   CliRun r = Dsfs({"ls", store_, "--log-level", "loud"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "dsfs: error: unknown log level 'loud'\n");
+  EXPECT_EQ(r.err,
+            "dsfs: error: unknown log level 'loud' (one of trace, debug, info, warn, error, "
+            "off)\n");
   r = Dsfs({"ls", store_, "--loud"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(LineCount(r.err), 1) << r.err;
@@ -419,6 +427,61 @@ TEST(MountOptionParseTest, ParsesEveryOption) {
   }
 }
 
+// A fresh machine has no cache_dir yet: dsfs cache ls lists nothing, gc frees nothing, both
+// exit 0. A DIR given that is not there is still an error.
+TEST(CacheCommandTest, NoCacheDirYetListsNothing) {
+  TempDir dir;
+  testing::ScopedEnv env;
+  env.Set("XDG_CACHE_HOME", (dir / "fresh").c_str());
+  CliRun r = Dsfs({"cache", "ls"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out, "0 cache(s), 0 B in " + (dir / "fresh/dsfs") + "\n");
+  r = Dsfs({"cache", "gc"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "0 B freed in " + (dir / "fresh/dsfs") + "\n");
+  EXPECT_FALSE(std::filesystem::exists(dir / "fresh"));
+  for (const char* cmd : {"ls", "gc"}) {
+    r = Dsfs({"cache", cmd, dir / "typo"});
+    EXPECT_EQ(r.code, 1) << cmd;
+    EXPECT_NE(r.err.find("no such cache directory"), std::string::npos) << r.err;
+  }
+}
+
+// A URL of a scheme dsfs does not read is named as such, not "No such file or directory".
+TEST(CliUsageTest, UnsupportedUrlSchemesAreNamed) {
+  TempDir dir;
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"mount", "https://example.com/s.db", dir.path()},
+                                             {"ls", "https://example.com/s.db"},
+                                             {"info", "gs://bucket/s"},
+                                             {"verify", "file:///data/s.db"},
+                                             {"add", "http://x/s.db", dir.path()}}) {
+    CliRun r = Dsfs(args);
+    EXPECT_EQ(r.code, 1) << Joined(args);
+    EXPECT_EQ(LineCount(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("' is not supported: a store is a local path or s3://BUCKET/PREFIX"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.err.find("No such file"), std::string::npos) << r.err;
+  }
+  std::ostringstream out, err;
+  EXPECT_EQ(MountHelperMain("mount.fuse.dsfs", {"https://x/s.db", dir.path()}, out, err), 32);
+  EXPECT_NE(err.str().find("URL scheme 'https' is not supported"), std::string::npos) << err.str();
+  // Not a scheme, or a local path that is there after all: opened as ever.
+  EXPECT_TRUE(CheckStoreScheme("s3://bucket/prefix").ok());
+  EXPECT_TRUE(CheckStoreScheme(dir / "a://b").ok());
+  EXPECT_TRUE(CheckStoreScheme("relative/a://b").ok());
+  EXPECT_TRUE(CheckStoreScheme("://x").ok());
+  ASSERT_TRUE(std::filesystem::create_directories(dir / "x:"));
+  WriteFile(dir / "x:/s.db", "x");
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  EXPECT_TRUE(CheckStoreScheme("x://s.db").ok());
+  EXPECT_FALSE(CheckStoreScheme("x://t.db").ok());
+  std::filesystem::current_path(cwd);
+}
+
 TEST(StatsCommandTest, NotAMount) {
   TempDir dir;
   CliRun r = Dsfs({"stats", dir.path()});
@@ -569,7 +632,9 @@ TEST(MountOptionParseTest, BadLogLevelsAreOneLineUsageErrors) {
       << r.err;
   r = Dsfs({"--log-level", "loud", "info", dir / "s.db"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "dsfs: error: unknown log level 'loud'\n");
+  EXPECT_EQ(r.err,
+            "dsfs: error: unknown log level 'loud' (one of trace, debug, info, warn, error, "
+            "off)\n");
 }
 
 TEST(CliUsageTest, CatReportsWriteErrorsAndPackBoundsThreads) {
@@ -1068,6 +1133,193 @@ TEST(HelpTest, HelpTellsHowToRunItAsAService) {
         "log_level=",  "log_file=",     "status_interval=", "debug",       "NOTIFY_SOCKET",
         "READY=1",     "STOPPING=1",    "SIGHUP",           "SIGTERM",     "fuse.dsfs"}) {
     EXPECT_NE(r.out.find(needle), std::string::npos) << needle << " not in:\n" << r.out;
+  }
+}
+
+// The commands of `dsfs --help` ("pack", ..., "cache ls", "cache gc"): each with its --help.
+std::vector<std::vector<std::string>> EveryCommand() {
+  std::vector<std::vector<std::string>> cmds;
+  auto names = [](const std::string& help) {
+    std::vector<std::string> found;
+    std::istringstream in(help.substr(help.find("Subcommands:\n") + 13));
+    std::string line;
+    while (std::getline(in, line) && line.rfind("  ", 0) == 0) {
+      found.push_back(line.substr(2, line.find(' ', 2) - 2));
+    }
+    return found;
+  };
+  for (const std::string& cmd : names(Dsfs({"--help"}).out)) {
+    cmds.push_back({cmd});
+    if (cmd == "cache") {
+      for (const std::string& sub : names(Dsfs({"cache", "--help"}).out))
+        cmds.push_back({cmd, sub});
+    }
+  }
+  return cmds;
+}
+
+// The nine lines on running dsfs as a service are dsfs's own help and mount's, not every
+// command's.
+TEST(HelpTest, OnlyDsfsAndMountHelpTellHowToRunItAsAService) {
+  const auto cmds = EveryCommand();
+  ASSERT_GE(cmds.size(), 14u);
+  EXPECT_NE(Dsfs({"--help"}).out.find("Running as a service"), std::string::npos);
+  for (auto cmd : cmds) {
+    cmd.push_back("--help");
+    CliRun r = Dsfs(cmd);
+    EXPECT_EQ(r.code, 0) << Joined(cmd);
+    EXPECT_EQ(r.out.find("Running as a service") != std::string::npos, cmd[0] == "mount")
+        << Joined(cmd);
+  }
+}
+
+// Every positional argument of every command says what it is (ls's STORE said only "TEXT").
+TEST(HelpTest, EveryPositionalIsDescribed) {
+  int seen = 0;
+  for (auto cmd : EveryCommand()) {
+    cmd.push_back("--help");
+    const std::string help = Dsfs(cmd).out;
+    const size_t at = help.find("Positionals:\n");
+    if (at == std::string::npos) continue;
+    std::istringstream in(help.substr(at + 13));
+    std::string line;
+    while (std::getline(in, line) && line.rfind("  ", 0) == 0) {
+      ++seen;
+      // "  STORE TEXT REQUIRED  a store: ...": past the name and CLI11's upper-case type words,
+      // a description in lower case.
+      std::istringstream words(line);
+      std::string name, word, rest;
+      words >> name;
+      bool described = false;
+      while (words >> word) {
+        if (std::any_of(word.begin(), word.end(), [](char c) { return std::islower(c); })) {
+          described = true;
+        }
+      }
+      EXPECT_TRUE(described) << Joined(cmd) << ": " << line;
+    }
+  }
+  EXPECT_GE(seen, 20);
+}
+
+// dsfs help [COMMAND [SUBCOMMAND]] prints what --help does; a name that is no command is one
+// line naming it.
+TEST(HelpTest, HelpCommandPrintsTheCommandsHelp) {
+  CliRun r = Dsfs({"help"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, Dsfs({"--help"}).out);
+  EXPECT_NE(r.out.find("dsfs help COMMAND"), std::string::npos) << r.out;
+  for (auto cmd : EveryCommand()) {
+    std::vector<std::string> help = {"help"};
+    help.insert(help.end(), cmd.begin(), cmd.end());
+    r = Dsfs(help);
+    cmd.push_back("--help");
+    EXPECT_EQ(r.code, 0) << Joined(help) << ": " << r.err;
+    EXPECT_EQ(r.out, Dsfs(cmd).out) << Joined(help);
+    EXPECT_NE(r.out.find("Usage: dsfs " + cmd[0]), std::string::npos) << r.out;
+  }
+  for (const auto& [args, line] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"help", "bogus"}, "dsfs: error: unknown command 'bogus' (see dsfs --help)\n"},
+           {{"help", "cache", "bogus"},
+            "dsfs: error: unknown command 'cache bogus' (see dsfs cache --help)\n"},
+           {{"help", "ls", "x"}, "dsfs: error: unknown command 'ls x' (see dsfs ls --help)\n"},
+           // Never an escape sequence to the terminal.
+           {{"help", "\033[2J"}, "dsfs: error: unknown command '\\033[2J' (see dsfs --help)\n"},
+           {{"\033[2J"}, "dsfs: error: unknown command '\\033[2J' (see dsfs --help)\n"}}) {
+    r = Dsfs(args);
+    EXPECT_EQ(r.code, 2) << Joined(args);
+    EXPECT_EQ(r.err, line);
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+// A usage error points to the help of the command it is about.
+TEST(HelpTest, UsageErrorsPointToTheCommandsHelp) {
+  for (const auto& [args, line] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"mount"}, "dsfs: error: STORE is required (see dsfs mount --help)\n"},
+           {{"ls"}, "dsfs: error: STORE is required (see dsfs ls --help)\n"},
+           {{"cache", "gc", "--keep-days", "-1"}, "(see dsfs cache gc --help)\n"},
+           {{"pack", "a", "b", "--bogus"}, "(see dsfs pack --help)\n"},
+           {{"frobnicate"}, "dsfs: error: unknown command 'frobnicate' (see dsfs --help)\n"}}) {
+    CliRun r = Dsfs(args);
+    EXPECT_EQ(r.code, 2) << Joined(args);
+    EXPECT_EQ(LineCount(r.err), 1) << r.err;
+    EXPECT_TRUE(r.err.size() >= line.size() &&
+                r.err.compare(r.err.size() - line.size(), line.size(), line) == 0)
+        << r.err;
+  }
+}
+
+// The mount options (as dsfs mount --help lists them), one per line "  name=...".
+std::vector<std::string> HelpMountOptions() {
+  const std::string help = Dsfs({"mount", "--help"}).out;
+  std::istringstream in(help.substr(help.find("Mount options")));
+  std::string line;
+  std::getline(in, line);
+  std::vector<std::string> names;
+  while (std::getline(in, line) && line.rfind("  ", 0) == 0) {
+    if (line.size() < 3 || !std::islower(static_cast<unsigned char>(line[2]))) continue;
+    std::string term = line.substr(2, line.find(' ', 2) - 2);  // uid=N,gid=N
+    for (size_t pos = 0; pos <= term.size();) {
+      size_t comma = std::min(term.find(',', pos), term.size());
+      std::string item = term.substr(pos, comma - pos);
+      names.push_back(item.substr(0, item.find_first_of("=[")));
+      pos = comma + 1;
+    }
+  }
+  return names;
+}
+
+// An unknown or malformed value says what is accepted: the mount options' names, how a size
+// is written, the log levels.
+TEST(HelpTest, ErrorsListWhatIsAccepted) {
+  TempDir dir;
+  const auto options = HelpMountOptions();
+  ASSERT_GE(options.size(), 25u);
+  CliRun r = Dsfs({"mount", "-o", "bogus=1", dir / "s.db", dir.path()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(LineCount(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("unknown mount option 'bogus=1'"), std::string::npos) << r.err;
+  for (const std::string& name : options) {
+    EXPECT_NE(r.err.find(" " + name + (name == "ro" ? ";" : ",")), std::string::npos)
+        << name << " not in: " << r.err;
+  }
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"mount", "-o", "cache_size=lots", dir / "s.db", dir.path()},
+           {"mount", "-o", "cache_disk=8Q", dir / "s.db", dir.path()},
+           {"pack", "--dict-size", "lots", dir.path(), dir / "s.db"}}) {
+    r = Dsfs(args);
+    EXPECT_EQ(r.code, 2) << Joined(args);
+    EXPECT_EQ(LineCount(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("not a size"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("4096, 64K, 256KiB, 1M, 8G"), std::string::npos) << r.err;
+  }
+  r = Dsfs({"--log-level", "loud", "ls", dir / "s.db"});
+  EXPECT_EQ(r.code, 2);
+  for (const char* level : {"trace", "debug", "info", "warn", "error", "off"}) {
+    EXPECT_NE(r.err.find(level), std::string::npos) << r.err;
+  }
+  SetLogLevel("warn");
+}
+
+// pack's (and the others') help says what -f and -q do: -f replaces only a store or an empty
+// directory (ForceReplacesOnlyAStoreOrAnEmptyDirectory), -q prints nothing on success
+// (QuietPrintsNothingOnSuccess).
+TEST(HelpTest, ForceAndQuietSayWhatTheyDo) {
+  auto option_line = [](const std::string& help, const std::string& flag) {
+    size_t at = help.find("\n  " + flag);
+    if (at == std::string::npos) return std::string();
+    size_t end = help.find("\n  -", at + 1);
+    return help.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  };
+  for (const char* cmd : {"pack", "convert"}) {
+    const std::string force = option_line(Dsfs({cmd, "--help"}).out, "-f,--force");
+    EXPECT_NE(force.find("a dsfs store or an empty directory"), std::string::npos) << force;
+    EXPECT_EQ(force.find("overwrite"), std::string::npos) << force;
+  }
+  for (const char* cmd : {"pack", "add", "convert", "push", "verify", "warmup"}) {
+    const std::string quiet = option_line(Dsfs({cmd, "--help"}).out, "-q,--quiet");
+    EXPECT_NE(quiet.find("print nothing on success"), std::string::npos) << cmd << ": " << quiet;
   }
 }
 

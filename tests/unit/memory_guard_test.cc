@@ -70,6 +70,70 @@ TEST(MemoryWatchTest, UsedIsUsageLessFilePages) {
       (MemoryWatch{MemoryWatch::Kind::kCgroupV2, root.path() + "/none"}.ReadUsedBytes(&used)));
 }
 
+TEST(MemoryWatchTest, ReclaimableKernelMemoryCountsAsReclaimable) {
+  // Issue 40 point 5: at store+64M the inode and dentry slab of the files read (26-38 MB)
+  // was counted as memory the kernel cannot reclaim, and squeezed the RAM cache to ~5 MB.
+  TempDir root;
+  const std::string v1 = root.path() + "/v1", v2 = root.path() + "/v2",
+                    proc = root.path() + "/proc";
+  WriteFile(v2 + "/memory.current", "100000000\n");
+  WriteFile(v2 + "/memory.stat",
+            "anon 30000000\nfile 40000000\nactive_file 25000000\ninactive_file 15000000\n"
+            "slab_reclaimable 26000000\nslab_unreclaimable 4000000\nslab 30000000\n");
+  MemoryWatch w{MemoryWatch::Kind::kCgroupV2, v2};
+  uint64_t used = 0;
+  ASSERT_TRUE(w.ReadUsedBytes(&used));
+  EXPECT_EQ(used, 34000000u);  // 100 less 40 of file pages and 26 of reclaimable slab
+  // A kernel before slab_reclaimable (4.14): file pages only.
+  WriteFile(v2 + "/memory.stat", "active_file 25000000\ninactive_file 15000000\n");
+  ASSERT_TRUE(w.ReadUsedBytes(&used));
+  EXPECT_EQ(used, 60000000u);
+
+  // v1 has no slab figures: its kernel memory in the system's reclaimable share.
+  WriteFile(v1 + "/memory.usage_in_bytes", "100000000\n");
+  WriteFile(v1 + "/memory.stat", "total_active_file 25000000\ntotal_inactive_file 15000000\n");
+  WriteFile(v1 + "/memory.kmem.usage_in_bytes", "32000000\n");
+  WriteFile(proc + "/meminfo",
+            "MemTotal: 8000000 kB\nSlab:  700 kB\nSReclaimable: 600 kB\nSUnreclaim: 100 kB\n"
+            "KernelStack: 60 kB\nPageTables: 40 kB\n");
+  w = MemoryWatch{MemoryWatch::Kind::kCgroupV1, v1, proc};
+  ASSERT_TRUE(w.ReadUsedBytes(&used));
+  EXPECT_EQ(used, 36000000u);  // 100 - 40 - 32 x 600 / 800
+  // Without the kmem counter (cgroup.memory=nokmem) or meminfo: file pages only.
+  ::unlink((v1 + "/memory.kmem.usage_in_bytes").c_str());
+  ASSERT_TRUE(w.ReadUsedBytes(&used));
+  EXPECT_EQ(used, 60000000u);
+  WriteFile(v1 + "/memory.kmem.usage_in_bytes", "32000000\n");
+  w.proc = root.path() + "/none";
+  ASSERT_TRUE(w.ReadUsedBytes(&used));
+  EXPECT_EQ(used, 60000000u);
+  // The watch of a limit reads meminfo under the same root.
+  MemoryLimit limit{256 * kMiB, "cgroup v1 /v1/memory.limit_in_bytes"};
+  EXPECT_EQ(MemoryWatch::For(limit, root.path()).proc, proc);
+  ASSERT_TRUE(MemoryWatch::For(limit, root.path()).ReadUsedBytes(&used));
+  EXPECT_EQ(used, 36000000u);
+}
+
+TEST(MemoryWatchTest, FilePagesNotWrittenBackAreNotReclaimable) {
+  TempDir root;
+  const std::string v1 = root.path() + "/v1", v2 = root.path() + "/v2";
+  WriteFile(v1 + "/memory.usage_in_bytes", "100000000\n");
+  WriteFile(v1 + "/memory.stat",
+            "dirty 1\ntotal_active_file 25000000\ntotal_inactive_file 15000000\n"
+            "total_dirty 12000000\ntotal_writeback 3000000\n");
+  MemoryWatch w{MemoryWatch::Kind::kCgroupV1, v1};
+  uint64_t used = 0;
+  ASSERT_TRUE(w.ReadUsedBytes(&used));
+  EXPECT_EQ(used, 75000000u);  // 100 less the 25 of the 40 of file pages that are clean
+  WriteFile(v2 + "/memory.current", "100000000\n");
+  WriteFile(v2 + "/memory.stat",
+            "active_file 25000000\ninactive_file 15000000\nfile_dirty 50000000\n"
+            "file_writeback 0\n");
+  w = MemoryWatch{MemoryWatch::Kind::kCgroupV2, v2};
+  ASSERT_TRUE(w.ReadUsedBytes(&used));
+  EXPECT_EQ(used, 100000000u);  // never more than the usage
+}
+
 TEST(MemoryGuardPolicyTest, ShedsWhatIsOverDownToAFloorAndRaisesBackSlowly) {
   const uint64_t limit = 256 * kMiB, cache = 64 * kMiB;
   MemoryGuardPolicy p(limit, cache);

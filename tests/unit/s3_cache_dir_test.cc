@@ -107,6 +107,47 @@ TEST_F(S3CacheDirTest, GcRemovesOldCachesAndStaleStoresOnly) {
   EXPECT_FALSE(std::filesystem::exists(Cache(kB) + "/" + kIdA));
 }
 
+uint64_t AllocatedBytes(const std::string& path) {
+  struct stat st;
+  EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path;
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
+// A file with another hard link frees nothing when gc unlinks it: "freed" counts only the
+// blocks that really went, in a dry run as in a real one.
+TEST_F(S3CacheDirTest, GcCountsNoBlocksOfAHardLinkedFile) {
+  MakeCache(Cache(kA), kIdA, 40);
+  MakeCache(Cache(kB), kIdA, 1);
+  WriteFile(Cache(kB) + "/" + kIdOld + "/000000", std::string(16384, 'o'));
+  const std::string linked = Cache(kA) + "/" + kIdA + "/000000";
+  ASSERT_EQ(::link(linked.c_str(), (dir_ / "kept").c_str()), 0);
+  ASSERT_EQ(::link((Cache(kB) + "/" + kIdOld + "/000000").c_str(), (dir_ / "kept2").c_str()), 0);
+  ASSERT_GT(AllocatedBytes(linked), 0u);
+  uint64_t expected = 0;
+  for (const char* f : {"meta", "lock", "index"}) expected += AllocatedBytes(Cache(kA) + "/" + f);
+  expected += AllocatedBytes(Cache(kA) + "/" + kIdA + "/000001");
+
+  std::vector<S3CacheGcResult> results;
+  S3CacheGcOptions dry;
+  dry.dry_run = true;
+  ASSERT_TRUE(GcS3Caches(cache_, dry, &results).ok());
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].freed_bytes, expected);
+  EXPECT_EQ(results[1].action, "would remove stale stores");
+  EXPECT_EQ(results[1].freed_bytes, 0u);
+  ASSERT_TRUE(GcS3Caches(cache_, S3CacheGcOptions{}, &results).ok());
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].action, "removed") << results[0].why;
+  EXPECT_EQ(results[0].freed_bytes, expected);
+  EXPECT_FALSE(std::filesystem::exists(Cache(kA)));
+  EXPECT_EQ(results[1].action, "removed stale stores") << results[1].why;
+  EXPECT_EQ(results[1].freed_bytes, 0u);
+  EXPECT_FALSE(std::filesystem::exists(Cache(kB) + "/" + kIdOld));
+  // The other links keep the blocks.
+  EXPECT_EQ(ReadFile(dir_ / "kept"), std::string(8192, 'x'));
+  EXPECT_EQ(ReadFile(dir_ / "kept2"), std::string(16384, 'o'));
+}
+
 TEST_F(S3CacheDirTest, GcNeverTouchesACacheWhoseLockIsHeld) {
   MakeCache(Cache(kA), kIdA, 400);
   int fd = ::open((Cache(kA) + "/lock").c_str(), O_RDONLY | O_CLOEXEC);

@@ -187,6 +187,21 @@ void ImageOptionsFor(Filesystem* fs, erofs::ImageOptions* io,
   io->fragment_max_bytes = std::min<uint64_t>(kFragmentMaxBytes, fs->store().header().chunk_bytes);
 }
 
+// Kernel memory per inode read through EROFS (its inode and dentry), charged to the limit.
+constexpr uint64_t kKernelBytesPerInode = 512;
+
+// Whether a compressed image works inside `limit`: the kernel decodes a whole group into the
+// packed inode's pages for any one of its files, so unless all of them (the small files' bytes)
+// stay cached beside the image (its frames, in the RAM cache), and the kernel's inodes, each
+// read of a file decodes its group again and drops other groups' pages. 150,000 photo crops
+// (141 MB decoded, a 73 MB image; 291 MB by this sum) read at 26-31k files/s in 307 MB (the
+// uncompressed image: 20-24k), 5-6k in 241 MB and 0.7-1.2k in 121 MB (7k) (docs/kernel.md).
+bool CompressedImageFits(const erofs::Image& image, const MemoryLimit& limit) {
+  return image.packed_bytes() + image.size_bytes() +
+             kKernelBytesPerInode * image.inode_count() <=
+         limit.bytes;
+}
+
 }  // namespace
 
 std::string KernelCompressedImageMissing() {
@@ -289,6 +304,15 @@ Status KernelMount::Mount(Filesystem* fs, ByteCache* cache, const std::string& m
     built = erofs::Image::Build(km->tree_.get(), io, &km->image_);
   }
   DSFS_RETURN_IF_ERROR(built);
+  if (km->image_->compressed() && !CompressedImageFits(*km->image_, limit)) {
+    Log()->info(
+        "-o kernel: an uncompressed image: the compressed one's small files ({} bytes decoded) "
+        "and image ({} bytes) do not fit in the memory limit of {}",
+        km->image_->packed_bytes(), km->image_->size_bytes(), limit.ToString());
+    io.packed = nullptr;
+    km->packed_.reset();
+    DSFS_RETURN_IF_ERROR(erofs::Image::Build(km->tree_.get(), io, &km->image_));
+  }
   // Inline data only where EROFS reads the image through its page cache: with directio (or a
   // loop device) the metadata still comes through a page cache, a page per request and no
   // readahead, beside the files' own pages: 20,000 photo crops at half their footprint read
@@ -358,10 +382,11 @@ Status KernelMount::Mount(Filesystem* fs, ByteCache* cache, const std::string& m
   // the image's page cache the readahead has stored whole directories. So directio only where
   // the image does not fit twice beside the RAM cache in the memory limit; older kernels refuse
   // the option (EINVAL): mounted without it.
-  // A compressed image never: its pclusters would then be read by EROFS on every miss of the
-  // packed inode's pages, where through the image's page cache a miss costs only the kernel's
-  // decode of compressed bytes it keeps (docs/kernel.md, "directio").
-  const bool want_directio = !image.compressed() && !fits_twice(image);
+  // A compressed image always: the daemon's RAM cache holds the groups' frames it serves
+  // (Store::ReadKernelFrame), so a copy in the image's page cache would only take room from the
+  // packed inode's decoded pages; measured on 150,000 photo crops at half their footprint,
+  // 26-31k files/s with directio against 11k without (docs/kernel.md).
+  const bool want_directio = image.compressed() || !fits_twice(image);
   std::string& loop = km->loop_;
   if (!options.loop) {
     server.SetPageCacheReader(true);  // EROFS reads the superblock already during mount(2)

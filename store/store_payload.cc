@@ -489,12 +489,37 @@ Status GetKernelGroup(KvReader* kv, uint64_t serial, uint64_t last_id, PinnedVal
 
 }  // namespace
 
+Status Store::KernelGroupOf(uint64_t last_id, ByteCache::Value* pin, PinnedValue* v,
+                            PayloadView* p) const {
+  if (cache_) {
+    if (ByteCache::Value c = cache_->Get(frame_cache_id_, last_id)) {
+      p->codec = Codec::kZstdFrame;
+      p->raw_bytes = DecodeFixed32(c->data());
+      p->stored = std::string_view(*c).substr(4);
+      p->index_bytes = 4 + 4 * DecodeFixed32(p->stored.data());
+      *pin = std::move(c);
+      return Status::OK();
+    }
+  }
+  DSFS_RETURN_IF_ERROR(GetKernelGroup(kv_.get(), serial_, last_id, v, p)
+                           .WithContext("payload group " + std::to_string(last_id)));
+  NoteBackendRead(v->size());
+  if (cache_) {
+    auto c = std::make_shared<std::string>();
+    c->reserve(4 + p->stored.size());
+    PutFixed32(c.get(), p->raw_bytes);
+    c->append(p->stored);
+    cache_->Insert(frame_cache_id_, last_id, std::move(c));
+  }
+  return Status::OK();
+}
+
 Status Store::ReadKernelFrame(const KernelGroup& g, uint64_t offset, size_t len,
                               char* dst) const {
+  ByteCache::Value pin;
   PinnedValue v;
   PayloadView p;
-  DSFS_RETURN_IF_ERROR(GetKernelGroup(kv_.get(), serial_, g.last_id, &v, &p)
-                           .WithContext("payload group " + std::to_string(g.last_id)));
+  DSFS_RETURN_IF_ERROR(KernelGroupOf(g.last_id, &pin, &v, &p));
   const std::string_view frame = p.stored.substr(p.index_bytes);
   if (frame.size() != g.frame_bytes || p.raw_bytes - p.index_bytes != g.records_bytes ||
       p.index_bytes != 4 + 4ull * g.count) {
@@ -504,7 +529,6 @@ Status Store::ReadKernelFrame(const KernelGroup& g, uint64_t offset, size_t len,
   if (offset > frame.size() || len > frame.size() - offset) {
     return Status::InvalidArgument("read past a group's frame");
   }
-  NoteBackendRead(len);
   std::memcpy(dst, frame.data() + offset, len);
   return Status::OK();
 }
@@ -516,9 +540,10 @@ Status Store::KernelRecordOffset(uint64_t id, uint64_t* last_id, uint64_t* offse
     return Status::Corruption("payload record missing");
   }
   DSFS_RETURN_IF_ERROR(s);
+  ByteCache::Value pin;
   PinnedValue v;
   PayloadView p;
-  DSFS_RETURN_IF_ERROR(GetKernelGroup(kv_.get(), serial_, *last_id, &v, &p));
+  DSFS_RETURN_IF_ERROR(KernelGroupOf(*last_id, &pin, &v, &p));
   const uint32_t count = DecodeFixed32(p.stored.data());
   if (*last_id - id >= count) return Status::Corruption("payload group does not hold its record");
   const uint32_t i = count - 1 - static_cast<uint32_t>(*last_id - id);

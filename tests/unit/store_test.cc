@@ -1,3 +1,4 @@
+#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_getFrameHeader: the kernel frames' window
 #include "store/store.h"
 
 #include <gtest/gtest.h>

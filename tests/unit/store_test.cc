@@ -875,6 +875,55 @@ TEST_P(StoreKernelFormatTest, GroupsAreKernelFramesOfTheRecordsInIdOrder) {
   }
 }
 
+// With a RAM cache, a group's verified frame and index come from the cache after its first read
+// (the kernel asks for both again whenever it dropped the pages made from them): the same bytes,
+// read from the cache, no group verified twice.
+TEST(StoreKernelFormatTest, KernelGroupsComeFromTheRamCacheAfterTheirFirstRead) {
+  TempDir dir;
+  for (int i = 0; i < 200; ++i) {
+    WriteFile(dir / ("src/f" + std::to_string(1000 + i)), TextBytes(700 + i * 37 % 3000, i));
+  }
+  PackOptions o;
+  o.group_bytes = 16 << 10;
+  o.dict_bytes = 0;
+  std::shared_ptr<MemTable> table;
+  std::unique_ptr<Store> plain;
+  ASSERT_TRUE(PackToMemory(dir / "src", o, &table, &plain).ok());
+  auto cache = std::make_shared<ByteCache>(64 << 20, 1);
+  std::unique_ptr<Store> store;
+  ASSERT_TRUE(Store::Open(NewMemReader(table), &store, cache).ok());
+  std::vector<Store::KernelGroup> groups;
+  ASSERT_TRUE(store->ForEachKernelGroup([&](const Store::KernelGroup& g) {
+    groups.push_back(g);
+    return Status::OK();
+  }).ok());
+  ASSERT_GT(groups.size(), 3u);
+  uint32_t ino;
+  InodeRecord r;
+  ASSERT_TRUE(store->LookupPath("f1100", &ino, &r).ok());
+  uint64_t first_last = 0, first_offset = 0;
+  ASSERT_TRUE(plain->KernelRecordOffset(r.data, &first_last, &first_offset).ok());
+  for (const Store::KernelGroup& g : groups) {
+    std::string want(g.frame_bytes, '\0');
+    ASSERT_TRUE(plain->ReadKernelFrame(g, 0, want.size(), want.data()).ok());
+    for (int round = 0; round < 3; ++round) {
+      std::string got(g.frame_bytes - 5, '\0');
+      ASSERT_TRUE(store->ReadKernelFrame(g, 5, got.size(), got.data()).ok());
+      EXPECT_EQ(got, want.substr(5)) << "group " << g.last_id << " round " << round;
+    }
+  }
+  EXPECT_EQ(cache->stats().misses, groups.size());
+  EXPECT_EQ(cache->stats().hits, 2 * groups.size());
+  uint64_t last_id = 0, offset = 0;
+  ASSERT_TRUE(store->KernelRecordOffset(r.data, &last_id, &offset).ok());
+  EXPECT_EQ(last_id, first_last);
+  EXPECT_EQ(offset, first_offset);
+  EXPECT_EQ(cache->stats().hits, 2 * groups.size() + 1);
+  // A read past the frame is refused from the cache as from the store.
+  std::string one(1, '\0');
+  EXPECT_FALSE(store->ReadKernelFrame(groups[0], groups[0].frame_bytes, 1, one.data()).ok());
+}
+
 // A store with a dictionary stays format 4: no kernel frames.
 TEST(StoreKernelFormatTest, WithADictionaryTheStoreIsFormat4) {
   TempDir dir;

@@ -187,15 +187,17 @@ void ImageOptionsFor(Filesystem* fs, erofs::ImageOptions* io,
   io->fragment_max_bytes = std::min<uint64_t>(kFragmentMaxBytes, fs->store().header().chunk_bytes);
 }
 
-// Kernel memory per inode read through EROFS (its inode and dentry), charged to the limit.
-constexpr uint64_t kKernelBytesPerInode = 512;
+// Kernel memory per inode read through EROFS (its inode, dentry and what else the cgroup's
+// kmem counts): 150,000 photo crops read in a cgroup charged 24-131 MB of it.
+constexpr uint64_t kKernelBytesPerInode = 1024;
 
 // Whether a compressed image works inside `limit`: the kernel decodes a whole group into the
 // packed inode's pages for any one of its files, so unless all of them (the small files' bytes)
 // stay cached beside the image (its frames, in the RAM cache), and the kernel's inodes, each
 // read of a file decodes its group again and drops other groups' pages. 150,000 photo crops
-// (141 MB decoded, a 73 MB image; 291 MB by this sum) read at 26-31k files/s in 307 MB (the
-// uncompressed image: 20-24k), 5-6k in 241 MB and 0.7-1.2k in 121 MB (7k) (docs/kernel.md).
+// (141 MB decoded, a 73 MB image; 368 MB by this sum) read at 8-31k files/s in 307 MB (the
+// uncompressed image: 20-24k), 5-6k in 241 MB and 0.7-1.2k in 121 MB (7k); 77-223k in 614 MB
+// (38-77k) (docs/kernel.md).
 bool CompressedImageFits(const erofs::Image& image, const MemoryLimit& limit) {
   return image.packed_bytes() + image.size_bytes() +
              kKernelBytesPerInode * image.inode_count() <=

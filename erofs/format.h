@@ -1,4 +1,4 @@
-// The EROFS on-disk structures dsfs writes (uncompressed images only), as the Linux kernel's
+// The EROFS on-disk structures dsfs writes, as the Linux kernel's
 // fs/erofs/erofs_fs.h and Documentation/filesystems/erofs.rst define them. All fields are
 // little-endian; dsfs only builds on little-endian hosts (checked below), so the structs are
 // filled in place. Internal to erofs/: the public interface is erofs/image.h.
@@ -25,6 +25,7 @@ inline constexpr uint16_t kInodeCompact = 0;
 inline constexpr uint16_t kInodeExtended = 1;
 inline constexpr uint16_t kLayoutFlatPlain = 0;   // data in consecutive blocks at raw_blkaddr
 inline constexpr uint16_t kLayoutFlatInline = 2;  // same, the last partial block after the inode
+inline constexpr uint16_t kLayoutCompressedFull = 1;  // z_erofs_map_header, 8-byte lcluster indexes
 inline constexpr uint16_t Format(uint16_t version, uint16_t layout) {
   return static_cast<uint16_t>(version | (layout << 1));
 }
@@ -32,6 +33,45 @@ inline constexpr uint16_t Format(uint16_t version, uint16_t layout) {
 // erofs_dirent file_type.
 inline constexpr uint8_t kFtUnknown = 0, kFtRegFile = 1, kFtDir = 2, kFtChrdev = 3, kFtBlkdev = 4,
                          kFtFifo = 5, kFtSock = 6, kFtSymlink = 7;
+
+// Compressed images (erofs-utils include/erofs_fs.h; docs/kernel.md): feature_incompat bits,
+// the zstd algorithm, z_erofs_map_header, lcluster indexes.
+inline constexpr uint32_t kIncompatZeroPadding = 0x1;  // compressed data at a pcluster's end
+inline constexpr uint32_t kIncompatComprCfgs = 0x2;    // also BIG_PCLUSTER
+inline constexpr uint32_t kIncompatFragments = 0x20;
+inline constexpr uint16_t kAlgorithmZstd = 3;
+inline constexpr uint16_t kAdviseBigPcluster1 = 0x2;
+inline constexpr uint16_t kLclusterHead1 = 1, kLclusterNonHead = 2;
+inline constexpr uint16_t kD0Cblkcnt = 1u << 11;
+inline constexpr uint64_t kFragmentInodeBit = 1ull << 63;  // of a file's 8-byte map header
+inline constexpr uint32_t kPclusterMaxBytes = 1u << 20;
+inline constexpr uint64_t kPclusterMaxDecoded = 12ull << 20;
+
+struct MapHeader {
+  uint32_t h_fragmentoff;
+  uint16_t h_advise;
+  uint8_t h_algorithmtype;  // HEAD1 in bits 0-3, HEAD2 in 4-7
+  uint8_t h_clusterbits;    // lcluster bits - block bits
+};
+static_assert(sizeof(MapHeader) == 8);
+
+struct LclusterIndex {
+  uint16_t di_advise;  // the type in bits 0-1
+  uint16_t di_clusterofs;
+  union {
+    uint32_t blkaddr;   // HEAD
+    uint16_t delta[2];  // NONHEAD: to its HEAD (or D0_CBLKCNT | blocks), to the next HEAD
+  } di_u;
+};
+static_assert(sizeof(LclusterIndex) == 8);
+
+struct ZstdCfgs {
+  uint16_t size;  // of what follows: 6
+  uint8_t format;
+  uint8_t windowlog;  // log2(window) - 10
+  uint8_t reserved[4];
+};
+static_assert(sizeof(ZstdCfgs) == 8);
 
 struct SuperBlock {
   uint32_t magic;

@@ -25,6 +25,10 @@ namespace dsfs::erofs {
 namespace {
 
 constexpr uint32_t kFirstSlotByte = kSuperOffset + sizeof(SuperBlock);  // 1152: nid 36
+// A compressed image has its zstd configuration there (8 bytes): the root is nid 37.
+constexpr uint32_t kFirstPackedSlotByte = kFirstSlotByte + kSlotBytes;
+// The packed inode: an extended inode, its map header, 8 reserved bytes, then the indexes.
+constexpr uint32_t kPackedIndexStart = sizeof(InodeExtended) + sizeof(MapHeader) + 8;
 constexpr uint32_t kSlotsPerBlock = kBlockBytes / kSlotBytes;
 // In nid_ between Layout's two passes: a directory (other inodes hold their slot count there).
 constexpr uint32_t kDirMark = 0x80000000u;
@@ -62,7 +66,12 @@ struct Image::Shape {
   uint32_t nlink;
   uint32_t isize;  // 32 (compact) or 64 (extended)
   uint32_t tail;   // bytes stored inline after the inode (0: FLAT_PLAIN)
+  bool fragment;   // all of it in the packed inode (an 8-byte map header after the inode)
 };
+
+uint64_t Image::SlotBytes(const Shape& s) {
+  return RoundUp(s.isize + s.tail + (s.fragment ? sizeof(MapHeader) : 0), kSlotBytes);
+}
 
 Image::~Image() = default;
 
@@ -80,7 +89,8 @@ Status Image::Build(const ImageTree* tree, const ImageOptions& options,
 uint64_t Image::memory_bytes() const {
   return sizeof(*this) + nid_.capacity() * sizeof(nid_[0]) + blk_.capacity() * sizeof(blk_[0]) +
          dirs_.capacity() * sizeof(Dir) + dir_block_entry_.capacity() * sizeof(uint32_t) +
-         by_first_child_.capacity() * sizeof(uint32_t);
+         by_first_child_.capacity() * sizeof(uint32_t) + ext_start_.capacity() * 8 +
+         (ext_blk_.capacity() + ext_frame_.capacity()) * 4;
 }
 
 Image::Shape Image::ShapeOf(uint32_t ino, const ImageInode& attr, const Dir* dir) const {
@@ -93,10 +103,20 @@ Image::Shape Image::ShapeOf(uint32_t ino, const ImageInode& attr, const Dir* dir
                        attr.mtime_ns == build_time_ns_ && attr.uid <= 0xFFFF &&
                        attr.gid <= 0xFFFF && s.size <= 0xFFFFFFFFu && s.nlink <= 0xFFFF;
   s.isize = compact ? sizeof(InodeCompact) : sizeof(InodeExtended);
+  // A compressed image's small files: all their bytes in the packed inode, none here.
+  s.fragment = options_.packed && IsRegMode(attr.mode) && s.size > 0 &&
+               s.size <= options_.fragment_max_bytes;
+  if (s.fragment) {
+    s.tail = 0;
+    s.blocks = 0;
+    return s;
+  }
   const uint32_t tail = static_cast<uint32_t>(s.size % kBlockBytes);
   // The kernel reads inline data only from the inode's own block; a tail that cannot share an
   // empty block with its inode goes to a data block instead.
-  s.tail = options_.inline_data && tail > 0 && s.isize + tail <= kBlockBytes ? tail : 0;
+  const bool may_inline = options_.inline_data &&
+                          (options_.inline_file_tails || !IsRegMode(attr.mode) || s.size == tail);
+  s.tail = may_inline && tail > 0 && s.isize + tail <= kBlockBytes ? tail : 0;
   s.blocks = s.tail ? s.size / kBlockBytes : (s.size + kBlockBytes - 1) / kBlockBytes;
   return s;
 }
@@ -152,7 +172,7 @@ Status Image::ReadInodes(std::vector<uint8_t>* name_len) {
         status[t] = Status::NotSupported("EROFS image over 16 TiB (32-bit block addresses)");
         return;
       }
-      nid_[ino] = static_cast<uint32_t>(RoundUp(shape.isize + shape.tail, kSlotBytes) / kSlotBytes);
+      nid_[ino] = static_cast<uint32_t>(SlotBytes(shape) / kSlotBytes);
       blk_[ino] = static_cast<uint32_t>(shape.blocks);
     }
   };
@@ -189,7 +209,8 @@ Status Image::Layout() {
   // Pass 2, in inode order: directories laid out from their children's names, then every
   // inode's place.
   std::vector<std::pair<uint32_t, uint32_t>> parents;  // (child directory, its parent)
-  uint64_t cur = kFirstSlotByte;                       // next free metadata byte
+  first_slot_byte_ = options_.packed ? kFirstPackedSlotByte : kFirstSlotByte;
+  uint64_t cur = first_slot_byte_;                     // next free metadata byte
   uint64_t data = 0;                                   // next free data block
   uint64_t children = 0;
   bool ranges_sorted = true;
@@ -209,7 +230,7 @@ Status Image::Layout() {
       }
       dirs_.push_back(d);
       const Shape s = ShapeOf(ino, attr, &dirs_.back());
-      slot = RoundUp(s.isize + s.tail, kSlotBytes);
+      slot = SlotBytes(s);
       blocks = s.blocks;
     } else {
       slot = uint64_t{nid_[ino]} * kSlotBytes;
@@ -229,8 +250,10 @@ Status Image::Layout() {
   }
   nid_[n] = static_cast<uint32_t>(cur / kSlotBytes);
   blk_[n] = static_cast<uint32_t>(data);
+  data_blocks_ = static_cast<uint32_t>(data);
+  if (options_.packed) DSFS_RETURN_IF_ERROR(LayoutPacked(&cur));
   const uint64_t meta_blocks = RoundUp(cur, kBlockBytes) / kBlockBytes;
-  if (meta_blocks + data > std::numeric_limits<uint32_t>::max()) {
+  if (meta_blocks + data + packed_blocks_ > std::numeric_limits<uint32_t>::max()) {
     return Status::NotSupported("EROFS image over 16 TiB (32-bit block addresses)");
   }
   meta_blocks_ = static_cast<uint32_t>(meta_blocks);
@@ -370,12 +393,23 @@ void Image::WriteSuperBlock(char* dst) const {
   // would guard nothing: this block is computed, never stored, and what it is computed from is
   // checksummed by the store.
   sb.feature_compat = 0;
+  if (options_.packed) {
+    // Zstd pclusters of any number of blocks, the data at their ends (zero padding), and the
+    // packed inode; the zstd configuration follows the superblock.
+    sb.feature_incompat = kIncompatZeroPadding | kIncompatComprCfgs | kIncompatFragments;
+    sb.available_compr_algs = 1u << kAlgorithmZstd;
+    sb.packed_nid = packed_off_ / kSlotBytes;
+    ZstdCfgs cfgs{};
+    cfgs.size = sizeof(ZstdCfgs) - sizeof(cfgs.size);
+    cfgs.windowlog = 20 - 10;  // the 1 MiB window the kernel allows at most
+    std::memcpy(dst + sizeof(SuperBlock), &cfgs, sizeof(cfgs));
+  }
   sb.blkszbits = kBlockBits;
   sb.root_nid = static_cast<uint16_t>(nid_[0]);
   sb.inos = inode_count_;
   sb.build_time = static_cast<uint64_t>(build_time_s_);
   sb.build_time_nsec = build_time_ns_;
-  sb.blocks = meta_blocks_ + data_blocks_;
+  sb.blocks = meta_blocks_ + data_blocks_ + packed_blocks_;
   sb.meta_blkaddr = 0;
   sb.xattr_blkaddr = 0;
   std::memcpy(sb.uuid, options_.uuid, sizeof(sb.uuid));
@@ -389,8 +423,11 @@ Status Image::WriteInode(uint32_t ino, char* dst) const {
   const Dir* dir = IsDirMode(attr.mode) ? FindDir(ino) : nullptr;
   if (IsDirMode(attr.mode) && !dir) return Status::Corruption("EROFS image: tree changed");
   const Shape s = ShapeOf(ino, attr, dir);
-  const uint16_t layout = s.tail ? kLayoutFlatInline : kLayoutFlatPlain;
-  const uint32_t blkaddr = s.blocks ? meta_blocks_ + blk_[ino] : kNullAddr;
+  const uint16_t layout = s.fragment ? kLayoutCompressedFull
+                          : s.tail   ? kLayoutFlatInline
+                                     : kLayoutFlatPlain;
+  // A compressed inode's field holds its compressed blocks instead: a fragment has none.
+  const uint32_t blkaddr = s.fragment ? 0 : s.blocks ? meta_blocks_ + blk_[ino] : kNullAddr;
   if (s.isize == sizeof(InodeCompact)) {
     InodeCompact i{};
     i.i_format = Format(kInodeCompact, layout);
@@ -416,6 +453,20 @@ Status Image::WriteInode(uint32_t ino, char* dst) const {
     i.i_nlink = s.nlink;
     std::memcpy(dst, &i, sizeof(i));
   }
+  if (s.fragment) {
+    uint64_t e = 0, off = 0;
+    DSFS_RETURN_IF_ERROR(options_.packed->FragmentOf(ino, &e, &off));
+    // Within the packed inode (a file of several chunks may span extents: the kernel reads
+    // a fragment across pclusters).
+    if (e + 1 >= ext_start_.size() || off > ext_start_[e + 1] - ext_start_[e] ||
+        s.size > ext_start_.back() - ext_start_[e] - off) {
+      return Status::Corruption("EROFS image: inode " + std::to_string(ino) +
+                                " lies outside its packed extent");
+    }
+    const uint64_t header = (ext_start_[e] + off) | kFragmentInodeBit;
+    std::memcpy(dst + s.isize, &header, sizeof(header));
+    return Status::OK();
+  }
   if (!s.tail) return Status::OK();
   char* tail = dst + s.isize;
   if (dir) return DirBlock(*dir, static_cast<uint32_t>(s.blocks), s.tail, tail);
@@ -425,6 +476,7 @@ Status Image::WriteInode(uint32_t ino, char* dst) const {
 Status Image::MetaBlock(uint32_t block, char* dst) const {
   std::memset(dst, 0, kBlockBytes);
   if (block == 0) WriteSuperBlock(dst + kSuperOffset);
+  if (options_.packed) WritePackedMeta(block, dst);
   const uint64_t lo = uint64_t{block} * kSlotsPerBlock, hi = lo + kSlotsPerBlock;
   const auto end = nid_.begin() + inode_count_;
   for (auto it = std::lower_bound(nid_.begin(), end, lo); it != end && *it < hi; ++it) {
@@ -514,13 +566,12 @@ Status Image::DataRange(uint32_t ino, uint64_t offset, size_t len, char* dst) co
   return Status::OK();
 }
 
-bool Image::DirOfByte(uint64_t offset, uint32_t* dir) const {
-  const uint64_t meta_end = uint64_t{meta_blocks_} * kBlockBytes;
-  if (offset < meta_end || offset >= size_bytes()) return false;
-  const uint64_t rel = (offset - meta_end) / kBlockBytes;
-  // The owner of the block, as in Read.
-  const uint32_t ino =
-      static_cast<uint32_t>(std::upper_bound(blk_.begin(), blk_.end(), rel) - blk_.begin() - 1);
+uint32_t Image::OwnerOfSlot(uint64_t slot) const {
+  const auto end = nid_.begin() + inode_count_;
+  return static_cast<uint32_t>(std::upper_bound(nid_.begin(), end, slot) - nid_.begin() - 1);
+}
+
+bool Image::DirOfInode(uint32_t ino, uint32_t* dir) const {
   if (FindDir(ino)) {
     *dir = ino;
     return true;
@@ -534,6 +585,23 @@ bool Image::DirOfByte(uint64_t offset, uint32_t* dir) const {
   return true;
 }
 
+bool Image::DirOfByte(uint64_t offset, uint32_t* dir) const {
+  const uint64_t meta_end = uint64_t{meta_blocks_} * kBlockBytes;
+  if (offset >= size_bytes()) return false;
+  if (offset < meta_end) {
+    // An inode (and maybe its inline data) is being read: its slot's owner, as in MetaBlock.
+    if (offset < first_slot_byte_) return DirOfInode(0, dir);
+    if (offset >= uint64_t{nid_[inode_count_]} * kSlotBytes) return false;  // the packed inode
+    return DirOfInode(OwnerOfSlot(offset / kSlotBytes), dir);
+  }
+  const uint64_t rel = (offset - meta_end) / kBlockBytes;
+  if (rel >= data_blocks_) return false;  // a pcluster of a compressed image
+  // The owner of the block, as in Read.
+  const uint32_t ino =
+      static_cast<uint32_t>(std::upper_bound(blk_.begin(), blk_.end(), rel) - blk_.begin() - 1);
+  return DirOfInode(ino, dir);
+}
+
 void Image::ChildrenData(uint32_t dir, uint64_t* offset, uint64_t* len) const {
   *offset = *len = 0;
   const Dir* d = FindDir(dir);
@@ -541,6 +609,16 @@ void Image::ChildrenData(uint32_t dir, uint64_t* offset, uint64_t* len) const {
   const uint64_t first = blk_[d->first_child], end = blk_[d->first_child + d->child_count];
   *offset = (uint64_t{meta_blocks_} + first) * kBlockBytes;
   *len = (end - first) * kBlockBytes;
+}
+
+void Image::ChildrenMeta(uint32_t dir, uint64_t* offset, uint64_t* len) const {
+  *offset = *len = 0;
+  const Dir* d = FindDir(dir);
+  if (!d || d->child_count == 0) return;
+  const uint64_t first = uint64_t{nid_[d->first_child]} * kSlotBytes;
+  const uint64_t end = uint64_t{nid_[d->first_child + d->child_count]} * kSlotBytes;
+  *offset = first / kBlockBytes * kBlockBytes;
+  *len = RoundUp(end, kBlockBytes) - *offset;
 }
 
 void Image::ForEachChildData(uint32_t dir,
@@ -576,11 +654,137 @@ Status Image::Read(uint64_t offset, size_t len, char* dst) const {
       // The owner of a data block: the last inode whose first block is at or before it (inodes
       // with no blocks share their successor's first block and come before it).
       const uint64_t rel = (offset - meta_end) / kBlockBytes;
+      if (rel >= data_blocks_) {  // the pclusters of a compressed image
+        const uint64_t area = offset - meta_end - uint64_t{data_blocks_} * kBlockBytes;
+        DSFS_RETURN_IF_ERROR(PackedRange(area, len, dst));
+        return Status::OK();
+      }
       const auto it = std::upper_bound(blk_.begin(), blk_.end(), rel);
       const uint32_t ino = static_cast<uint32_t>(it - blk_.begin() - 1);
       const uint64_t end = (uint64_t{meta_blocks_} + *it) * kBlockBytes;
       m = static_cast<size_t>(std::min<uint64_t>(len, end - offset));
       DSFS_RETURN_IF_ERROR(DataRange(ino, offset, m, dst));
+    }
+    offset += m;
+    dst += m;
+    len -= m;
+  }
+  return Status::OK();
+}
+
+Status Image::LayoutPacked(uint64_t* cur) {
+  // The extents: each a pcluster of whole blocks, its frame at the end (the kernel skips the
+  // zeros before it within the first block), the packed inode's bytes in order.
+  ext_start_.assign(1, 0);
+  ext_blk_.assign(1, 0);
+  ext_frame_.clear();
+  uint64_t blocks = 0;
+  DSFS_RETURN_IF_ERROR(options_.packed->ForEachExtent([&](uint64_t decoded, uint32_t frame) {
+    const uint64_t e = ext_frame_.size();
+    if (decoded == 0 || frame == 0 || decoded > kPclusterMaxDecoded || frame > kPclusterMaxBytes) {
+      return Status::NotSupported("packed extent " + std::to_string(e) + " (" +
+                                  std::to_string(decoded) + " bytes, a " + std::to_string(frame) +
+                                  "-byte frame) is no EROFS pcluster (1 MiB, 12 MiB at most)");
+    }
+    blocks += RoundUp(frame, kBlockBytes) / kBlockBytes;
+    if (blocks > std::numeric_limits<uint32_t>::max() || ext_start_.size() > (1u << 31)) {
+      return Status::NotSupported("EROFS image over 16 TiB (32-bit block addresses)");
+    }
+    ext_start_.push_back(ext_start_.back() + decoded);
+    ext_blk_.push_back(static_cast<uint32_t>(blocks));
+    ext_frame_.push_back(frame);
+    return Status::OK();
+  }));
+  const uint64_t size = ext_start_.back();
+  const uint64_t lclusters = RoundUp(size, kBlockBytes) / kBlockBytes;
+  // One HEAD per lcluster (4 KiB of the packed inode), and a NONHEAD after it to carry the
+  // block count of a pcluster of more than one block (else the kernel takes one block).
+  for (size_t e = 0; e + 1 < ext_start_.size(); ++e) {
+    const uint64_t head = ext_start_[e] / kBlockBytes;
+    const uint64_t next = e + 2 < ext_start_.size() ? ext_start_[e + 1] / kBlockBytes : lclusters;
+    const bool big = ext_blk_[e + 1] - ext_blk_[e] > 1;
+    if (next <= head || (big && next < head + 2)) {
+      return Status::NotSupported("packed extent " + std::to_string(e) +
+                                  " is too small for an EROFS pcluster of its own");
+    }
+  }
+  packed_blocks_ = static_cast<uint32_t>(blocks);
+  // The packed inode after the tree's: its inode and map header in one block.
+  if (*cur % kBlockBytes + kPackedIndexStart > kBlockBytes) *cur = RoundUp(*cur, kBlockBytes);
+  packed_off_ = *cur;
+  packed_end_ = packed_off_ + kPackedIndexStart + lclusters * sizeof(LclusterIndex);
+  if (packed_end_ / kSlotBytes > std::numeric_limits<uint32_t>::max()) {
+    return Status::NotSupported("EROFS image: metadata over 128 GiB");
+  }
+  *cur = packed_end_;
+  return Status::OK();
+}
+
+LclusterIndex Image::IndexOf(uint64_t lcn) const {
+  // The extent whose head is at or before this lcluster: the last one starting before its end.
+  const uint64_t end = (lcn + 1) * kBlockBytes;
+  const size_t e = static_cast<size_t>(
+      std::lower_bound(ext_start_.begin(), ext_start_.end() - 1, end) - ext_start_.begin() - 1);
+  const uint64_t head = ext_start_[e] / kBlockBytes;
+  LclusterIndex li{};
+  if (head == lcn) {
+    li.di_advise = kLclusterHead1;
+    li.di_clusterofs = static_cast<uint16_t>(ext_start_[e] % kBlockBytes);
+    li.di_u.blkaddr = meta_blocks_ + data_blocks_ + ext_blk_[e];
+    return li;
+  }
+  const uint64_t lclusters = RoundUp(ext_start_.back(), kBlockBytes) / kBlockBytes;
+  const uint64_t next = e + 2 < ext_start_.size() ? ext_start_[e + 1] / kBlockBytes : lclusters;
+  li.di_advise = kLclusterNonHead;
+  li.di_u.delta[0] = static_cast<uint16_t>(
+      lcn == head + 1 ? kD0Cblkcnt | (ext_blk_[e + 1] - ext_blk_[e]) : lcn - head);
+  li.di_u.delta[1] = static_cast<uint16_t>(next - lcn);
+  return li;
+}
+
+void Image::WritePackedMeta(uint32_t block, char* dst) const {
+  const uint64_t lo = std::max<uint64_t>(packed_off_, uint64_t{block} * kBlockBytes);
+  const uint64_t hi = std::min<uint64_t>(packed_end_, (uint64_t{block} + 1) * kBlockBytes);
+  if (lo >= hi) return;
+  char* base = dst - uint64_t{block} * kBlockBytes;  // dst as if it were the whole area
+  if (lo == packed_off_) {
+    InodeExtended i{};
+    i.i_format = Format(kInodeExtended, kLayoutCompressedFull);
+    i.i_mode = 0100000;  // a regular file no directory names
+    i.i_size = ext_start_.back();
+    i.i_raw_blkaddr = packed_blocks_;  // compressed blocks
+    i.i_ino = inode_count_;
+    i.i_mtime = static_cast<uint64_t>(build_time_s_);
+    i.i_mtime_nsec = build_time_ns_;
+    i.i_nlink = 1;
+    MapHeader h{};
+    h.h_advise = kAdviseBigPcluster1;
+    h.h_algorithmtype = kAlgorithmZstd;
+    std::memcpy(base + packed_off_, &i, sizeof(i));
+    std::memcpy(base + packed_off_ + sizeof(i), &h, sizeof(h));
+  }
+  const uint64_t first = packed_off_ + kPackedIndexStart;
+  for (uint64_t pos = std::max(lo, first); pos < hi; pos += sizeof(LclusterIndex)) {
+    const LclusterIndex li = IndexOf((pos - first) / sizeof(LclusterIndex));
+    std::memcpy(base + pos, &li, sizeof(li));
+  }
+}
+
+Status Image::PackedRange(uint64_t offset, size_t len, char* dst) const {
+  while (len > 0) {
+    const uint64_t block = offset / kBlockBytes;
+    const size_t e = static_cast<size_t>(
+        std::upper_bound(ext_blk_.begin(), ext_blk_.end(), block) - ext_blk_.begin() - 1);
+    if (e >= ext_frame_.size()) return Status::InvalidArgument("EROFS image read past its end");
+    const uint64_t start = uint64_t{ext_blk_[e]} * kBlockBytes;
+    const uint64_t end = uint64_t{ext_blk_[e + 1]} * kBlockBytes;
+    const uint64_t pad = end - start - ext_frame_[e];  // zeros before the frame
+    const size_t m = static_cast<size_t>(std::min<uint64_t>(len, end - offset));
+    const uint64_t in = offset - start;
+    const size_t zeros = in < pad ? static_cast<size_t>(std::min<uint64_t>(m, pad - in)) : 0;
+    std::memset(dst, 0, zeros);
+    if (m > zeros) {
+      DSFS_RETURN_IF_ERROR(options_.packed->ReadFrame(e, in + zeros - pad, m - zeros, dst + zeros));
     }
     offset += m;
     dst += m;

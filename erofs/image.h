@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "erofs/format.h"
 
 namespace dsfs::erofs {
 
@@ -63,17 +64,43 @@ using ReadFn = std::function<Status(uint64_t offset, size_t len, std::string_vie
 Status CopyFromReads(const ReadFn& read, uint64_t offset, size_t len, char* dst,
                      std::string_view what);
 
+// The packed inode of a compressed image (EROFS fragments): extents of file bytes, each one zstd
+// frame without a dictionary and a window of at most 1 MiB, which the kernel decodes (one
+// pcluster each); dsfs serves the frames as they are. Thread safety: as ImageTree's.
+class PackedData {
+ public:
+  virtual ~PackedData() = default;
+  // fn(decoded bytes, frame bytes) of each extent, in order (Image::Build).
+  virtual Status ForEachExtent(
+      const std::function<Status(uint64_t decoded, uint32_t frame)>& fn) const = 0;
+  // Exactly `len` bytes at `offset` of extent `e`'s frame into dst.
+  virtual Status ReadFrame(uint64_t e, uint64_t offset, size_t len, char* dst) const = 0;
+  // Where the bytes of regular file `ino` (one the image made a fragment) start: extent *e, at
+  // *offset of its decoded bytes.
+  virtual Status FragmentOf(uint32_t ino, uint64_t* e, uint64_t* offset) const = 0;
+};
+
 struct ImageOptions {
   // Tail packing: a file's (or symlink's, or directory's) last partial block is stored right
   // after its inode in the metadata area (EROFS FLAT_INLINE) when it fits in one block with the
   // inode, so one 4 KiB metadata block holds several tiny files. Off: every byte of data gets
   // its own data blocks (FLAT_PLAIN).
   bool inline_data = true;
+  // With inline_data: the tails of regular files that also have data blocks are inlined too.
+  // Off: a regular file is inline only whole (it fits after its inode in one block), so the
+  // metadata area holds no byte of a larger file (a stat never reads one, and a damaged
+  // larger file fails only its own reads). Directories and symlinks are inlined either way.
+  bool inline_file_tails = true;
   // 32-byte inodes for those whose mtime equals the image's build time (the root's mtime), with
   // 16-bit uid/gid/nlink and a size under 4 GiB; 64-byte inodes for the rest. Off: all 64-byte.
   bool compact_inodes = true;
   std::string volume_name;  // at most 16 bytes
   uint8_t uuid[16] = {};
+  // A compressed image: the regular files of 1 to fragment_max_bytes bytes are fragments of
+  // a packed inode whose pclusters are `packed`'s extents (REQUIRES: it outlives the Image);
+  // the rest as above. Null: an uncompressed image.
+  const PackedData* packed = nullptr;
+  uint64_t fragment_max_bytes = 64 << 10;
 };
 
 class Image {
@@ -85,12 +112,20 @@ class Image {
   // a tree error is returned as is.
   static Status Build(const ImageTree* tree, const ImageOptions& options,
                       std::unique_ptr<Image>* image);
+  // NotSupported from Build of a compressed image whose extents EROFS cannot take as
+  // pclusters (over 1 MiB of frame, two starting in one 4 KiB of the packed inode): the
+  // caller may build the uncompressed image instead.
   ~Image();
   Image(const Image&) = delete;
   Image& operator=(const Image&) = delete;
 
   // Size of the image in bytes (a multiple of 4 KiB).
-  uint64_t size_bytes() const { return (meta_blocks_ + uint64_t{data_blocks_}) << 12; }
+  uint64_t size_bytes() const {
+    return (meta_blocks_ + uint64_t{data_blocks_} + packed_blocks_) << 12;
+  }
+  // A compressed image (ImageOptions::packed): its packed inode's bytes and their pclusters.
+  bool compressed() const { return options_.packed != nullptr; }
+  uint64_t packed_bytes() const { return ext_start_.empty() ? 0 : ext_start_.back(); }
   uint32_t inode_count() const { return inode_count_; }
   // The EROFS nid of tree inode `ino` (the inode's byte offset / 32). REQUIRES: ino < count.
   uint64_t nid(uint32_t ino) const { return nid_[ino]; }
@@ -104,9 +139,14 @@ class Image {
   // the tree in one ReadData call. Thread safety: safe to call concurrently (const, no state).
   Status Read(uint64_t offset, size_t len, char* dst) const;
 
-  // For reading ahead: the directory that image byte `offset` serves, true if it lies in the data
-  // area: a directory's own entry blocks serve it, a file's or symlink's blocks its parent.
+  // For reading ahead: the directory that image byte `offset` serves (false past the image):
+  // a directory's own entry blocks and inode serve it, a file's or symlink's blocks and inode
+  // (with its inline data) its parent.
   bool DirOfByte(uint64_t offset, uint32_t* dir) const;
+  // The whole metadata blocks holding the inodes of the children of directory `dir` (and their
+  // inline data, which is all of a tiny file's): what a first stat or read of them reads.
+  // *len = 0 for an empty directory or an inode that is none.
+  void ChildrenMeta(uint32_t dir, uint64_t* offset, uint64_t* len) const;
   // The image bytes [*offset, *offset + *len) holding the data of the children of directory
   // `dir` (their contents and entry blocks, side by side in name order): what a first touch of
   // the directory's files reads. *len = 0 for an empty directory or an inode that is none.
@@ -140,6 +180,10 @@ class Image {
                    Dir* dir, std::vector<std::pair<uint32_t, uint32_t>>* parents);
   Shape ShapeOf(uint32_t ino, const ImageInode& attr, const Dir* dir) const;
   const Dir* FindDir(uint32_t ino) const;
+  // The inode whose slots hold 32-byte slot `slot` of the metadata area (at or after nid 36).
+  uint32_t OwnerOfSlot(uint64_t slot) const;
+  // DirOfByte for a byte of inode `ino`'s: `ino` if a directory, else its parent.
+  bool DirOfInode(uint32_t ino, uint32_t* dir) const;
   uint32_t DirBlocks(const Dir& dir) const;
 
   Status MetaBlock(uint32_t block, char* dst) const;
@@ -149,6 +193,15 @@ class Image {
   // Data area bytes [offset, offset + len), all within the blocks of inode `ino`.
   Status DataRange(uint32_t ino, uint64_t offset, size_t len, char* dst) const;
   void WriteSuperBlock(char* dst) const;
+  // Compressed images: the extents' places, the packed inode after the tree's inodes at
+  // metadata byte *cur (moved past it); its bytes in metadata block `block`; the pcluster
+  // area's bytes [offset, offset + len) (offset relative to the area).
+  Status LayoutPacked(uint64_t* cur);
+  void WritePackedMeta(uint32_t block, char* dst) const;
+  LclusterIndex IndexOf(uint64_t lcn) const;
+  Status PackedRange(uint64_t offset, size_t len, char* dst) const;
+  // Bytes an inode of shape `s` takes in the metadata area.
+  static uint64_t SlotBytes(const Shape& s);
 
   const ImageTree* tree_;
   ImageOptions options_;
@@ -167,6 +220,13 @@ class Image {
   // Per directory block, all directories' blocks in order: the index of its first entry among
   // the directory's entries (children plus "." and "..", sorted).
   std::vector<uint32_t> dir_block_entry_;
+  // Compressed images: per extent plus one past the end, its first byte in the packed inode
+  // and its first block in the pcluster area (after the data area); its frame's bytes.
+  uint32_t first_slot_byte_ = 0;
+  std::vector<uint64_t> ext_start_;
+  std::vector<uint32_t> ext_blk_, ext_frame_;
+  uint64_t packed_off_ = 0, packed_end_ = 0;  // the packed inode's metadata bytes
+  uint32_t packed_blocks_ = 0;
 };
 
 }  // namespace dsfs::erofs

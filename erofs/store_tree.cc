@@ -55,4 +55,40 @@ Status StoreTree::ReadData(uint32_t ino, uint64_t offset, size_t len, char* dst)
       offset, len, dst, "store file");
 }
 
+Status StorePacked::Open(const Store* store, std::unique_ptr<StorePacked>* out) {
+  std::unique_ptr<StorePacked> p(new StorePacked(store));
+  DSFS_RETURN_IF_ERROR(store->ForEachKernelGroup([&](const Store::KernelGroup& g) {
+    p->groups_.push_back(g);
+    return Status::OK();
+  }));
+  *out = std::move(p);
+  return Status::OK();
+}
+
+Status StorePacked::ForEachExtent(
+    const std::function<Status(uint64_t decoded, uint32_t frame)>& fn) const {
+  for (const Store::KernelGroup& g : groups_) DSFS_RETURN_IF_ERROR(fn(g.records_bytes, g.frame_bytes));
+  return Status::OK();
+}
+
+Status StorePacked::ReadFrame(uint64_t e, uint64_t offset, size_t len, char* dst) const {
+  if (e >= groups_.size()) return Status::InvalidArgument("EROFS image: no such packed extent");
+  return store_->ReadKernelFrame(groups_[e], offset, len, dst);
+}
+
+Status StorePacked::FragmentOf(uint32_t ino, uint64_t* e, uint64_t* offset) const {
+  InodeRecord rec;
+  DSFS_RETURN_IF_ERROR(store_->GetInode(ino + 1, &rec));
+  if (!IsReg(rec)) return Status::Corruption("EROFS image: a fragment is no regular file");
+  uint64_t last_id = 0;
+  DSFS_RETURN_IF_ERROR(store_->KernelRecordOffset(rec.data, &last_id, offset));
+  auto it = std::lower_bound(groups_.begin(), groups_.end(), last_id,
+                             [](const Store::KernelGroup& g, uint64_t v) { return g.last_id < v; });
+  if (it == groups_.end() || it->last_id != last_id) {
+    return Status::Corruption("EROFS image: the store's groups changed");
+  }
+  *e = static_cast<uint64_t>(it - groups_.begin());
+  return Status::OK();
+}
+
 }  // namespace dsfs::erofs

@@ -37,4 +37,22 @@ class StoreTree : public ImageTree {
   StoreTreeOptions options_;
 };
 
+// The packed inode of a format 5 store's compressed image: its payload groups, each group's
+// zstd frame one pcluster, served as stored. Build reads every group's header once.
+class StorePacked : public PackedData {
+ public:
+  // NotSupported where the store keeps no such groups (format 4 and older, object storage).
+  static Status Open(const Store* store, std::unique_ptr<StorePacked>* out);
+  Status ForEachExtent(
+      const std::function<Status(uint64_t decoded, uint32_t frame)>& fn) const override;
+  Status ReadFrame(uint64_t e, uint64_t offset, size_t len, char* dst) const override;
+  Status FragmentOf(uint32_t ino, uint64_t* e, uint64_t* offset) const override;
+  uint64_t memory_bytes() const { return groups_.capacity() * sizeof(Store::KernelGroup); }
+
+ private:
+  explicit StorePacked(const Store* store) : store_(store) {}
+  const Store* store_;
+  std::vector<Store::KernelGroup> groups_;  // by last_id
+};
+
 }  // namespace dsfs::erofs

@@ -41,6 +41,14 @@ void ErofsReadahead::StoreDir(uint32_t dir) {
   // and the page cache, on bytes nobody may read; the kernel reads it ahead itself when read.
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   uint64_t len = 0, skipped = 0;
+  // First the metadata blocks of the children's inodes, which hold all of a tiny file (inline
+  // data): EROFS reads them a page at a time, with no readahead of its own.
+  uint64_t meta_offset, meta_len;
+  image_->ChildrenMeta(dir, &meta_offset, &meta_len);
+  if (meta_len > 0) {
+    ranges.emplace_back(meta_offset, meta_len);
+    len += meta_len;
+  }
   image_->ForEachChildData(dir, [&](uint64_t offset, uint64_t n) {
     if (n > kMaxChildBytes) {
       ++skipped;

@@ -1,7 +1,9 @@
 // ErofsReadahead: the kernel path's answer to a first touch (kernel/kernel_mount.h), as the push is
 // the classic mount's (fs/prefetcher.h). When EROFS reads a block of a directory's entries, or a
-// block of one of its files, the data of all the directory's children (side by side in the
-// image: erofs::Image::ChildrenData) is read from the image by a background worker and stored
+// block of one of its files or their inodes, the metadata blocks of all the directory's
+// children's inodes (with the tiny files inlined there: erofs::Image::ChildrenMeta) and their
+// data (side by side in the image: erofs::Image::ChildrenData) are read from the image by a
+// background worker and stored
 // in the image file's page cache with `store` (fuse_lowlevel_notify_store), where EROFS, which
 // reads the image through that page cache, finds it: the rest of the directory is served
 // without a request. Once per directory, within a byte budget (-o push, as in a classic mount).

@@ -28,6 +28,7 @@
 #include "cache/byte_cache.h"
 #include "common/status.h"
 #include "erofs/image.h"
+#include "erofs/store_tree.h"
 #include "fs/filesystem.h"
 #include "fuse/erofs_server.h"
 #include "kernel/erofs_readahead.h"
@@ -42,6 +43,15 @@ inline constexpr uint64_t kErofsMagic = 0xE0F5E1E2;
 
 // OK for root; otherwise the error `dsfs mount -o kernel` reports (no fallback: the user asked).
 Status CheckKernelMountAllowed();
+
+// What this kernel's EROFS lacks to read a compressed image (fragments, the zstd decompressor):
+// "" when nothing. From /sys/fs/erofs/features and the kernel's release (zstd since 6.10);
+// $DSFS_EROFS_FEATURES, a comma-separated list ("fragments,zstd"), replaces the probe (tests).
+std::string KernelCompressedImageMissing();
+// Which image `-o kernel` makes of the tree of `store` on this machine: true for the compressed
+// one (the store's own zstd groups as the packed inode's pclusters); *why says in a few words
+// why not, or what it is.
+bool KernelImageCompressed(const Store& store, std::string* why);
 
 struct KernelOptions {
   bool loop = false;  // -o kernel=loop: EROFS over a loop device, never over the file
@@ -97,6 +107,7 @@ class KernelMount {
   Filesystem* fs_ = nullptr;
   std::string mountpoint_;
   std::unique_ptr<erofs::ImageTree> tree_;
+  std::unique_ptr<erofs::StorePacked> packed_;  // a compressed image's packed inode
   std::unique_ptr<erofs::Image> image_;
   double layout_s_ = 0;
   std::string dir_;   // the private mount's directory

@@ -58,6 +58,8 @@ PackRun::PackRun(const PackOptions& options, KvWriter* writer,
       writer_(writer),
       groups_{options.group_bytes, writer->value_sizing()},
       progress_(progress) {
+  // Without a dictionary the groups are frames the kernel decodes itself: format 5.
+  groups_.kernel_frames = options.dict_bytes == 0;
   threads_ = options.threads > 0
                  ? options.threads
                  : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -73,6 +75,7 @@ void PackRun::ContinueFrom(const StoreHeader& h) {
   solid_payload_from_ = solid ? h.solid_payload_from : h.payload_count;
   solid_pixel_from_ = solid ? h.solid_pixel_from : h.pixel_count;
   write_dict_ = false;
+  groups_.kernel_frames = h.version >= kKernelFormatVersion;  // the store's own kind of groups
 }
 
 void PackRun::Report(bool force) {
@@ -207,6 +210,7 @@ Status PackRun::Finish(const std::vector<InodeRecord>& inodes, const std::string
     DSFS_RETURN_IF_ERROR(writer_->Put(kDictKey, record));
   }
   StoreHeader h{};
+  if (groups_.kernel_frames) h.version = kKernelFormatVersion;
   h.created_unix_s = static_cast<uint64_t>(std::time(nullptr));
   h.zstd_level = options_.zstd_level;
   h.chunk_bytes = options_.chunk_bytes;

@@ -75,7 +75,7 @@ class PackRun {
 
   const PackOptions& options_;
   KvWriter* writer_;
-  const GroupSizing groups_;
+  GroupSizing groups_;  // kernel_frames: a format 5 store (no dictionary)
   std::function<void(const PackProgress&)> progress_;
   int threads_;
   PackProgress prog_;

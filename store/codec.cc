@@ -1,6 +1,8 @@
 #define ZSTD_STATIC_LINKING_ONLY  // magicless frames (ZSTD_c_format), stable since zstd 1.3
 #include "store/codec.h"
 
+#include "common/coding.h"
+
 #include <xxhash.h>
 #include <zdict.h>
 
@@ -77,11 +79,51 @@ PayloadEncoder::PayloadEncoder(int level, std::shared_ptr<const Dictionary> dict
   ZSTD_CCtx_setParameter(cctx_, ZSTD_c_compressionLevel, level_);
 }
 
-PayloadEncoder::~PayloadEncoder() { ZSTD_freeCCtx(cctx_); }
+PayloadEncoder::~PayloadEncoder() {
+  ZSTD_freeCCtx(cctx_);
+  ZSTD_freeCCtx(frame_cctx_);
+}
 
 void PayloadEncoder::SetMaxBlockBytes(uint32_t bytes) {
   if (bytes != 0) bytes = std::clamp<uint32_t>(bytes, 1 << 10, ZSTD_BLOCKSIZE_MAX);
+  block_bytes_ = bytes;
   ZSTD_CCtx_setParameter(cctx_, ZSTD_c_maxBlockSize, static_cast<int>(bytes));
+  if (frame_cctx_) ZSTD_CCtx_setParameter(frame_cctx_, ZSTD_c_maxBlockSize, static_cast<int>(bytes));
+}
+
+Status PayloadEncoder::EncodeKernelGroup(std::string_view content, std::string* out) {
+  if (content.size() > kMaxPayloadBytes || content.size() < 4) {
+    return Status::InvalidArgument("payload group too large or without an index");
+  }
+  const uint64_t index_bytes = 4 + 4ull * DecodeFixed32(content.data());
+  if (index_bytes > content.size()) return Status::InvalidArgument("payload group index damaged");
+  if (!frame_cctx_) {
+    // A standard frame as the kernel's EROFS decodes it: magic number, no dictionary id (none
+    // is used), a window of at most 1 MiB; the content size in the header costs a few bytes.
+    frame_cctx_ = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(frame_cctx_, ZSTD_c_dictIDFlag, 0);
+    ZSTD_CCtx_setParameter(frame_cctx_, ZSTD_c_checksumFlag, 0);
+    ZSTD_CCtx_setParameter(frame_cctx_, ZSTD_c_compressionLevel, level_);
+    ZSTD_CCtx_setParameter(frame_cctx_, ZSTD_c_maxBlockSize, static_cast<int>(block_bytes_));
+  }
+  const std::string_view records = content.substr(index_bytes);
+  int window_log = 10;
+  while (window_log < kKernelFrameWindowLog && (size_t{1} << window_log) < records.size()) {
+    ++window_log;
+  }
+  ZSTD_CCtx_setParameter(frame_cctx_, ZSTD_c_windowLog, window_log);
+  const size_t start = out->size();
+  const size_t bound = ZSTD_compressBound(records.size());
+  out->resize(start + sizeof(PayloadHeader) + index_bytes + bound);
+  char* dst = out->data() + start + sizeof(PayloadHeader);
+  std::memcpy(dst, content.data(), index_bytes);
+  const size_t n = ZSTD_compress2(frame_cctx_, dst + index_bytes, bound, records.data(),
+                                  records.size());
+  if (ZSTD_isError(n)) return Status::IOError(std::string("zstd: ") + ZSTD_getErrorName(n));
+  out->resize(start + sizeof(PayloadHeader) + index_bytes + n);
+  SealRecord(Codec::kZstdFrame, static_cast<uint32_t>(content.size()), out->data() + start,
+             out->size() - start);
+  return Status::OK();
 }
 
 Status PayloadEncoder::Encode(std::string_view raw, bool use_dict, std::string* out) {
@@ -117,11 +159,13 @@ namespace {
 
 // Encodes records [a, b) as one solid group into *out (replacing it).
 Status EncodeGroup(const std::vector<std::string_view>& records, size_t a, size_t b,
-                   PayloadEncoder* enc, std::string* content, std::string* out) {
+                   bool kernel_frames, PayloadEncoder* enc, std::string* content,
+                   std::string* out) {
   GroupBuilder g;
   for (size_t i = a; i < b; ++i) g.Add(records[i]);
   *content = g.Finish();
   out->clear();
+  if (kernel_frames) return enc->EncodeKernelGroup(*content, out);
   return enc->Encode(*content, /*use_dict=*/true, out);
 }
 
@@ -143,7 +187,22 @@ Status EncodeSolidGroups(const std::vector<std::string_view>& records, const Gro
     while (b < records.size() && b - a < kMaxGroupRecords && raw + records[b].size() <= target) {
       raw += records[b++].size();
     }
-    DSFS_RETURN_IF_ERROR(EncodeGroup(records, a, b, enc, &content, &group));
+    // Format 5: no group smaller than kMinKernelGroupBytes where records follow (it takes the
+    // next ones whatever their size), and no such rest after it (it takes that too).
+    if (sizing.kernel_frames) {
+      while (b < records.size() && b - a < kMaxGroupRecords && raw < kMinKernelGroupBytes) {
+        raw += records[b++].size();
+      }
+      uint64_t rest = 0;
+      for (size_t c = b; c < records.size() && rest < kMinKernelGroupBytes; ++c) {
+        rest += records[c].size();
+      }
+      if (b < records.size() && rest < kMinKernelGroupBytes &&
+          records.size() - a <= kMaxGroupRecords) {
+        for (; b < records.size(); ++b) raw += records[b].size();
+      }
+    }
+    DSFS_RETURN_IF_ERROR(EncodeGroup(records, a, b, sizing.kernel_frames, enc, &content, &group));
     // Fill the last page: estimate how many more records fit from the ratio so far, compress
     // again, keep the larger group if it still fits; after a miss, try with half as many.
     size_t limit = SIZE_MAX;
@@ -163,7 +222,8 @@ Status EncodeSolidGroups(const std::vector<std::string_view>& records, const Gro
       }
       if (c == b) break;
       std::string bigger_content;
-      DSFS_RETURN_IF_ERROR(EncodeGroup(records, a, c, enc, &bigger_content, &bigger));
+      DSFS_RETURN_IF_ERROR(
+          EncodeGroup(records, a, c, sizing.kernel_frames, enc, &bigger_content, &bigger));
       if (pages.Footprint(bigger.size()) <= footprint) {
         group.swap(bigger);
         content.swap(bigger_content);
@@ -215,14 +275,20 @@ Status ParsePayload(std::string_view record, PayloadView* out) {
     return Status::Corruption("payload checksum mismatch");
   }
   uint32_t codec = h.codec_and_size >> 30;
-  if (codec > static_cast<uint32_t>(Codec::kZstdDict)) {
-    return Status::Corruption("payload has an unknown codec");
-  }
   out->codec = static_cast<Codec>(codec);
   out->raw_bytes = h.codec_and_size & kMaxPayloadBytes;
   out->stored = record.substr(sizeof(PayloadHeader));
+  out->index_bytes = 0;
   if (out->codec == Codec::kRaw && out->stored.size() != out->raw_bytes) {
     return Status::Corruption("raw payload has the wrong size");
+  }
+  if (out->codec == Codec::kZstdFrame) {
+    const uint64_t index_bytes =
+        out->stored.size() < 4 ? UINT64_MAX : 4 + 4ull * DecodeFixed32(out->stored.data());
+    if (index_bytes > out->stored.size() || index_bytes > out->raw_bytes) {
+      return Status::Corruption("payload group index damaged");
+    }
+    out->index_bytes = static_cast<uint32_t>(index_bytes);
   }
   return Status::OK();
 }
@@ -230,7 +296,20 @@ Status ParsePayload(std::string_view record, PayloadView* out) {
 PayloadDecoder::PayloadDecoder() : dctx_(ZSTD_createDCtx()) {
   ZSTD_DCtx_setParameter(dctx_, ZSTD_d_format, ZSTD_f_zstd1_magicless);
 }
-PayloadDecoder::~PayloadDecoder() { ZSTD_freeDCtx(dctx_); }
+PayloadDecoder::~PayloadDecoder() {
+  ZSTD_freeDCtx(dctx_);
+  ZSTD_freeDCtx(frame_dctx_);
+}
+
+ZSTD_DCtx* PayloadDecoder::FrameContext() {
+  if (!frame_dctx_) {
+    frame_dctx_ = ZSTD_createDCtx();
+    // What the kernel allows: a reader never allocates a larger window for a crafted frame.
+    ZSTD_DCtx_setParameter(frame_dctx_, ZSTD_d_windowLogMax, kKernelFrameWindowLog);
+  }
+  ZSTD_DCtx_reset(frame_dctx_, ZSTD_reset_session_only);
+  return frame_dctx_;
+}
 
 void PayloadDecoder::UseDictionary(const ZSTD_DDict* ddict) {
   // A prefix decode stops mid-frame: until the session is reset, zstd refuses a new dictionary
@@ -254,6 +333,12 @@ Status PayloadDecoder::Decode(const PayloadView& p, const Dictionary* dict, char
       UseDictionary(dict->ddict());
       n = ZSTD_decompressDCtx(dctx_, dst, p.raw_bytes, p.stored.data(), p.stored.size());
       break;
+    case Codec::kZstdFrame:
+      std::memcpy(dst, p.stored.data(), p.index_bytes);
+      n = ZSTD_decompressDCtx(FrameContext(), dst + p.index_bytes, p.raw_bytes - p.index_bytes,
+                              p.stored.data() + p.index_bytes, p.stored.size() - p.index_bytes);
+      if (!ZSTD_isError(n)) n += p.index_bytes;
+      break;
     default:
       return Status::Corruption("payload has an unknown codec");
   }
@@ -273,15 +358,23 @@ Status PayloadDecoder::DecodePrefix(const PayloadView& p, const Dictionary* dict
     *decoded = p.raw_bytes;
     return Status::OK();
   }
-  if (p.codec != Codec::kZstd && p.codec != Codec::kZstdDict) {
+  if (p.codec != Codec::kZstd && p.codec != Codec::kZstdDict && p.codec != Codec::kZstdFrame) {
     return Status::Corruption("payload has an unknown codec");
   }
   if (p.codec == Codec::kZstdDict && (!dict || !dict->ddict())) {
     return Status::Corruption("payload needs a missing dictionary");
   }
-  UseDictionary(p.codec == Codec::kZstdDict ? dict->ddict() : nullptr);
+  ZSTD_DCtx* dctx = dctx_;
   ZSTD_inBuffer in{p.stored.data(), p.stored.size(), 0};
   ZSTD_outBuffer out{dst, 0, 0};
+  if (p.codec == Codec::kZstdFrame) {
+    // The index is stored as it is: out first, then the frame of the records after it.
+    dctx = FrameContext();
+    std::memcpy(dst, p.stored.data(), p.index_bytes);
+    in.pos = out.pos = p.index_bytes;
+  } else {
+    UseDictionary(p.codec == Codec::kZstdDict ? dict->ddict() : nullptr);
+  }
   size_t left = 1;  // what zstd says is left of the frame (0: it ended)
   for (;;) {
     const uint64_t want = std::min<uint64_t>(need(std::string_view(dst, out.pos)), p.raw_bytes);
@@ -290,7 +383,7 @@ Status PayloadDecoder::DecodePrefix(const PayloadView& p, const Dictionary* dict
     // hands out only what fits, so the blocks past the wanted bytes are never decoded.
     out.size = want;
     const size_t before = out.pos;
-    left = ZSTD_decompressStream(dctx_, &out, &in);
+    left = ZSTD_decompressStream(dctx, &out, &in);
     if (ZSTD_isError(left)) {
       return Status::Corruption(std::string("payload does not decompress: ") +
                                 ZSTD_getErrorName(left));
@@ -303,7 +396,7 @@ Status PayloadDecoder::DecodePrefix(const PayloadView& p, const Dictionary* dict
     // All of raw_bytes is out: the frame must end here (as Decode demands).
     char extra;
     ZSTD_outBuffer more{&extra, 1, 0};
-    left = ZSTD_decompressStream(dctx_, &more, &in);
+    left = ZSTD_decompressStream(dctx, &more, &in);
     if (ZSTD_isError(left) || more.pos != 0 || left != 0) {
       return Status::Corruption("payload decompressed to the wrong size");
     }

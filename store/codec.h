@@ -53,11 +53,17 @@ class PayloadEncoder {
   // 0: zstd's default, 128 KiB). A reader decodes a frame in whole blocks
   // (PayloadDecoder::DecodePrefix): small blocks let it stop near the bytes it wants.
   void SetMaxBlockBytes(uint32_t bytes);
+  // Appends the kZstdFrame record of the solid group `content` (GroupBuilder's: index, then
+  // records) to *out: the index as it is, the records as one standard zstd frame without a
+  // dictionary, whatever its size (format 5).
+  Status EncodeKernelGroup(std::string_view content, std::string* out);
 
  private:
   int level_;
   std::shared_ptr<const Dictionary> dict_;
   ZSTD_CCtx* cctx_;
+  ZSTD_CCtx* frame_cctx_ = nullptr;  // EncodeKernelGroup's, made on first use
+  uint32_t block_bytes_ = 0;
 };
 
 // The zstd block size of solid groups (GroupSizing::block_bytes); see
@@ -71,7 +77,12 @@ struct GroupSizing {
   // Raw bytes per zstd block of a group: a read that misses the RAM cache decodes the group's
   // blocks up to the record it wants, no further (store/store.cc, ReadSolid).
   uint32_t block_bytes = kSolidBlockBytes;
+  // Format 5: each group a Codec::kZstdFrame record (PayloadEncoder::EncodeKernelGroup), and
+  // no group but a batch's first smaller than kMinKernelGroupBytes of records (EROFS starts
+  // at most one pcluster in each 4 KiB of the packed inode).
+  bool kernel_frames = false;
 };
+inline constexpr uint32_t kMinKernelGroupBytes = 8192;
 
 // Solid groups, encoded: payload records, back to back.
 struct EncodedGroups {
@@ -101,6 +112,8 @@ struct PayloadView {
   Codec codec;
   uint32_t raw_bytes;
   std::string_view stored;  // the bytes after the header
+  // kZstdFrame: the index's bytes at the start of `stored` (4 + 4 * count); the frame follows.
+  uint32_t index_bytes = 0;
 };
 
 // Verifies the checksum and structure of a record. Corruption on any mismatch.
@@ -130,7 +143,10 @@ class PayloadDecoder {
  private:
   // Ends whatever frame the context was in and decodes with `ddict` (nullptr: none) from now on.
   void UseDictionary(const ZSTD_DDict* ddict);
+  // The context for kZstdFrame frames (standard, with magic), its session reset.
+  ZSTD_DCtx* FrameContext();
   ZSTD_DCtx* dctx_;
+  ZSTD_DCtx* frame_dctx_ = nullptr;
 };
 
 }  // namespace dsfs

@@ -278,7 +278,7 @@ Status InodeLayout::Decode(const char* src, InodeRecord* r) const {
 
 void SealHeader(StoreHeader* h) {
   std::memcpy(h->magic, kStoreMagic, sizeof(kStoreMagic));
-  h->version = kFormatVersion;
+  if (h->version != kKernelFormatVersion) h->version = kFormatVersion;
   h->header_bytes = sizeof(StoreHeader);
   h->checksum = XXH3_64bits(h, offsetof(StoreHeader, checksum));
 }
@@ -289,11 +289,11 @@ Status ParseHeader(std::string_view bytes, StoreHeader* h) {
   }
   uint32_t version;
   std::memcpy(&version, bytes.data() + 8, sizeof(version));
-  if (version < kOldestFormatVersion || version > kFormatVersion) {
+  if (version < kOldestFormatVersion || version > kNewestFormatVersion) {
     return Status::NotSupported("store format version " + std::to_string(version) +
                                 " is not supported (this dsfs reads versions " +
                                 std::to_string(kOldestFormatVersion) + " to " +
-                                std::to_string(kFormatVersion) + ")");
+                                std::to_string(kNewestFormatVersion) + ")");
   }
   if (bytes.size() != sizeof(StoreHeader)) {
     return Status::Corruption("store header has the wrong size");

@@ -13,6 +13,10 @@
 //   "Q"+be64(id)  pixel group ending with pixel record `id`: decoded images (pack --predecode),
 //                 grouped and encoded like payloads, numbered on their own
 //
+// Version 5 stores each solid group as its index, stored as it is, and one dictionary-free
+// standard zstd frame of its records (Codec::kZstdFrame): every file's bytes are one range of
+// the concatenated records, and the kernel can decode a group itself (docs/kernel.md). A pack
+// without a dictionary writes it; a version 5 store has no dictionary.
 // Version 4 made payload groups solid (above). Version 3 stores the metadata tables in compressed segments, read lazily (version 2 and 1
 // stores kept them raw, as "I" and "N" with per-segment checksums in "I.sum" and "N.sum";
 // they are still read, see CheckedTable). Version 2 added the image fields of inode records
@@ -61,7 +65,11 @@ static_assert(std::endian::native == std::endian::little, "dsfs stores are littl
 namespace dsfs {
 
 inline constexpr char kStoreMagic[8] = {'D', 'S', 'F', 'S', 'T', 'O', 'R', 'E'};
-inline constexpr uint32_t kFormatVersion = 4;
+inline constexpr uint32_t kFormatVersion = 4;  // what pack writes with a dictionary
+// The first version whose payload groups the kernel can decode (Codec::kZstdFrame), written by
+// a pack without a dictionary (--dict-size 0); the newest version this dsfs reads.
+inline constexpr uint32_t kKernelFormatVersion = 5;
+inline constexpr uint32_t kNewestFormatVersion = 5;
 // The first version whose metadata tables are in compressed segments.
 inline constexpr uint32_t kSegmentedFormatVersion = 3;
 // The first version whose payload groups are solid.
@@ -207,7 +215,12 @@ class InodeLayout {
 
 // Payload record: an 8-byte header, then the stored bytes. zstd frames are stored without
 // magic number, dictionary id or content size (the header has the size): 10 bytes less per file.
-enum class Codec : uint8_t { kRaw = 0, kZstd = 1, kZstdDict = 2 };
+// kZstdFrame (format 5 solid groups): the group's index (u32 count, u32 end[count]) stored as
+// it is, then the records as one standard zstd frame (magic number, no dictionary, a window of
+// at most 1 MiB): what EROFS decodes as one pcluster of the packed inode (docs/kernel.md).
+enum class Codec : uint8_t { kRaw = 0, kZstd = 1, kZstdDict = 2, kZstdFrame = 3 };
+// The zstd window of a kZstdFrame frame (the kernel's EROFS takes at most 1 MiB).
+inline constexpr int kKernelFrameWindowLog = 20;
 inline constexpr uint32_t kMaxPayloadBytes = (1u << 30) - 1;
 // Largest chunk a store may declare (dsfs pack --chunk-size allows no more): a reader never
 // allocates more than this for one record, whatever a damaged or crafted store claims.
@@ -234,7 +247,8 @@ struct PayloadHeader {
 };
 static_assert(sizeof(PayloadHeader) == 8);
 
-// Fills a header's magic, version, header_bytes and checksum (call last).
+// Fills a header's magic, version (kKernelFormatVersion where it says so already, else
+// kFormatVersion), header_bytes and checksum (call last).
 void SealHeader(StoreHeader* h);
 // Checks magic, version and checksum of the serialized header.
 Status ParseHeader(std::string_view bytes, StoreHeader* h);

@@ -94,7 +94,10 @@ Status Store::Open(std::unique_ptr<KvReader> kv, std::unique_ptr<Store>* store,
   // Created now, used only by version 3 stores (it takes no memory until it holds segments).
   st->meta_cache_ = std::make_shared<ByteCache>(
       metadata_cache_bytes ? metadata_cache_bytes : DefaultMetadataCacheBytes(), 4);
-  if (st->cache_) st->cache_id_ = st->cache_->NewId();
+  if (st->cache_) {
+    st->cache_id_ = st->cache_->NewId();
+    st->frame_cache_id_ = st->cache_->NewId();
+  }
   st->serial_ = g_store_serials.fetch_add(1, std::memory_order_relaxed);
   DSFS_RETURN_IF_ERROR(st->Init());
   *store = std::move(st);

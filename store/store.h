@@ -180,6 +180,29 @@ class Store {
   // Reads and checks every chunk of regular file `rec`.
   Status VerifyFile(const InodeRecord& rec) const;
 
+  // Format 5 (kKernelFormatVersion): the solid payload groups as the kernel's EROFS decodes
+  // them (erofs/store_tree.h). All of them, in id order: their records are every file's bytes.
+  struct KernelGroup {
+    uint64_t last_id = 0;        // its key
+    uint32_t count = 0;          // records in it
+    uint64_t records_bytes = 0;  // raw bytes of its records
+    uint32_t frame_bytes = 0;    // bytes of its zstd frame
+  };
+  // fn for each payload group, reading only each group's header (unverified: a damaged one
+  // is caught by ReadKernelFrame). NotSupported for stores of other formats or in object
+  // storage (every group would be fetched); Corruption if the groups do not follow each other.
+  Status ForEachKernelGroup(const std::function<Status(const KernelGroup&)>& fn) const;
+  // Bytes [offset, offset + len) of the zstd frame of group `g` (as ForEachKernelGroup gave
+  // it), once its record's checksum and sizes check out (Corruption otherwise). The verified
+  // group is kept in the RAM cache (where the store has one), for this and KernelRecordOffset:
+  // the kernel asks for a group's frame again whenever the pages it decoded it into were
+  // dropped, and for a fragment's inode whenever its metadata block was; the cache's memory is
+  // not given up to the churn of the files' pages as the store's map is (docs/kernel.md).
+  Status ReadKernelFrame(const KernelGroup& g, uint64_t offset, size_t len, char* dst) const;
+  // Where payload `id` lies: the key of its group, and its offset among the group's records
+  // (from the group's verified index).
+  Status KernelRecordOffset(uint64_t id, uint64_t* last_id, uint64_t* offset) const;
+
  private:
   Store() = default;
   Status Init();
@@ -203,6 +226,10 @@ class Store {
   // ReadRecord of a record in a solid group: looked up in `cache`; else its group is read and
   // decompressed (without a cache, the thread's last group is kept for the next read), and
   // with a cache every record of the group is put there.
+  // The verified kZstdFrame group keyed `last_id` (*p; `stored` in *pin or *v): from the RAM
+  // cache, else read, verified and cached there (where the store has a cache).
+  Status KernelGroupOf(uint64_t last_id, ByteCache::Value* pin, PinnedValue* v,
+                       PayloadView* p) const;
   Status ReadSolid(char space, uint64_t id, uint64_t expected, ByteCache* cache,
                    ByteCache::Value* pin, std::string_view* out) const;
   // Corruption unless the group before `group` (its index; keyed `last_id`) ends right
@@ -231,6 +258,8 @@ class Store {
   std::string dict_bytes_;
   std::shared_ptr<ByteCache> cache_;
   ByteCache::Id cache_id_ = 0;  // the payloads' namespace in cache_
+  // The verified kernel groups' namespace in cache_ (KernelGroupOf): u32 raw bytes, stored bytes.
+  ByteCache::Id frame_cache_id_ = 0;
   // Version 4: records from these ids on are in solid groups.
   uint64_t solid_payload_from_ = UINT64_MAX, solid_pixel_from_ = UINT64_MAX;
   uint64_t max_group_bytes_ = 0;

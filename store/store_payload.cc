@@ -409,3 +409,146 @@ bool Store::PixelsMayFetch(const InodeRecord& rec) const {
 }
 
 }  // namespace dsfs
+
+namespace dsfs {
+namespace {
+
+// The kZstdFrame group record in `v`, verified once per thread for a run of calls on it.
+struct VerifiedGroup {
+  uint64_t serial = 0, last_id = UINT64_MAX;
+  const char* data = nullptr;
+};
+thread_local VerifiedGroup t_verified;
+
+}  // namespace
+
+Status Store::ForEachKernelGroup(const std::function<Status(const KernelGroup&)>& fn) const {
+  if (header_.version < kKernelFormatVersion || solid_payload_from_ != 0) {
+    return Status::NotSupported("store format " + std::to_string(header_.version) +
+                                " keeps no kernel-readable groups (format " +
+                                std::to_string(kKernelFormatVersion) + " does)");
+  }
+  if (kv_->remote()) return Status::NotSupported("a store in object storage");
+  uint64_t id = 0;
+  while (id < header_.payload_count) {
+    std::string key;
+    PinnedValue v;
+    uint64_t last_id = 0;
+    Status s = kv_->Seek(PayloadKey(id), &key, &v);
+    if (s.IsNotFound() || (s.ok() && !ParsePayloadKey(key, &last_id))) {
+      return Status::Corruption("payload group missing after id " + std::to_string(id));
+    }
+    DSFS_RETURN_IF_ERROR(s);
+    const std::string_view rec = v.data();
+    PayloadHeader h;
+    if (rec.size() < sizeof(h) + 4) return Status::Corruption("payload group too short");
+    std::memcpy(&h, rec.data(), sizeof(h));
+    KernelGroup g;
+    g.last_id = last_id;
+    g.count = DecodeFixed32(rec.data() + sizeof(h));
+    const uint64_t raw = h.codec_and_size & kMaxPayloadBytes;
+    const uint64_t index = 4 + 4ull * g.count;
+    if (static_cast<Codec>(h.codec_and_size >> 30) != Codec::kZstdFrame || g.count == 0 ||
+        last_id - id + 1 != g.count || index > raw || sizeof(h) + index > rec.size()) {
+      return Status::Corruption("payload group " + std::to_string(last_id) +
+                                " is no kernel frame of the records after " + std::to_string(id));
+    }
+    g.records_bytes = raw - index;
+    g.frame_bytes = static_cast<uint32_t>(rec.size() - sizeof(h) - index);
+    DSFS_RETURN_IF_ERROR(fn(g));
+    id = last_id + 1;
+  }
+  return Status::OK();
+}
+
+namespace {
+
+// The verified kZstdFrame record of the group keyed `last_id` in *v (PayloadView in *p).
+Status GetKernelGroup(KvReader* kv, uint64_t serial, uint64_t last_id, PinnedValue* v,
+                      PayloadView* p) {
+  Status s = kv->Get(PayloadKey(last_id), v);
+  if (s.IsNotFound()) return Status::Corruption("payload group missing");
+  DSFS_RETURN_IF_ERROR(s);
+  VerifiedGroup& memo = t_verified;
+  const std::string_view rec = v->data();
+  if (v->stable() && memo.serial == serial && memo.last_id == last_id && memo.data == rec.data()) {
+    // Verified by this thread before, and its bytes have not moved (the store's map).
+    PayloadHeader h;
+    std::memcpy(&h, rec.data(), sizeof(h));
+    p->codec = static_cast<Codec>(h.codec_and_size >> 30);
+    p->raw_bytes = h.codec_and_size & kMaxPayloadBytes;
+    p->stored = rec.substr(sizeof(h));
+    p->index_bytes = 4 + 4 * DecodeFixed32(p->stored.data());
+    return Status::OK();
+  }
+  DSFS_RETURN_IF_ERROR(ParsePayload(rec, p));
+  if (p->codec != Codec::kZstdFrame) return Status::Corruption("payload group is no kernel frame");
+  memo = {serial, last_id, rec.data()};
+  return Status::OK();
+}
+
+}  // namespace
+
+Status Store::KernelGroupOf(uint64_t last_id, ByteCache::Value* pin, PinnedValue* v,
+                            PayloadView* p) const {
+  if (cache_) {
+    if (ByteCache::Value c = cache_->Get(frame_cache_id_, last_id)) {
+      p->codec = Codec::kZstdFrame;
+      p->raw_bytes = DecodeFixed32(c->data());
+      p->stored = std::string_view(*c).substr(4);
+      p->index_bytes = 4 + 4 * DecodeFixed32(p->stored.data());
+      *pin = std::move(c);
+      return Status::OK();
+    }
+  }
+  DSFS_RETURN_IF_ERROR(GetKernelGroup(kv_.get(), serial_, last_id, v, p)
+                           .WithContext("payload group " + std::to_string(last_id)));
+  NoteBackendRead(v->size());
+  if (cache_) {
+    auto c = std::make_shared<std::string>();
+    c->reserve(4 + p->stored.size());
+    PutFixed32(c.get(), p->raw_bytes);
+    c->append(p->stored);
+    cache_->Insert(frame_cache_id_, last_id, std::move(c));
+  }
+  return Status::OK();
+}
+
+Status Store::ReadKernelFrame(const KernelGroup& g, uint64_t offset, size_t len,
+                              char* dst) const {
+  ByteCache::Value pin;
+  PinnedValue v;
+  PayloadView p;
+  DSFS_RETURN_IF_ERROR(KernelGroupOf(g.last_id, &pin, &v, &p));
+  const std::string_view frame = p.stored.substr(p.index_bytes);
+  if (frame.size() != g.frame_bytes || p.raw_bytes - p.index_bytes != g.records_bytes ||
+      p.index_bytes != 4 + 4ull * g.count) {
+    return Status::Corruption("payload group " + std::to_string(g.last_id) +
+                              " changed since the image was laid out");
+  }
+  if (offset > frame.size() || len > frame.size() - offset) {
+    return Status::InvalidArgument("read past a group's frame");
+  }
+  std::memcpy(dst, frame.data() + offset, len);
+  return Status::OK();
+}
+
+Status Store::KernelRecordOffset(uint64_t id, uint64_t* last_id, uint64_t* offset) const {
+  std::string key;
+  Status s = kv_->SeekKey(PayloadKey(id), &key);
+  if (s.IsNotFound() || (s.ok() && !ParsePayloadKey(key, last_id))) {
+    return Status::Corruption("payload record missing");
+  }
+  DSFS_RETURN_IF_ERROR(s);
+  ByteCache::Value pin;
+  PinnedValue v;
+  PayloadView p;
+  DSFS_RETURN_IF_ERROR(KernelGroupOf(*last_id, &pin, &v, &p));
+  const uint32_t count = DecodeFixed32(p.stored.data());
+  if (*last_id - id >= count) return Status::Corruption("payload group does not hold its record");
+  const uint32_t i = count - 1 - static_cast<uint32_t>(*last_id - id);
+  *offset = i == 0 ? 0 : DecodeFixed32(p.stored.data() + 4 + 4ull * (i - 1));
+  return Status::OK();
+}
+
+}  // namespace dsfs

@@ -16,6 +16,7 @@
 #include "common/version.h"
 #include "fs/stats.h"
 #include "fs/views.h"
+#include "kernel/kernel_mount.h"
 #include "store/store.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
@@ -184,6 +185,8 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
   double ratio =
       h.file_bytes ? static_cast<double>(store_bytes) / static_cast<double>(h.file_bytes) : 0;
   const Store::MetadataSize meta = store->metadata_size();
+  std::string kernel_why;  // which EROFS image `dsfs mount -o kernel` makes here
+  const bool kernel_compressed = KernelImageCompressed(*store, &kernel_why);
   if (json) {
     // Key order as written, one line as the stats file (fs/stats.h: bytes that are not UTF-8,
     // which a store path may hold, become U+FFFD rather than an invalid document).
@@ -204,6 +207,8 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
         {"memory_limit_source", ProcessMemoryLimit().source},
         {"page_cache_footprint_bytes", store->PageCacheFootprintBytes()},
         {"mount_cache_bytes", DefaultMountCacheBytes(*store)},
+        {"kernel_image", kernel_compressed ? "compressed" : "uncompressed"},
+        {"kernel_image_why", kernel_why},
         {"dsfs_version", DsfsVersion()}};
     nlohmann::ordered_json& tensor = j["tensor"];
     tensor = {{"path", path}, {"available", t.available}};
@@ -249,6 +254,8 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
       static_cast<unsigned long long>(h.image_count),
       h.pixel_count ? FormatBytes(h.pixel_bytes).c_str() : "no");
   out << buf;
+  out << "-o kernel:    " << (kernel_compressed ? "a compressed image" : "an uncompressed image")
+      << " (" << kernel_why << ")\n";
   // What a mount here would size its defaults from (common/memory_limit.h).
   out << "memory limit: " << ProcessMemoryLimit().ToString() << "; a mount's cache "
       << FormatBytes(DefaultMountCacheBytes(*store)) << " (the files fill "

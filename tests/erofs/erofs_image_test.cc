@@ -194,6 +194,108 @@ TEST(ErofsImageTest, InlineAndCompactLayouts) {
   EXPECT_GT(inl->memory_bytes(), 0u);
 }
 
+// What -o kernel uses (inline_file_tails off): only files that fit whole after their inode
+// are inline; a larger file's tail stays in a data block, so its metadata block holds none of
+// its bytes and a failing read of it leaves every inode readable.
+TEST(ErofsImageTest, WholeFilesOnlyKeepLargerFilesOutOfTheMetadata) {
+  const Node root = Dir("", {File("a_tiny", Bytes(900, 1)), File("b_big", Bytes(10000, 2)),
+                             File("c_tiny", Bytes(1200, 3))});
+  for (bool tails : {true, false}) {
+    SCOPED_TRACE(tails ? "tails" : "whole files only");
+    FakeTree tree(&root);
+    tree.FailReadOf(2);  // b_big
+    ImageOptions o;
+    o.inline_file_tails = tails;
+    std::unique_ptr<Image> image;
+    ASSERT_TRUE(Image::Build(&tree, o, &image).ok());
+    std::string meta(uint64_t{image->meta_blocks()} * 4096, '\0');
+    Status s = image->Read(0, meta.size(), meta.data());
+    // Its tail (10000 % 4096 bytes) is inline only with tails, and then its inode's block fails.
+    EXPECT_EQ(s.ok(), !tails) << s.ToString();
+    // Data blocks: b_big's two whole blocks, and with whole files only its tail's block.
+    EXPECT_EQ(image->size_bytes() / 4096 - image->meta_blocks(), tails ? 2u : 3u);
+  }
+  ImageOptions o;
+  o.inline_file_tails = false;
+  CheckFake(OddTree(), o);
+}
+
+// The readahead's ranges: a byte of a child's inode (its inline data with it) serves the
+// child's directory, and the children's inodes lie in whole metadata blocks ChildrenMeta names.
+TEST(ErofsImageTest, InodeBytesServeTheirDirectoryAndChildrenMetaHoldsThem) {
+  std::vector<Node> files;
+  for (int i = 0; i < 40; i++) files.push_back(File("f" + std::to_string(100 + i), Bytes(1000, i)));
+  const Node root = Dir("", {Dir("cls", std::move(files)), File("top", "top")});
+  FakeTree tree(&root);
+  std::unique_ptr<Image> image;
+  ASSERT_TRUE(Image::Build(&tree, ImageOptions{}, &image).ok());
+  // Breadth first: 0 root, 1 cls, 2 top, 3.. cls's files.
+  uint32_t dir = 99;
+  ASSERT_TRUE(image->DirOfByte(image->nid(10) * 32 + 40, &dir));  // inside f107's inline data
+  EXPECT_EQ(dir, 1u);
+  ASSERT_TRUE(image->DirOfByte(image->nid(2) * 32, &dir));
+  EXPECT_EQ(dir, 0u);
+  ASSERT_TRUE(image->DirOfByte(100, &dir));  // the superblock: the root's
+  EXPECT_EQ(dir, 0u);
+  uint64_t off = 0, len = 0;
+  image->ChildrenMeta(1, &off, &len);
+  EXPECT_EQ(off % 4096, 0u);
+  EXPECT_EQ(len % 4096, 0u);
+  EXPECT_LE(off, image->nid(3) * 32);
+  EXPECT_GE(off + len, image->nid(42) * 32 + 32 + 1000);
+  EXPECT_LE(off + len, uint64_t{image->meta_blocks()} * 4096);
+  EXPECT_GE(len, 40u * 1000);  // all 40 files are inline: their bytes are in there
+  image->ChildrenMeta(2, &off, &len);  // a file: none
+  EXPECT_EQ(len, 0u);
+}
+
+// A compressed image: the files up to 64 KiB are fragments of a packed inode of zstd frames
+// (as a format 5 store's groups), the rest plain; fsck.erofs 1.9 extracts it as its source
+// and the kernel reads it the same. Any offsets read the same bytes as the whole image.
+TEST(ErofsImageTest, CompressedImageChecksAndMountsAsItsSource) {
+  const Node root = OddTree();
+  FakeTree tree(&root);
+  for (uint64_t extent : {uint64_t{8192}, uint64_t{128} << 10}) {
+    SCOPED_TRACE("extents of " + std::to_string(extent));
+    FakePacked packed(tree, 64 << 10, extent);
+    ImageOptions o;
+    o.packed = &packed;
+    o.inline_file_tails = false;
+    std::unique_ptr<Image> image;
+    Status s = Image::Build(&tree, o, &image);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_TRUE(image->compressed());
+    EXPECT_GT(image->packed_bytes(), 300u * 900);
+    std::string whole(image->size_bytes(), '\0');
+    ASSERT_TRUE(image->Read(0, whole.size(), whole.data()).ok());
+    std::mt19937_64 rng(extent);
+    for (int i = 0; i < 300; i++) {
+      const uint64_t off = rng() % whole.size();
+      const size_t len = std::min<uint64_t>(rng() % 20000 + 1, whole.size() - off);
+      std::string part(len, '\x5a');
+      ASSERT_TRUE(image->Read(off, len, part.data()).ok());
+      ASSERT_TRUE(part == whole.substr(off, len)) << off << " +" << len;
+    }
+    CheckFake(root, o);
+  }
+}
+
+// Extents EROFS cannot take as pclusters (two starting in one 4 KiB of the packed inode) make
+// Build say NotSupported, so that -o kernel builds the uncompressed image instead.
+TEST(ErofsImageTest, CompressedImageOfTooSmallExtentsIsNotSupported) {
+  std::vector<Node> files;
+  for (int i = 0; i < 20; i++) files.push_back(File("f" + std::to_string(10 + i), Bytes(300, i)));
+  const Node root = Dir("", std::move(files));
+  FakeTree tree(&root);
+  FakePacked packed(tree, 64 << 10, 1000);  // about 1 KB each
+  ImageOptions o;
+  o.packed = &packed;
+  std::unique_ptr<Image> image;
+  Status s = Image::Build(&tree, o, &image);
+  EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
+  EXPECT_NE(s.message().find("too small"), std::string::npos) << s.ToString();
+}
+
 TEST(ErofsImageTest, RootOnly) {
   Node root = Dir("", {}, 0700);
   root.uid = 70000;

@@ -66,10 +66,11 @@ TEST(ErofsStoreTreeTest, PackedStoreImageMatchesTheSource) {
   ex.extracted = true;
   ex.owner = ex.mode = ::geteuid() == 0;
   const auto ex_want = ListDisk(src, ex, adjust);
-  for (bool inline_data : {true, false}) {
-    SCOPED_TRACE(inline_data ? "inline" : "plain");
+  for (int layout = 0; layout < 3; layout++) {
+    SCOPED_TRACE(layout == 0 ? "inline" : layout == 1 ? "plain" : "inline whole files only");
     ImageOptions options;
-    options.inline_data = inline_data;
+    options.inline_data = layout != 1;
+    options.inline_file_tails = layout == 0;  // 2: what -o kernel mounts
     CheckImage(tree, options, &ex_want, ex, want, all);
   }
 }

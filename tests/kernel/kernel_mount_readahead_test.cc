@@ -69,7 +69,8 @@ TEST_F(KernelReadaheadTest, ReadingOneFileStoresItsDirectoryInThePageCache) {
   KernelMount km(mp_);
   CommandResult r = km.Mount(store_);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  EXPECT_EQ(ReadFile(mp_ + "/cls/f0000.bin"), files.at("f0000.bin"));
+  // f0005.bin has data blocks (the smaller files are inline, in the metadata blocks).
+  EXPECT_EQ(ReadFile(mp_ + "/cls/f0005.bin"), files.at("f0005.bin"));
   if (LoopBackingUnderTest()) {
     // A loop device with direct I/O never reads the image's page cache: no readahead.
     EXPECT_EQ(KernelStat(mp_, "kernel.readahead.dirs"), kAbsent);
@@ -103,7 +104,7 @@ TEST_F(KernelReadaheadTest, ReadaheadLeavesOutFilesPastThePerFileBound) {
   CommandResult r = km.Mount(store_, "push=1G");
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_EQ(DirNames(mp_ + "/cls").size(), files.size() + 1);
-  EXPECT_EQ(ReadFile(mp_ + "/cls/f0000.bin"), files.at("f0000.bin"));
+  EXPECT_EQ(ReadFile(mp_ + "/cls/f0005.bin"), files.at("f0005.bin"));  // not inline
   if (LoopBackingUnderTest()) return;  // no readahead over a loop device
   ASSERT_TRUE(
       WaitUntil([&] { return ReadaheadStored(mp_, 2, TotalBytes(files)); }, milliseconds(20000)))
@@ -149,9 +150,10 @@ TEST_F(KernelReadaheadTest, WhatTheReadaheadStoresIsNeverAWrongByte) {
   KernelMount km(mp_);
   CommandResult r = km.Mount(store_);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  // One file of each directory, then (file-backed) until the readahead has stored them all.
+  // One file of each directory (with data blocks: not inline), then (file-backed) until the
+  // readahead has stored them all.
   for (int d = 0; d < kDirs; ++d) {
-    const std::string f = "d" + std::to_string(d) + "/f0001.bin";
+    const std::string f = "d" + std::to_string(d) + "/f0005.bin";
     EXPECT_EQ(ReadFile(mp_ + "/" + f), want.at(f));
   }
   if (!LoopBackingUnderTest()) {

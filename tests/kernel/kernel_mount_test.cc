@@ -21,11 +21,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tests/support/cgroup_util.h"
 #include "tests/support/kernel_mount_util.h"
 #include "tests/support/prometheus_parser.h"
 #include "tools/commands.h"
@@ -260,6 +262,122 @@ TEST_F(KernelMountTest, TheImageIsServedOverIoUringWhereTheKernelAllows) {
     EXPECT_EQ(r.exit_code, 0) << Describe(r);
     km.WaitDaemon();
     EXPECT_TRUE(LayersGone(mp_, km.prefix()));
+  }
+}
+
+// Tiny files are inline after their inodes, several to a 4 KiB block (the image, and the page
+// cache it fills, is a fraction of one block per file), and read back exactly, beside a file
+// whose tail is not inlined and an empty one; a second pass, from the kernel's cache, too.
+// (Where the image does not fit twice in the memory limit, directio, it is plain: not here.)
+TEST_F(KernelMountTest, TinyFilesAreInlineAfterTheirInodes) {
+  std::map<std::string, std::string> files;
+  for (int i = 0; i < 400; ++i) {
+    files["cls/f" + std::to_string(1000 + i)] = TextBytes(600 + i, i);
+  }
+  files["cls/big"] = RandomBytes(3 * 4096 + 100, 7);
+  files["cls/empty"] = "";
+  for (const auto& [name, data] : files) Put(src_ + "/" + name, data);
+  Pack();
+  KernelMount km(mp_);
+  CommandResult r = km.Mount(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const auto& [name, data] : files) {
+      EXPECT_TRUE(ReadFile(mp_ + "/" + name) == data) << "pass " << pass << ": " << name;
+    }
+  }
+  // Plain, the 400 would take a block each (1.6 MB); inline, 4 to 6 to a block. Over a loop
+  // device (whose page cache holds the metadata beside the files' own pages), plain.
+  if (LoopBackingUnderTest()) {
+    EXPECT_GT(KernelStat(mp_, "kernel.image_bytes"), 400u * 4096);
+  } else {
+    EXPECT_LT(KernelStat(mp_, "kernel.image_bytes"), 150u * 4096)
+        << Describe(Dsfs({"stats", mp_}));
+  }
+  EXPECT_EQ(KernelStat(mp_, "kernel.image_read_errors"), 0u);
+}
+
+// A format 5 store (packed without a dictionary) gets the compressed image: its small files are
+// fragments of the packed inode whose pclusters are the store's own groups, which the kernel
+// decodes; the tree (odd names, empty and large files, 3,000 entries) reads as its source,
+// twice, and every view still reads as the classic mount's. A kernel without what it takes
+// ($DSFS_EROFS_FEATURES fakes the probe) gets the uncompressed image.
+TEST_F(KernelMountTest, FormatFiveStoreGetsTheCompressedImage) {
+  BuildTree(src_);
+  for (int i = 0; i < 300; ++i) {
+    Put(src_ + "/crops/c" + std::to_string(1000 + i) + ".jpg", Jpeg(32, 32, i));
+  }
+  Pack({"--dict-size", "0"});
+  const auto want = Expected(src_, 0, 0, 0);
+  {
+    KernelMount km(mp_);
+    CommandResult r = km.Mount(store_);
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_EQ(KernelStat(mp_, "kernel.compressed"), 1u) << Describe(r);
+    for (int pass = 0; pass < 2; ++pass) ExpectSameTree(want, Walk(mp_));
+    EXPECT_EQ(KernelStat(mp_, "kernel.image_read_errors"), 0u);
+    // (Over a loop device the loop reads with direct I/O and EROFS does not.)
+    EXPECT_EQ(KernelStat(mp_, "kernel.directio"), LoopBackingUnderTest() ? 0u : 1u)
+        << "a compressed image: always directio";
+    EXPECT_EQ(Dsfs({"umount", mp_}).exit_code, 0);
+    km.WaitDaemon();
+  }
+  ::setenv("DSFS_EROFS_FEATURES", "fragments", 1);  // no zstd
+  KernelMount km(mp_);
+  CommandResult r = km.Mount(store_);
+  ::unsetenv("DSFS_EROFS_FEATURES");
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(KernelStat(mp_, "kernel.compressed"), 0u);
+  ExpectSameTree(want, Walk(mp_));
+  EXPECT_EQ(Dsfs({"umount", mp_}).exit_code, 0);
+  km.WaitDaemon();
+}
+
+// Where the small files' decoded bytes, the image and the kernel's inodes do not fit in the
+// memory limit, a format 5 store gets the uncompressed image: there every read of a small file
+// would decode its whole group again (docs/kernel.md). 72 MB of small files in a 64 MiB cgroup.
+TEST_F(KernelMountTest, FormatFiveStoreBeyondTheMemoryLimitGetsTheUncompressedImage) {
+  const std::string v1 = V1MemoryMount();
+  if (v1.empty()) GTEST_SKIP() << "SKIPPED: no cgroup v1 memory controller";
+  for (int i = 0; i < 1200; ++i) {
+    Put(src_ + "/d" + std::to_string(i % 3) + "/t" + std::to_string(i), TextBytes(60000, i));
+  }
+  Pack({"--dict-size", "0"});
+  TestCgroup cg(v1, "kimage-fit");
+  ASSERT_TRUE(cg.made()) << cg.error();
+  ASSERT_TRUE(cg.SetLimit(64 << 20));
+  KernelMount km(mp_);
+  // The daemon starts in the cgroup (this process only while it mounts).
+  std::ofstream(cg.path() + "/cgroup.procs") << ::getpid() << std::endl;
+  CommandResult r = km.Mount(store_);
+  std::ofstream(v1 + "/cgroup.procs") << ::getpid() << std::endl;
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(KernelStat(mp_, "kernel.compressed"), 0u) << Describe(r);
+  for (int i = 0; i < 1200; i += 7) {
+    ASSERT_EQ(ReadFile(mp_ + "/d" + std::to_string(i % 3) + "/t" + std::to_string(i)),
+              TextBytes(60000, i));
+  }
+  EXPECT_EQ(Dsfs({"umount", mp_}).exit_code, 0);
+  km.WaitDaemon();
+}
+
+// Views of a format 5 store are their own trees, as of any store (pixels made by dsfs).
+TEST_F(KernelMountTest, ViewsOfAFormatFiveStoreAreTheClassicViews) {
+  for (int i = 0; i < 30; ++i) Put(src_ + "/cls/img" + std::to_string(i) + ".jpg", Jpeg(32, 32, i));
+  Pack({"--dict-size", "0"});
+  std::string classic = dir_ / "classic";
+  std::filesystem::create_directories(classic);
+  MountGuard classic_guard(classic);
+  CommandResult r = classic_guard.MountBackground(store_);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  for (const char* view : {"bmp", "npy"}) {
+    SCOPED_TRACE(view);
+    KernelMount km(mp_);
+    r = km.Mount(store_, std::string("allow_other,view=") + view);
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_EQ(KernelStat(mp_, "kernel.compressed"), 0u);
+    ExpectSameTree(Walk(classic + "/.dsfs/" + view, false), Walk(mp_, false));
+    EXPECT_EQ(Dsfs({"umount", mp_}).exit_code, 0);
   }
 }
 

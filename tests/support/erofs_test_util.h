@@ -168,8 +168,12 @@ void ExpectSameListing(const std::map<std::string, std::string>& want,
 
 // Streams the whole image to `path` in 1 MiB reads; all-zero stretches are left as holes.
 void WriteImage(const Image& image, const std::string& path);
+// fsck.erofs-1.9 where installed (/usr/local/bin), else Debian's fsck.erofs.
+const std::string& FsckBinary();
+// Whether FsckBinary() knows compressed images (fragments, zstd): erofs-utils 1.9.
+bool FsckKnowsCompressed();
 bool HaveFsck();
-// fsck.erofs IMG, extracting into `extract` unless it is empty.
+// FsckBinary() IMG, extracting into `extract` unless it is empty.
 void Fsck(const std::string& image, const std::string& extract = "");
 // Why the kernel cannot be tried here ("" if it can).
 std::string KernelUnavailable();
@@ -220,5 +224,23 @@ void CheckFake(const Node& root, const ImageOptions& options,
                bool extract = true);
 
 inline std::string Bytes(size_t n, uint32_t seed) { return dsfs::testing::RandomBytes(n, seed); }
+
+// The packed inode of a compressed image of a FakeTree, made as a format 5 store makes its
+// groups (PayloadEncoder::EncodeKernelGroup's frames): the bytes of its regular files of 1 to
+// `max_file` bytes in inode order, cut between files into extents of `extent_bytes` or more
+// (the last one joins the one before when smaller).
+class FakePacked : public PackedData {
+ public:
+  FakePacked(const FakeTree& tree, uint64_t max_file, uint64_t extent_bytes);
+  Status ForEachExtent(
+      const std::function<Status(uint64_t decoded, uint32_t frame)>& fn) const override;
+  Status ReadFrame(uint64_t e, uint64_t offset, size_t len, char* dst) const override;
+  Status FragmentOf(uint32_t ino, uint64_t* e, uint64_t* offset) const override;
+
+ private:
+  std::vector<std::string> frames_;
+  std::vector<uint64_t> decoded_;
+  std::map<uint32_t, std::pair<uint64_t, uint64_t>> where_;  // ino -> (extent, offset)
+};
 
 }  // namespace dsfs::erofs::testing

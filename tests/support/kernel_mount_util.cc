@@ -298,8 +298,12 @@ void KernelMountTest::SetUp() {
   std::filesystem::create_directories(mp_);
 }
 
-void KernelMountTest::Pack() {
-  CommandResult r = Dsfs({"pack", "-q", src_, store_});
+void KernelMountTest::Pack(const std::vector<std::string>& extra) {
+  std::vector<std::string> argv{"pack", "-q"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.push_back(src_);
+  argv.push_back(store_);
+  CommandResult r = Dsfs(argv);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
 }
 

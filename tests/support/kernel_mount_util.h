@@ -124,8 +124,8 @@ std::map<std::string, Entry> Expected(const std::string& src, uid_t uid, gid_t g
 class KernelMountTest : public ::testing::Test {
  protected:
   void SetUp() override;
-  // dsfs pack -q src_ store_ (the backend under test).
-  void Pack();
+  // dsfs pack -q [extra...] src_ store_ (the backend under test).
+  void Pack(const std::vector<std::string>& extra = {});
   TempDir dir_;
   std::string src_, store_, mp_;
 };

@@ -40,6 +40,21 @@ TEST(FormatTest, HeaderRoundTrip) {
   EXPECT_EQ(parsed.version, kFormatVersion);
 }
 
+// A header that says format 5 (a pack without a dictionary) keeps it; any other version a
+// writer leaves is the default's.
+TEST(FormatTest, SealKeepsTheKernelFormatAndReadsIt) {
+  StoreHeader h = SampleHeader();
+  h.version = kKernelFormatVersion;
+  SealHeader(&h);
+  StoreHeader parsed;
+  ASSERT_TRUE(ParseHeader(Bytes(h), &parsed).ok());
+  EXPECT_EQ(parsed.version, kKernelFormatVersion);
+  h.version = 3;
+  SealHeader(&h);
+  ASSERT_TRUE(ParseHeader(Bytes(h), &parsed).ok());
+  EXPECT_EQ(parsed.version, kFormatVersion);
+}
+
 TEST(FormatTest, HeaderRejectsBadMagicVersionAndChecksum) {
   StoreHeader parsed;
   std::string b = Bytes(SampleHeader());
@@ -47,7 +62,7 @@ TEST(FormatTest, HeaderRejectsBadMagicVersionAndChecksum) {
   bad_magic[0] = 'X';
   EXPECT_EQ(ParseHeader(bad_magic, &parsed).code(), Status::Code::kInvalidArgument);
 
-  for (uint32_t version : {0u, kFormatVersion + 1}) {
+  for (uint32_t version : {0u, kNewestFormatVersion + 1}) {
     StoreHeader future = SampleHeader();
     future.version = version;
     Status s = ParseHeader(Bytes(future), &parsed);

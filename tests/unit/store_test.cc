@@ -1,3 +1,4 @@
+#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_getFrameHeader: the kernel frames' window
 #include "store/store.h"
 
 #include <gtest/gtest.h>
@@ -12,7 +13,10 @@
 #include <thread>
 #include <utility>
 
+#include <zstd.h>
+
 #include "cache/byte_cache.h"
+#include "store/codec.h"
 #include "fs/filesystem.h"
 #include "pack/packer.h"
 #include "tests/support/fakes/faulty_store.h"
@@ -789,6 +793,154 @@ TEST(StoreSolidTest, PartialDecodeServesExactBytesForEveryRecord) {
     }
   }
 }
+
+// Format 5 (a pack without a dictionary): every group one standard zstd frame of its records,
+// with no dictionary and a window of at most 1 MiB, its index outside the frame, so all the
+// groups' records, in order, are every file's bytes. Files read back through the store as
+// ever; each frame decodes alone to its records; KernelRecordOffset finds each file in them;
+// no group but the last holds less than kMinKernelGroupBytes; a damaged group fails its frame.
+class StoreKernelFormatTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StoreKernelFormatTest, GroupsAreKernelFramesOfTheRecordsInIdOrder) {
+  TempDir dir;
+  std::vector<std::pair<std::string, std::string>> files;
+  for (int i = 0; i < 500; ++i) {
+    const size_t n = i % 60 == 0 ? 100000 + i : i % 9 == 0 ? 1 : 300 + (i * 53) % 4000;
+    std::string data = i % 3 ? TextBytes(n, i) : RandomBytes(n, i);
+    files.emplace_back("d" + std::to_string(i % 4) + "/f" + std::to_string(1000 + i), data);
+    WriteFile(dir / ("src/" + files.back().first), data);
+  }
+  WriteFile(dir / "src/empty", "");
+  PackOptions o;
+  o.chunk_bytes = 64 << 10;  // the large files have several chunks
+  o.group_bytes = 16 << 10;
+  o.dict_bytes = 0;
+  std::shared_ptr<MemTable> table;
+  std::unique_ptr<Store> store;
+  ASSERT_TRUE(PackToMemory(dir / "src", o, &table, &store).ok());
+  if (GetParam() != "memory") {
+    ASSERT_TRUE(testing::PackToBackend(dir / "src", o, GetParam(), dir / "s.db", &store).ok());
+  }
+  EXPECT_EQ(store->header().version, kKernelFormatVersion);
+  EXPECT_EQ(store->header().dict_bytes, 0u);
+  std::string all;  // every record, in id order, decoded from the frames alone
+  std::vector<Store::KernelGroup> groups;
+  Status s = store->ForEachKernelGroup([&](const Store::KernelGroup& g) {
+    groups.push_back(g);
+    std::string frame(g.frame_bytes, '\0');
+    DSFS_RETURN_IF_ERROR(store->ReadKernelFrame(g, 0, frame.size(), frame.data()));
+    EXPECT_EQ(ZSTD_getDictID_fromFrame(frame.data(), frame.size()), 0u);
+    ZSTD_frameHeader fh;
+    EXPECT_EQ(ZSTD_getFrameHeader(&fh, frame.data(), frame.size()), 0u);
+    EXPECT_LE(fh.windowSize, 1u << 20);
+    std::string raw(g.records_bytes, '\0');
+    EXPECT_EQ(ZSTD_decompress(raw.data(), raw.size(), frame.data(), frame.size()), raw.size());
+    all += raw;
+    return Status::OK();
+  });
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_GT(groups.size(), 10u);
+  for (size_t i = 0; i + 1 < groups.size(); ++i) {
+    EXPECT_GE(groups[i].records_bytes, kMinKernelGroupBytes) << "group " << i;
+  }
+  uint64_t total = 0;
+  for (const auto& [path, data] : files) {
+    uint32_t ino;
+    InodeRecord r;
+    ASSERT_TRUE(store->LookupPath(path, &ino, &r).ok());
+    ReadBuffer buf;
+    std::string_view out;
+    ASSERT_TRUE(store->Read(r, 0, r.size, &buf, &out).ok()) << path;
+    ASSERT_EQ(out, data) << path;
+    uint64_t last_id = 0, offset = 0;
+    ASSERT_TRUE(store->KernelRecordOffset(r.data, &last_id, &offset).ok());
+    uint64_t start = 0;  // the group's first byte among all records
+    for (const Store::KernelGroup& g : groups) {
+      if (g.last_id == last_id) break;
+      start += g.records_bytes;
+    }
+    ASSERT_EQ(all.substr(start + offset, data.size()), data) << path;
+    total += data.size();
+  }
+  EXPECT_EQ(all.size(), total);
+  // A flipped byte in a group's frame: ReadKernelFrame refuses it (Corruption), not bytes.
+  if (GetParam() == "memory") {
+    std::shared_ptr<MemTable> damaged;
+    ASSERT_TRUE(testing::DamagePayload(*table, groups[3].last_id, &damaged).ok());
+    std::unique_ptr<Store> bad;
+    ASSERT_TRUE(Store::Open(NewMemReader(damaged), &bad).ok());
+    std::string frame(groups[3].frame_bytes, '\0');
+    EXPECT_TRUE(bad->ReadKernelFrame(groups[3], 0, frame.size(), frame.data()).IsCorruption());
+    EXPECT_TRUE(bad->ReadKernelFrame(groups[4], 0, 10, frame.data()).ok());
+  }
+}
+
+// With a RAM cache, a group's verified frame and index come from the cache after its first read
+// (the kernel asks for both again whenever it dropped the pages made from them): the same bytes,
+// read from the cache, no group verified twice.
+TEST(StoreKernelFormatTest, KernelGroupsComeFromTheRamCacheAfterTheirFirstRead) {
+  TempDir dir;
+  for (int i = 0; i < 200; ++i) {
+    WriteFile(dir / ("src/f" + std::to_string(1000 + i)), TextBytes(700 + i * 37 % 3000, i));
+  }
+  PackOptions o;
+  o.group_bytes = 16 << 10;
+  o.dict_bytes = 0;
+  std::shared_ptr<MemTable> table;
+  std::unique_ptr<Store> plain;
+  ASSERT_TRUE(PackToMemory(dir / "src", o, &table, &plain).ok());
+  auto cache = std::make_shared<ByteCache>(64 << 20, 1);
+  std::unique_ptr<Store> store;
+  ASSERT_TRUE(Store::Open(NewMemReader(table), &store, cache).ok());
+  std::vector<Store::KernelGroup> groups;
+  ASSERT_TRUE(store->ForEachKernelGroup([&](const Store::KernelGroup& g) {
+    groups.push_back(g);
+    return Status::OK();
+  }).ok());
+  ASSERT_GT(groups.size(), 3u);
+  uint32_t ino;
+  InodeRecord r;
+  ASSERT_TRUE(store->LookupPath("f1100", &ino, &r).ok());
+  uint64_t first_last = 0, first_offset = 0;
+  ASSERT_TRUE(plain->KernelRecordOffset(r.data, &first_last, &first_offset).ok());
+  for (const Store::KernelGroup& g : groups) {
+    std::string want(g.frame_bytes, '\0');
+    ASSERT_TRUE(plain->ReadKernelFrame(g, 0, want.size(), want.data()).ok());
+    for (int round = 0; round < 3; ++round) {
+      std::string got(g.frame_bytes - 5, '\0');
+      ASSERT_TRUE(store->ReadKernelFrame(g, 5, got.size(), got.data()).ok());
+      EXPECT_EQ(got, want.substr(5)) << "group " << g.last_id << " round " << round;
+    }
+  }
+  EXPECT_EQ(cache->stats().misses, groups.size());
+  EXPECT_EQ(cache->stats().hits, 2 * groups.size());
+  uint64_t last_id = 0, offset = 0;
+  ASSERT_TRUE(store->KernelRecordOffset(r.data, &last_id, &offset).ok());
+  EXPECT_EQ(last_id, first_last);
+  EXPECT_EQ(offset, first_offset);
+  EXPECT_EQ(cache->stats().hits, 2 * groups.size() + 1);
+  // A read past the frame is refused from the cache as from the store.
+  std::string one(1, '\0');
+  EXPECT_FALSE(store->ReadKernelFrame(groups[0], groups[0].frame_bytes, 1, one.data()).ok());
+}
+
+// A store with a dictionary stays format 4: no kernel frames.
+TEST(StoreKernelFormatTest, WithADictionaryTheStoreIsFormat4) {
+  TempDir dir;
+  for (int i = 0; i < 200; ++i) WriteFile(dir / ("src/f" + std::to_string(i)), TextBytes(500, i));
+  PackOptions o;
+  o.dict_bytes = 4096;
+  std::shared_ptr<MemTable> table;
+  std::unique_ptr<Store> store;
+  ASSERT_TRUE(PackToMemory(dir / "src", o, &table, &store).ok());
+  EXPECT_EQ(store->header().version, kFormatVersion);
+  Status s = store->ForEachKernelGroup([](const Store::KernelGroup&) { return Status::OK(); });
+  EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, StoreKernelFormatTest,
+                         ::testing::Values("memory", "lmdb", "rocksdb"),
+                         [](const auto& info) { return info.param; });
 
 // Damage to a group is found on the partial path too: the files of the damaged group fail with
 // EIO through a small cache, whatever order they are read in, and the others read.

@@ -95,16 +95,6 @@ struct FloorTree {
   CommandResult made;
 };
 
-uint64_t OomKills(const TestCgroup& cg) {
-  std::ifstream f(cg.path() + "/memory.oom_control");
-  std::string key;
-  uint64_t v;
-  while (f >> key >> v) {
-    if (key == "oom_kill") return v;
-  }
-  return 0;
-}
-
 // CAP_SYS_RESOURCE (bit 24 of CapEff), which lowering an OOM score needs.
 bool CanLowerOomScore() {
   std::ifstream f("/proc/self/status");
@@ -160,12 +150,12 @@ class MountMemoryFloorTest : public ::testing::Test {
     CommandResult read = RunCommand(
         cg.Inside({"/usr/bin/python3", tree_->dir / "reader.py", mp, tree_->manifest}), 300);
     const std::string why = Describe(read) + "\nOOM kills in " + cg.path() + ": " +
-                            std::to_string(OomKills(cg)) + "\n--- daemon log ---\n" +
+                            std::to_string(cg.OomKills()) + "\n--- daemon log ---\n" +
                             ReadFile(tree_->dir / "daemon.log");
     EXPECT_NE(read.out.find("reads=" + std::to_string(3 * (kFiles + 4)) + " failed=0"),
               std::string::npos)
         << why;
-    EXPECT_EQ(OomKills(cg), 0u) << why;
+    EXPECT_EQ(cg.OomKills(), 0u) << why;
     char state = 0;
     pid_t ppid;
     ASSERT_TRUE(ProcStat(daemon, &ppid, &state)) << "the daemon is gone\n" << why;

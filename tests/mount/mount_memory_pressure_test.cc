@@ -92,16 +92,6 @@ struct PressureTree {
   CommandResult made;
 };
 
-uint64_t OomKills(const TestCgroup& cg) {
-  std::ifstream f(cg.path() + "/memory.oom_control");
-  std::string key;
-  uint64_t v;
-  while (f >> key >> v) {
-    if (key == "oom_kill") return v;
-  }
-  return 0;
-}
-
 // "kernel" or "classic", with extra mount options.
 struct Case {
   bool kernel;
@@ -154,11 +144,11 @@ TEST_P(MountMemoryPressureTest, EveryFileReadThriceInALimitBelowTheTree) {
                               tree->manifest}), 300);
     // A failure says whether the kernel killed the daemon or it ended by itself (its log).
     const std::string why = Describe(read) + "\nOOM kills in " + cg.path() + ": " +
-                            std::to_string(OomKills(cg)) + "\n--- daemon log ---\n" +
+                            std::to_string(cg.OomKills()) + "\n--- daemon log ---\n" +
                             ReadFile(log);
     EXPECT_NE(read.out.find("reads=" + std::to_string(3 * kFiles) + " failed=0"), std::string::npos)
         << why;
-    EXPECT_EQ(OomKills(cg), 0u) << why;
+    EXPECT_EQ(cg.OomKills(), 0u) << why;
     char state = 0;
     pid_t ppid;
     ASSERT_TRUE(ProcStat(daemon, &ppid, &state)) << "the daemon is gone";

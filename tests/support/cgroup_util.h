@@ -73,6 +73,16 @@ class TestCgroup {
     f << bytes << std::endl;
     return static_cast<bool>(f);
   }
+  // The OOM kills in the cgroup so far (memory.oom_control's oom_kill; 0 if unreadable).
+  uint64_t OomKills() const {
+    std::ifstream f(path_ + "/memory.oom_control");
+    std::string key;
+    uint64_t v;
+    while (f >> key >> v) {
+      if (key == "oom_kill") return v;
+    }
+    return 0;
+  }
   // argv run by a shell that first moves itself into the cgroup (no argument may hold a ').
   std::vector<std::string> Inside(const std::vector<std::string>& argv) const {
     std::string cmd = "echo $$ > '" + path_ + "/cgroup.procs' && exec";

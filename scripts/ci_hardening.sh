@@ -3,12 +3,21 @@
 # AddressSanitizer (with UBSan) and under ThreadSanitizer, then a libFuzzer smoke run of every
 # fuzz target from the checked-in seed corpus. Builds with clang-14 in build-asan (also the
 # fuzzers) and build-tsan. Any sanitizer report, test failure or fuzzer finding fails the script.
+# Each stage prints what it took.
 #   STRESS_SECONDS   duration of the stress test under each sanitizer (default 120)
 #   FUZZ_SECONDS     fuzzing time per target (default 60)
 #   JOBS             build jobs (default: number of cores)
-# Usage: sudo scripts/ci_hardening.sh
+# Usage: sudo scripts/ci_hardening.sh [build|test]
+#   build   only the two sanitizer builds (.ci/run runs them beside the test suite)
+#   test    only what runs in them (after `build`)
+#   (none)  both
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PHASE=${1:-all}
+case $PHASE in
+  all | build | test) ;;
+  *) echo "usage: $0 [build|test]" >&2; exit 2 ;;
+esac
 STRESS_SECONDS=${STRESS_SECONDS:-120}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 JOBS=${JOBS:-$(nproc)}
@@ -32,31 +41,55 @@ check_reports() {
   fi
 }
 
-stage() { echo "=== ci_hardening: $* ($(date +%T))"; }
+# A stage's line names it; the next one says how long the one before took.
+stage_name="" stage_start=0
+stage() {
+  local now
+  now=$(date +%s)
+  [[ -n $stage_name ]] && echo "=== ci_hardening: $stage_name: $((now - stage_start)) s"
+  stage_name=$* stage_start=$now
+  [[ -n $stage_name ]] && echo "=== ci_hardening: $* ($(date +%T))"
+  return 0
+}
 
 # One AddressSanitizer build serves the ASan stage and the fuzzers (DSFS_FUZZ adds libFuzzer's
-# coverage instrumentation to the ASan+UBSan build): one build less on a 2-core CI machine.
-for san in address thread; do
+# coverage instrumentation to the ASan+UBSan build): one build less on a 2-core CI machine. The
+# stress test is built alone (dsfs_stress_tests), not with the other mount tests.
+sanitizer_dir() { [[ $1 == address ]] && echo build-asan || echo build-tsan; }
+build_sanitizer() {
+  local san=$1 dir extra targets
+  dir=$(sanitizer_dir "$san")
   if [[ $san == address ]]; then
-    dir=build-asan
     extra=(-DDSFS_FUZZ=ON)
-    targets=(dsfs dsfs_unit_tests dsfs_mount_tests fuzz_store fuzz_image fuzz_record fuzz_s3index)
+    targets=(dsfs dsfs_unit_tests dsfs_stress_tests fuzz_store fuzz_image fuzz_record fuzz_s3index)
   else
-    dir=build-tsan
     extra=()
-    targets=(dsfs dsfs_unit_tests dsfs_mount_tests)
+    targets=(dsfs dsfs_unit_tests dsfs_stress_tests)
   fi
   stage "$san sanitizer build in $dir"
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${CLANG[@]}" \
     -DDSFS_SANITIZE="$san" "${extra[@]}" >/dev/null
   cmake --build "$dir" -j "$JOBS" --target "${targets[@]}"
+}
+test_sanitizer() {
+  local san=$1 dir
+  dir=$(sanitizer_dir "$san")
   stage "$san: unit tests"
   # The install and systemd tests need the whole build and nothing a sanitizer adds: skipped.
   "$dir/tests/dsfs_unit_tests" --gtest_brief=1 --gtest_filter='-InstallTest.*:SystemdTest.*'
   stage "$san: stress test, ${STRESS_SECONDS} s"
-  DSFS_STRESS_SECONDS=$STRESS_SECONDS "$dir/tests/dsfs_mount_tests" --gtest_filter='StressTest.*'
+  DSFS_STRESS_SECONDS=$STRESS_SECONDS "$dir/tests/dsfs_stress_tests" --gtest_filter='StressTest.*'
   check_reports "$san"
-done
+}
+
+if [[ $PHASE != test ]]; then
+  for san in address thread; do build_sanitizer "$san"; done
+fi
+if [[ $PHASE == build ]]; then
+  stage ""
+  exit 0
+fi
+for san in address thread; do test_sanitizer "$san"; done
 
 for target in store image record s3index; do
   stage "fuzz_$target for ${FUZZ_SECONDS} s"
@@ -77,4 +110,5 @@ for target in store image record s3index; do
     sed "s/^/fuzz_$target: /"
   rm -rf "$work"
 done
-stage "done"
+stage ""
+echo "=== ci_hardening: done"

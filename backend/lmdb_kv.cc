@@ -28,9 +28,11 @@
 #include <vector>
 
 #include "backend/lmdb_check.h"
+#include "backend/per_thread.h"
 #include "backend/store_files.h"
 #include "common/file_watch.h"
 #include "common/log.h"
+#include "common/unique_fd.h"
 
 namespace dsfs {
 namespace {
@@ -47,9 +49,6 @@ constexpr size_t kLmdbMagicOffset = 16;
 // commits are never visible.
 constexpr uint64_t kCommitEveryBytes = 128ull << 20;
 
-
-std::atomic<uint64_t> g_next_reader_id{1};
-
 // A store file changed under a reader (docs/hardening.md, "A store changed under a live
 // mount"). An admin's `cp new.db mounted.db` truncates the inode the reader has mapped and
 // writes another store into it: reads of the pages past its end then fault (SIGBUS), and the
@@ -64,10 +63,10 @@ std::atomic<uint64_t> g_next_reader_id{1};
 class LmdbReader final : public KvReader {
  public:
   LmdbReader(MDB_env* env, MDB_dbi dbi, std::string path)
-      : env_(env), dbi_(dbi), path_(std::move(path)), id_(g_next_reader_id.fetch_add(1)) {}
+      : env_(env), dbi_(dbi), path_(std::move(path)) {}
   ~LmdbReader() override {
     watch_.reset();  // no callback runs from here on
-    for (auto& t : threads_) CloseThread(t.get());
+    threads_.Clear();  // their transactions, before the environment
     mdb_env_close(env_);
   }
 
@@ -179,6 +178,7 @@ class LmdbReader final : public KvReader {
   struct Thread {
     MDB_txn* txn = nullptr;
     MDB_cursor* cursor = nullptr;
+    ~Thread() { CloseThread(this); }
   };
   static void CloseThread(Thread* t) {
     if (t->cursor) mdb_cursor_close(t->cursor);
@@ -263,32 +263,18 @@ class LmdbReader final : public KvReader {
   }
 
   Status ThreadState(Thread** out) {
-    thread_local std::vector<std::pair<uint64_t, Thread*>> cache;
-    for (const auto& [id, t] : cache) {
-      if (id == id_) {
-        *out = t;
-        return Begin(t);
-      }
-    }
-    auto t = std::make_unique<Thread>();
-    DSFS_RETURN_IF_ERROR(Begin(t.get()));
-    Thread* raw = t.get();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      threads_.push_back(std::move(t));
-    }
-    // Entries of readers that are gone are never matched again (ids are unique); keep the
-    // per-thread list short for threads that outlive many readers (tests).
-    if (cache.size() >= 64) cache.erase(cache.begin());
-    cache.emplace_back(id_, raw);
-    *out = raw;
-    return Status::OK();
+    DSFS_RETURN_IF_ERROR(threads_.Get(
+        [](std::unique_ptr<Thread>* made) {
+          *made = std::make_unique<Thread>();
+          return Status::OK();
+        },
+        out));
+    return Begin(*out);
   }
 
   MDB_env* env_;
   MDB_dbi dbi_;
   std::string path_;
-  uint64_t id_;
   void* map_addr_ = nullptr;  // the file's mapping, for ReleaseCachedMemory
   size_t map_len_ = 0;
   uint64_t file_bytes_ = 0;                       // the file's size when opened
@@ -297,8 +283,7 @@ class LmdbReader final : public KvReader {
   std::atomic<bool> replaced_{false};             // its meta pages changed: no more reads
   std::atomic<bool> announced_{false};            // the change has been logged
   std::unique_ptr<FileWatch> watch_;              // of the file and the mapping; set by LocateMap
-  std::mutex mu_;                                 // guards threads_
-  std::vector<std::unique_ptr<Thread>> threads_;  // every thread's state, closed at the end
+  PerThread<Thread> threads_;  // every thread's state, closed at the end
 };
 
 }  // namespace
@@ -315,16 +300,14 @@ namespace {
 
 class LmdbWriter final : public KvWriter {
  public:
-  // `dest`: where Commit puts the store (and what it may replace there). `lock_fd` (an
-  // updater's lock on the store it replaces; may be -1) is closed with the writer.
-  LmdbWriter(StoreDestination dest, std::string tmp_path, int lock_fd = -1)
-      : dest_(std::move(dest)), tmp_(std::move(tmp_path)), lock_fd_(lock_fd) {}
+  // `dest`: where Commit puts the store (and what it may replace there). `lock` (an
+  // updater's lock on the store it replaces; may be none) is closed with the writer.
+  LmdbWriter(StoreDestination dest, std::string tmp_path, UniqueFd lock = UniqueFd())
+      : dest_(std::move(dest)), tmp_(std::move(tmp_path)), lock_(std::move(lock)) {}
   ~LmdbWriter() override {
     if (txn_) mdb_txn_abort(txn_);
     if (env_) mdb_env_close(env_);
     if (!committed_) ::unlink(tmp_.c_str());
-    if (tmp_lock_fd_ >= 0) ::close(tmp_lock_fd_);
-    if (lock_fd_ >= 0) ::close(lock_fd_);
   }
 
   Status Open(uint64_t map_size) {
@@ -334,7 +317,7 @@ class LmdbWriter final : public KvWriter {
     if (rc != 0) return LmdbError(rc, "setting map size", tmp_);
     rc = mdb_env_open(env_, tmp_.c_str(), MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOSYNC, 0644);
     if (rc != 0) return LmdbError(rc, "creating the store", tmp_);
-    tmp_lock_fd_ = LockTemporary(tmp_);  // alive, to writers of other PID namespaces too
+    tmp_lock_ = LockTemporary(tmp_);  // alive, to writers of other PID namespaces too
     DSFS_RETURN_IF_ERROR(Begin());
     // A copy of an existing store: appending (MDB_APPEND) is right only past its last key.
     MDB_cursor* c = nullptr;
@@ -380,8 +363,7 @@ class LmdbWriter final : public KvWriter {
     mdb_env_close(env_);
     env_ = nullptr;
     DSFS_RETURN_IF_ERROR(MoveStoreIntoPlace(tmp_, dest_));
-    if (tmp_lock_fd_ >= 0) ::close(tmp_lock_fd_);  // the store now: no temporary to hold
-    tmp_lock_fd_ = -1;
+    tmp_lock_.reset();  // the store now: no temporary to hold
     committed_ = true;
     return Status::OK();
   }
@@ -416,31 +398,27 @@ class LmdbWriter final : public KvWriter {
 
   StoreDestination dest_;
   std::string tmp_;
-  int tmp_lock_fd_ = -1;
+  UniqueFd tmp_lock_;
   MDB_env* env_ = nullptr;
   MDB_txn* txn_ = nullptr;
   MDB_dbi dbi_ = 0;
   std::string last_key_;
   uint64_t pending_bytes_ = 0;
   bool committed_ = false;
-  int lock_fd_ = -1;
+  UniqueFd lock_;
 };
 
 // Copies the file `from` to `to` (a new file): copy_file_range, so the kernel copies (or
 // shares the extents, on filesystems that can) without a pass through user space.
 Status CopyFile(const std::string& from, const std::string& to) {
-  int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0) return Status::FromErrno(errno, from);
+  const UniqueFd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!in) return Status::FromErrno(errno, from);
   // Readable by no one else until it gets the store's own mode (MoveStoreIntoPlace).
-  int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (out < 0) {
-    int err = errno;
-    ::close(in);
-    return Status::FromErrno(err, "cannot create " + to);
-  }
+  UniqueFd out(::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!out) return Status::FromErrno(errno, "cannot create " + to);
   Status s;
   for (;;) {
-    ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, 1 << 30, 0);
+    ssize_t n = ::copy_file_range(in.get(), nullptr, out.get(), nullptr, 1 << 30, 0);
     if (n == 0) break;
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -450,8 +428,7 @@ Status CopyFile(const std::string& from, const std::string& to) {
       break;
     }
   }
-  ::close(in);
-  ::close(out);
+  out.reset();
   if (!s.ok()) ::unlink(to.c_str());
   return s;
 }
@@ -459,11 +436,10 @@ Status CopyFile(const std::string& from, const std::string& to) {
 }  // namespace
 
 bool LooksLikeLmdb(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return false;
   uint32_t magic = 0;
-  ssize_t n = ::pread(fd, &magic, sizeof(magic), kLmdbMagicOffset);
-  ::close(fd);
+  const ssize_t n = ::pread(fd.get(), &magic, sizeof(magic), kLmdbMagicOffset);
   return n == sizeof(magic) && magic == kLmdbMagic;
 }
 
@@ -547,35 +523,42 @@ Status NewLmdbWriter(const std::string& path, const KvWriterOptions& options,
   return Status::OK();
 }
 
+namespace {
+
+// Readers never lock (MDB_NOLOCK); updaters take an exclusive flock on the store so two of
+// them cannot both copy the same version (the second one's rename would drop the first's
+// keys). A store renamed over while we waited is not the one to update: look again.
+Status LockForUpdate(const std::string& path, UniqueFd* lock, struct stat* st) {
+  for (int attempt = 0;; ++attempt) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return Status::FromErrno(errno, path);
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EWOULDBLOCK) {
+        return Status::IOError(path + ": the store is being written by another process");
+      }
+      return Status::FromErrno(errno, "locking " + path);
+    }
+    struct stat now;
+    if (::fstat(fd.get(), st) == 0 && ::stat(path.c_str(), &now) == 0 &&
+        st->st_ino == now.st_ino && st->st_dev == now.st_dev) {
+      *lock = std::move(fd);
+      return Status::OK();
+    }
+    if (attempt > 10) return Status::IOError(path + ": the store keeps changing");
+  }
+}
+
+}  // namespace
+
 Status NewLmdbUpdater(const std::string& path, std::unique_ptr<KvWriter>* writer) {
   if (!LooksLikeLmdb(path)) {
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) return Status::FromErrno(errno, path);
     return Status::InvalidArgument(path + ": not a dsfs store");
   }
-  // Readers never lock (MDB_NOLOCK); updaters take an exclusive flock on the store so two of
-  // them cannot both copy the same version (the second one's rename would drop the first's
-  // keys). A store renamed over while we waited is not the one to update: look again.
-  int fd = -1;
-  for (int attempt = 0;; ++attempt) {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::FromErrno(errno, path);
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      int err = errno;
-      ::close(fd);
-      if (err == EWOULDBLOCK) {
-        return Status::IOError(path + ": the store is being written by another process");
-      }
-      return Status::FromErrno(err, "locking " + path);
-    }
-    struct stat locked, now;
-    if (::fstat(fd, &locked) == 0 && ::stat(path.c_str(), &now) == 0 &&
-        locked.st_ino == now.st_ino && locked.st_dev == now.st_dev) {
-      break;
-    }
-    ::close(fd);
-    if (attempt > 10) return Status::IOError(path + ": the store keeps changing");
-  }
+  UniqueFd lock;
+  struct stat st;
+  DSFS_RETURN_IF_ERROR(LockForUpdate(path, &lock, &st));
   // The new version is a copy of the store (records byte for byte) that the puts then change,
   // renamed over the store by Commit: atomic, and a mounted reader keeps its open file (LMDB
   // readers opened MDB_NOLOCK could not protect their pages from writers in the same file).
@@ -583,31 +566,16 @@ Status NewLmdbUpdater(const std::string& path, std::unique_ptr<KvWriter>* writer
   RemoveDeadTemporaries(path);
   // The writer reads the copy's tree (its last key) with LMDB in this process: the store's
   // tree is checked first, as for every read-only open.
-  Status check = CheckLmdbTree(path);
-  if (!check.ok()) {
-    ::close(fd);
-    return check;
-  }
+  DSFS_RETURN_IF_ERROR(CheckLmdbTree(path));
   std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   ::unlink(tmp.c_str());
-  Status s = CopyFile(path, tmp);
-  if (!s.ok()) {
-    ::close(fd);
-    return s;
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return Status::FromErrno(err, path);
-  }
+  DSFS_RETURN_IF_ERROR(CopyFile(path, tmp));
   StoreDestination dest;
   dest.path = path;
   dest.found = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
                 static_cast<uint32_t>(st.st_mode)};
-  uint64_t size = static_cast<uint64_t>(st.st_size);
-  auto w = std::make_unique<LmdbWriter>(std::move(dest), tmp, fd);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  auto w = std::make_unique<LmdbWriter>(std::move(dest), tmp, std::move(lock));
   DSFS_RETURN_IF_ERROR(w->Open(size * 2 + (8ull << 30)));
   *writer = std::move(w);
   return Status::OK();

@@ -25,10 +25,12 @@
 #include <utility>
 #include <vector>
 
+#include "backend/per_thread.h"
 #include "backend/store_files.h"
 #include "common/file_watch.h"
 #include "common/log.h"
 #include "common/path.h"
+#include "common/unique_fd.h"
 
 namespace dsfs {
 namespace {
@@ -91,8 +93,6 @@ rocksdb::Options TableOptions(const KvWriterOptions::RocksdbLayout& layout = {})
   return o;
 }
 
-std::atomic<uint64_t> g_next_reader_id{1};
-
 struct CopyPin : PinnedValue::Pin {
   std::string bytes;
 };
@@ -103,7 +103,7 @@ struct SlicePin : PinnedValue::Pin {
 class RocksdbReader final : public KvReader {
  public:
   RocksdbReader(rocksdb::DB* db, std::string path)
-      : db_(db), path_(std::move(path)), id_(g_next_reader_id.fetch_add(1)) {
+      : db_(db), path_(std::move(path)) {
     // dsfs checks every record it reads (xxh3 per payload record and metadata segment), but a
     // damaged block must be refused before RocksDB parses it: it asserts (aborts the daemon)
     // on malformed block entries (found by tests/unit/corruption_test.cc).
@@ -112,10 +112,7 @@ class RocksdbReader final : public KvReader {
   }
   ~RocksdbReader() override {
     tables_.clear();  // their watches: no callback runs from here on
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      iterators_.clear();
-    }
+    iterators_.Clear();
     db_->Close().PermitUncheckedError();
     delete db_;
   }
@@ -127,18 +124,18 @@ class RocksdbReader final : public KvReader {
     for (const auto& f : files) {
       auto t = std::make_unique<Table>();
       t->path = f.directory + "/" + f.relative_filename;
-      t->fd = ::open(t->path.c_str(), O_RDONLY | O_CLOEXEC);
+      t->fd.reset(::open(t->path.c_str(), O_RDONLY | O_CLOEXEC));
       struct stat st;
-      if (t->fd < 0 || ::fstat(t->fd, &st) != 0) continue;
+      if (!t->fd || ::fstat(t->fd.get(), &st) != 0) continue;
       t->bytes = static_cast<uint64_t>(st.st_size);
       t->head.resize(std::min<uint64_t>(t->bytes, kHeadBytes));
-      if (::pread(t->fd, t->head.data(), t->head.size(), 0) !=
+      if (::pread(t->fd.get(), t->head.data(), t->head.size(), 0) !=
           static_cast<ssize_t>(t->head.size())) {
         continue;
       }
       Table* raw = t.get();
       t->watch =
-          FileWatch::Start(t->fd, nullptr, 0, [this, raw](FileWatch::Event) { OnChange(*raw); });
+          FileWatch::Start(t->fd.get(), nullptr, 0, [this, raw](FileWatch::Event) { OnChange(*raw); });
       tables_.push_back(std::move(t));
     }
   }
@@ -159,7 +156,13 @@ class RocksdbReader final : public KvReader {
   Status Seek(std::string_view key, std::string* found_key, PinnedValue* value) override {
     DSFS_RETURN_IF_ERROR(CheckNotReplaced());
     rocksdb::Iterator* it = nullptr;
-    DSFS_RETURN_IF_ERROR(ThreadIterator(&it));
+    DSFS_RETURN_IF_ERROR(iterators_.Get(
+        [this](std::unique_ptr<rocksdb::Iterator>* made) {
+          made->reset(db_->NewIterator(ro_));
+          return (*made)->status().ok() ? Status::OK()
+                                        : FromRocks((*made)->status(), path_, "opening an iterator");
+        },
+        &it));
     it->Seek(rocksdb::Slice(key.data(), key.size()));
     if (!it->Valid()) {
       if (!it->status().ok()) {
@@ -168,7 +171,7 @@ class RocksdbReader final : public KvReader {
         // block's error, even to keys of other blocks: `dsfs verify` (one thread) called the
         // files of the groups after a damaged one damaged too, and a mount thread failed
         // them, where `dsfs cat` (a fresh iterator) read them. This thread gets a new one.
-        RetireThreadIterator(it);
+        iterators_.Retire(it);
         return failed;
       }
       return Status::NotFound("no key at or after");
@@ -203,14 +206,10 @@ class RocksdbReader final : public KvReader {
   static constexpr uint64_t kHeadBytes = 4096;
   struct Table {
     std::string path;
-    int fd = -1;
+    UniqueFd fd;
     uint64_t bytes = 0;  // its size when opened
     std::string head;    // its first kHeadBytes when opened
-    std::unique_ptr<FileWatch> watch;
-    ~Table() {
-      watch.reset();
-      if (fd >= 0) ::close(fd);
-    }
+    std::unique_ptr<FileWatch> watch;  // declared after fd: stops before fd closes
   };
 
   Status CheckNotReplaced() const {
@@ -232,10 +231,10 @@ class RocksdbReader final : public KvReader {
   // Called by the watch thread after table `t` was written to or truncated.
   void OnChange(const Table& t) {
     struct stat st;
-    const uint64_t now = ::fstat(t.fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+    const uint64_t now = ::fstat(t.fd.get(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
     std::string head(t.head.size(), '\0');
     const bool same_head =
-        ::pread(t.fd, head.data(), head.size(), 0) == static_cast<ssize_t>(head.size()) &&
+        ::pread(t.fd.get(), head.data(), head.size(), 0) == static_cast<ssize_t>(head.size()) &&
         head == t.head;
     std::string what;
     if (!same_head) {
@@ -258,44 +257,6 @@ class RocksdbReader final : public KvReader {
     }
   }
 
-  // One iterator per thread (iterators are not thread-safe), created on first use and kept
-  // for the reader's life: the store does not change under a read-only instance.
-  static std::vector<std::pair<uint64_t, rocksdb::Iterator*>>& ThreadIterators() {
-    thread_local std::vector<std::pair<uint64_t, rocksdb::Iterator*>> cache;
-    return cache;
-  }
-  Status ThreadIterator(rocksdb::Iterator** out) {
-    auto& cache = ThreadIterators();
-    for (const auto& [id, it] : cache) {
-      if (id == id_) {
-        *out = it;
-        return Status::OK();
-      }
-    }
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro_));
-    if (!it->status().ok()) return FromRocks(it->status(), path_, "opening an iterator");
-    rocksdb::Iterator* raw = it.get();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      iterators_.push_back(std::move(it));
-    }
-    if (cache.size() >= 64) cache.erase(cache.begin());
-    cache.emplace_back(id_, raw);
-    *out = raw;
-    return Status::OK();
-  }
-  // Destroys this thread's iterator `it`: its next Seek creates another.
-  void RetireThreadIterator(rocksdb::Iterator* it) {
-    auto& cache = ThreadIterators();
-    cache.erase(std::remove_if(cache.begin(), cache.end(),
-                               [&](const auto& e) { return e.first == id_ && e.second == it; }),
-                cache.end());
-    std::lock_guard<std::mutex> lock(mu_);
-    iterators_.erase(std::remove_if(iterators_.begin(), iterators_.end(),
-                                    [&](const auto& owned) { return owned.get() == it; }),
-                     iterators_.end());
-  }
-
   // A value that is most of its table file (dsfs's metadata tables: one value each) is read
   // whole by Get (RocksDB verifies the block's checksum) from a file opened for random access
   // (no readahead): through the memory map this reader once used, 290 MB took 4.7 s at 10
@@ -315,22 +276,19 @@ class RocksdbReader final : public KvReader {
           f.size > 2 * bytes) {
         continue;
       }
-      int fd = ::open((f.directory + "/" + f.relative_filename).c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) continue;
-      WillNeedFile(fd, 0, f.size);
-      ::close(fd);
+      const UniqueFd fd(
+          ::open((f.directory + "/" + f.relative_filename).c_str(), O_RDONLY | O_CLOEXEC));
+      if (fd) WillNeedFile(fd.get(), 0, f.size);
     }
   }
 
   rocksdb::DB* db_;
   std::string path_;
-  uint64_t id_;
   std::vector<std::unique_ptr<Table>> tables_;  // set once, before the first read
   std::atomic<bool> replaced_{false};           // a table file was rewritten: no more reads
   std::atomic<bool> announced_{false};          // the change has been logged
   rocksdb::ReadOptions ro_;
-  std::mutex mu_;  // guards iterators_
-  std::vector<std::unique_ptr<rocksdb::Iterator>> iterators_;
+  PerThread<rocksdb::Iterator> iterators_;  // one per thread: iterators are not thread-safe
 };
 
 // Streams puts into one SST file per leading key byte (dsfs's key spaces: H, I, L, N, P, Q,
@@ -356,7 +314,6 @@ class RocksdbWriter final : public KvWriter {
     std::error_code ec;
     fs::remove_all(staging_, ec);
     if (!committed_ && !update_) fs::remove_all(dir_, ec);
-    if (tmp_lock_fd_ >= 0) ::close(tmp_lock_fd_);
   }
 
   Status Prepare() {
@@ -364,7 +321,7 @@ class RocksdbWriter final : public KvWriter {
     if (!update_ && !fs::create_directory(dir_, ec)) {
       return Status::FromErrno(ec.value() ? ec.value() : EEXIST, "cannot create " + dir_);
     }
-    if (!update_) tmp_lock_fd_ = LockTemporary(dir_);  // alive, to other PID namespaces too
+    if (!update_) tmp_lock_ = LockTemporary(dir_);  // alive, to other PID namespaces too
     if (update_) {
       // Staging directories of updaters that were killed (this one holds the LOCK now).
       for (const auto& e : fs::directory_iterator(dir_, ec)) {
@@ -447,8 +404,7 @@ class RocksdbWriter final : public KvWriter {
     fs::remove_all(staging_, ec);
     // A fresh store goes to its final path (replacing, with --force, the store checked there).
     if (!update_) DSFS_RETURN_IF_ERROR(Fail(MoveStoreIntoPlace(dir_, dest_)));
-    if (tmp_lock_fd_ >= 0) ::close(tmp_lock_fd_);  // the store now: no temporary to hold
-    tmp_lock_fd_ = -1;
+    tmp_lock_.reset();  // the store now: no temporary to hold
     committed_ = true;
     return Status::OK();
   }
@@ -474,7 +430,7 @@ class RocksdbWriter final : public KvWriter {
   StoreDestination dest_;
   std::string final_, dir_, staging_;
   bool update_;
-  int tmp_lock_fd_ = -1;  // LockTemporary of dir_ (a fresh store's)
+  UniqueFd tmp_lock_;  // LockTemporary of dir_ (a fresh store's)
   rocksdb::DB* db_ = nullptr;
   rocksdb::Options options_;
   std::map<unsigned char, Stream> streams_;

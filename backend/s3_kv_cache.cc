@@ -15,6 +15,7 @@
 
 #include "backend/s3_cache_dir.h"
 #include "common/log.h"
+#include "common/unique_fd.h"
 
 namespace dsfs {
 namespace {
@@ -32,13 +33,11 @@ bool IsStoreId(std::string_view s) {
 // Calls `entry` with the name of every entry of the directory open at `dir_fd` (which stays
 // open) but "." and "..".
 void ForEachEntry(int dir_fd, const std::function<void(const std::string&)>& entry) {
-  int fd = ::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
-  if (fd < 0) return;
-  DIR* d = ::fdopendir(fd);
-  if (d == nullptr) {
-    ::close(fd);
-    return;
-  }
+  UniqueFd fd(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
+  if (!fd) return;
+  DIR* d = ::fdopendir(fd.get());
+  if (d == nullptr) return;
+  fd.release();  // closedir closes it
   ::rewinddir(d);
   std::vector<std::string> names;
   while (dirent* e = ::readdir(d)) {
@@ -123,11 +122,6 @@ std::string UntrustedOnTheWay(const std::string& path, uid_t me) {
 
 }  // namespace
 
-S3CacheRoot::~S3CacheRoot() {
-  if (lock_fd_ >= 0) ::close(lock_fd_);
-  if (fd_ >= 0) ::close(fd_);
-}
-
 Status S3CacheRoot::Open(const std::string& cache_dir, const std::string& name) {
   const std::string fix = ": choose another cache_dir= (or cache_disk=0 for none)";
   const uid_t me = ::geteuid();
@@ -144,19 +138,17 @@ Status S3CacheRoot::Open(const std::string& cache_dir, const std::string& name) 
           cache_dir + ": cannot create the S3 disk cache directory: " + std::strerror(errno));
     }
   }
-  int dir = ::open(cache_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir < 0) {
+  const UniqueFd dir(::open(cache_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) {
     return Status::IOError(cache_dir +
                            ": cannot open the S3 disk cache directory: " + std::strerror(errno));
   }
   struct stat st = {};
-  if (::fstat(dir, &st) != 0 || (st.st_uid != me && st.st_uid != 0)) {
-    ::close(dir);
+  if (::fstat(dir.get(), &st) != 0 || (st.st_uid != me && st.st_uid != 0)) {
     return Status::InvalidArgument(cache_dir + ": the S3 disk cache directory belongs to " +
                                    UidName(st.st_uid) + ", not to this user" + fix);
   }
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)) {
-    ::close(dir);
     return Status::InvalidArgument(cache_dir +
                                    ": the S3 disk cache directory is writable by other users "
                                    "and not sticky (anyone could replace what is in it)" +
@@ -165,13 +157,9 @@ Status S3CacheRoot::Open(const std::string& cache_dir, const std::string& name) 
   path_ = cache_dir + "/" + name;
   // A `dsfs cache gc` that removed the directory while this waited for its lock: made again.
   for (int attempt = 0;; ++attempt) {
-    Status s = OpenAndLock(dir, name, me, fix);
-    if (s.code() != Status::Code::kBusy || attempt == 2) {
-      ::close(dir);
-      return s;
-    }
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
+    Status s = OpenAndLock(dir.get(), name, me, fix);
+    if (s.code() != Status::Code::kBusy || attempt == 2) return s;
+    fd_.reset();
   }
 }
 
@@ -182,9 +170,9 @@ Status S3CacheRoot::OpenAndLock(int dir, const std::string& name, uid_t me,
     int err = errno;
     return Status::IOError(path_ + ": cannot create the S3 disk cache: " + std::strerror(err));
   }
-  fd_ = ::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  fd_.reset(::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   int err = errno;
-  if (fd_ < 0) {
+  if (!fd_) {
     if (err == ELOOP || err == ENOTDIR) {
       return Status::InvalidArgument(path_ +
                                      ": is a symlink or not a directory, not a dsfs disk cache "
@@ -193,7 +181,7 @@ Status S3CacheRoot::OpenAndLock(int dir, const std::string& name, uid_t me,
     }
     return Status::IOError(path_ + ": cannot open the S3 disk cache: " + std::strerror(err));
   }
-  if (::fstat(fd_, &st) != 0 || st.st_uid != me) {
+  if (::fstat(fd_.get(), &st) != 0 || st.st_uid != me) {
     return Status::InvalidArgument(path_ + ": belongs to " + UidName(st.st_uid) +
                                    ", not to this user (remove it)" + fix);
   }
@@ -201,49 +189,54 @@ Status S3CacheRoot::OpenAndLock(int dir, const std::string& name, uid_t me,
     return Status::InvalidArgument(path_ + ": writable by other users (remove it)" + fix);
   }
   // Held for the mount's life: `dsfs cache gc` never removes a cache in use.
-  return LockS3CacheForMount(fd_, path_, &lock_fd_);
+  int lock = -1;
+  Status s = LockS3CacheForMount(fd_.get(), path_, &lock);
+  lock_fd_.reset(lock);
+  return s;
 }
 
 bool S3CacheRoot::ReadIndex(std::string* bytes) const {
-  int fd = ::openat(fd_, "index", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return false;
+  const UniqueFd fd(::openat(fd_.get(), "index", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) return false;
   struct stat st;
-  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-            static_cast<uint64_t>(st.st_size) <= kS3MaxIndexBytes;
-  if (ok) {
-    bytes->resize(static_cast<size_t>(st.st_size));
-    ok = PreadAll(fd, bytes->data(), bytes->size(), 0);
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<uint64_t>(st.st_size) > kS3MaxIndexBytes) {
+    return false;
   }
-  ::close(fd);
-  return ok;
+  bytes->resize(static_cast<size_t>(st.st_size));
+  return PreadAll(fd.get(), bytes->data(), bytes->size(), 0);
 }
 
 void S3CacheRoot::WriteIndex(std::string_view bytes) const {
   const std::string tmp = "index.tmp-" + std::to_string(::getpid());
-  ::unlinkat(fd_, tmp.c_str(), 0);
-  int fd = ::openat(fd_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return;
-  bool ok = WriteAll(fd, bytes);
-  ::close(fd);
-  if (!ok || ::renameat(fd_, tmp.c_str(), fd_, "index") != 0) ::unlinkat(fd_, tmp.c_str(), 0);
+  const int dir = fd_.get();
+  ::unlinkat(dir, tmp.c_str(), 0);
+  UniqueFd fd(::openat(dir, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd) return;
+  const bool ok = WriteAll(fd.get(), bytes);
+  fd.reset();
+  if (!ok || ::renameat(dir, tmp.c_str(), dir, "index") != 0) ::unlinkat(dir, tmp.c_str(), 0);
 }
 
 void S3CacheRoot::RemoveOtherStores(const std::string& keep_id) const {
-  ForEachEntry(fd_, [&](const std::string& name) {
+  const int dir = fd_.get();
+  ForEachEntry(dir, [&](const std::string& name) {
     struct stat st;
     if (!IsStoreId(name) || name == keep_id) return;
-    if (::fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) return;
-    int sub = ::openat(fd_, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (sub < 0) return;
-    ForEachEntry(sub, [&](const std::string& file) {
-      struct stat fst;
-      if (AllDigits(file, 6) && ::fstatat(sub, file.c_str(), &fst, AT_SYMLINK_NOFOLLOW) == 0 &&
-          S_ISREG(fst.st_mode)) {
-        ::unlinkat(sub, file.c_str(), 0);
-      }
-    });
-    ::close(sub);
-    ::unlinkat(fd_, name.c_str(), AT_REMOVEDIR);  // fails, and leaves it, if anything else is in it
+    if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) return;
+    {
+      const UniqueFd sub(::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!sub) return;
+      ForEachEntry(sub.get(), [&](const std::string& file) {
+        struct stat fst;
+        if (AllDigits(file, 6) &&
+            ::fstatat(sub.get(), file.c_str(), &fst, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISREG(fst.st_mode)) {
+          ::unlinkat(sub.get(), file.c_str(), 0);
+        }
+      });
+    }
+    ::unlinkat(dir, name.c_str(), AT_REMOVEDIR);  // fails, and leaves it, if anything else is in it
   });
 }
 
@@ -251,7 +244,6 @@ S3DiskCache::~S3DiskCache() {
   for (size_t i = 0; i < object_sizes_.size(); ++i) {
     if (fds_[i] >= 0) ::close(fds_[i]);
   }
-  if (dir_fd_ >= 0) ::close(dir_fd_);
 }
 
 Status S3DiskCache::Open(const S3CacheRoot& root, const std::string& id,
@@ -262,8 +254,8 @@ Status S3DiskCache::Open(const S3CacheRoot& root, const std::string& id,
   if (::mkdirat(root.fd(), id.c_str(), 0700) != 0 && errno != EEXIST) {
     return Status::IOError(dir_ + ": cannot create the S3 disk cache: " + std::strerror(errno));
   }
-  dir_fd_ = ::openat(root.fd(), id.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (dir_fd_ < 0) {
+  dir_fd_.reset(::openat(root.fd(), id.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir_fd_) {
     return Status::IOError(dir_ + ": cannot open the S3 disk cache: " + std::strerror(errno));
   }
   const size_t objects = object_sizes_.size();
@@ -277,7 +269,7 @@ Status S3DiskCache::Open(const S3CacheRoot& root, const std::string& id,
   }
   // Files are opened when first used (a store of 1 TB has ~16,000 data objects), but what
   // earlier mounts left is found now: every allocated block joins the LRU.
-  ForEachEntry(dir_fd_, [&](const std::string& name) {
+  ForEachEntry(dir_fd_.get(), [&](const std::string& name) {
     if (!AllDigits(name, 6)) return;
     const uint64_t i = std::stoull(name);
     if (i >= objects) return;
@@ -377,7 +369,7 @@ int S3DiskCache::Fd(uint64_t object) {
   char name[32];
   std::snprintf(name, sizeof(name), "%06llu", static_cast<unsigned long long>(object));
   // Never through a symlink, never anything but a regular file (a FIFO would block the open).
-  fd = ::openat(dir_fd_, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+  fd = ::openat(dir_fd_.get(), name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
   struct stat st;
   if (fd >= 0 && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
     ::close(fd);

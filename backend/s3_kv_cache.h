@@ -34,6 +34,7 @@
 
 #include "backend/s3_kv_index.h"
 #include "common/status.h"
+#include "common/unique_fd.h"
 
 namespace dsfs {
 
@@ -43,7 +44,6 @@ inline constexpr uint64_t kS3BlockBytes = 1 << 20;
 class S3CacheRoot {
  public:
   S3CacheRoot() = default;
-  ~S3CacheRoot();
   S3CacheRoot(const S3CacheRoot&) = delete;
   S3CacheRoot& operator=(const S3CacheRoot&) = delete;
 
@@ -52,7 +52,7 @@ class S3CacheRoot {
   // or a `name` that is a symlink, not a directory, another user's, or writable by others.
   [[nodiscard]] Status Open(const std::string& cache_dir, const std::string& name);
   const std::string& path() const { return path_; }
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
   // While open, a shared flock on its `lock` file (backend/s3_cache_dir.h).
 
   // The index kept by an earlier reader; false if there is none (or it is not a regular file).
@@ -68,8 +68,8 @@ class S3CacheRoot {
   Status OpenAndLock(int dir, const std::string& name, uid_t me, const std::string& fix);
 
   std::string path_;
-  int fd_ = -1;
-  int lock_fd_ = -1;
+  UniqueFd fd_;
+  UniqueFd lock_fd_;
 };
 
 // The cached blocks of one store: CACHE_DIR/s3-HASH/ID.
@@ -115,7 +115,7 @@ class S3DiskCache {
   void Touch(BlockId blk);  // REQUIRES: mu_ held (or Open)
 
   std::string dir_;
-  int dir_fd_ = -1;
+  UniqueFd dir_fd_;
   uint64_t budget_ = 0;
   std::vector<uint64_t> object_sizes_;
   std::unique_ptr<std::atomic<int>[]> fds_;

@@ -15,19 +15,17 @@
 #include "backend/rocksdb_kv.h"
 #include "common/log.h"
 #include "common/system.h"
+#include "common/unique_fd.h"
 
 namespace dsfs {
 
-int LockTemporary(const std::string& tmp) {
+UniqueFd LockTemporary(const std::string& tmp) {
   struct stat st;
-  if (::stat(tmp.c_str(), &st) != 0) return -1;
+  if (::stat(tmp.c_str(), &st) != 0) return UniqueFd();
   // Read-write where it can be: NFS emulates flock with a write lock, which needs it.
-  int fd = ::open(tmp.c_str(), (S_ISDIR(st.st_mode) ? O_RDONLY | O_DIRECTORY : O_RDWR) | O_CLOEXEC);
-  if (fd < 0) return -1;
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    ::close(fd);
-    return -1;
-  }
+  UniqueFd fd(
+      ::open(tmp.c_str(), (S_ISDIR(st.st_mode) ? O_RDONLY | O_DIRECTORY : O_RDWR) | O_CLOEXEC));
+  if (fd && ::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) fd.reset();
   return fd;
 }
 
@@ -67,14 +65,13 @@ void RemoveDeadTemporaries(const std::string& path) {
     if (!lmdb && !(S_ISDIR(st.st_mode) && LooksLikeRocksdbTemporary(tmp))) continue;
     // Held while removed: a writer elsewhere that holds it is alive; one that cannot be
     // locked (no flock here) is left too.
-    int lock = LockTemporary(tmp);
-    if (lock < 0) continue;
+    const UniqueFd lock = LockTemporary(tmp);
+    if (!lock) continue;
     if (lmdb) {
       ::unlink(tmp.c_str());
     } else {
       std::filesystem::remove_all(e.path(), ec);
     }
-    ::close(lock);
   }
 }
 
@@ -120,11 +117,8 @@ Status CheckReplaceable(const std::string& path, const KvWriterOptions& options,
 namespace {
 
 void SyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+  const UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd) ::fsync(fd.get());
 }
 
 // Gives `to` the owner, group, permission bits and extended attributes (ACLs are

@@ -8,6 +8,7 @@
 
 #include "backend/kv.h"
 #include "common/status.h"
+#include "common/unique_fd.h"
 
 namespace dsfs {
 
@@ -47,8 +48,8 @@ Status MoveStoreIntoPlace(const std::string& tmp, const StoreDestination& dest);
 void RemoveDeadTemporaries(const std::string& path);
 
 // An exclusive flock(2) on a writer's temporary (a file or a directory), for the writer to hold
-// (close the descriptor) until the temporary is renamed or removed. -1 if it cannot be had (a
-// filesystem without flock): the temporary is then told alive by its PID alone.
-int LockTemporary(const std::string& tmp);
+// until the temporary is renamed or removed. None if it cannot be had (a filesystem without
+// flock): the temporary is then told alive by its PID alone.
+UniqueFd LockTemporary(const std::string& tmp);
 
 }  // namespace dsfs

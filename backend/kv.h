@@ -7,9 +7,9 @@
 // an existing store in one atomic step; readers opened before keep the version they opened.
 //
 // Backends: "lmdb" (one file), "rocksdb" (a directory) and "s3" (objects under
-// s3://BUCKET/PREFIX, backend/s3_kv.h; read-only once written). Readers detect the backend
+// s3://BUCKET/PREFIX, backend/s3/s3_kv.h; read-only once written). Readers detect the backend
 // from what is on disk (or the s3:// of the source); writers are created by name: both by the
-// opener, backend/kv_open.h. Store files (replace, move into place, temporaries):
+// opener, backend/kv_open.h, which also holds their options. Store files (replace, move into place, temporaries):
 // backend/store_files.h.
 #pragma once
 
@@ -25,7 +25,6 @@
 #include <vector>
 
 #include "common/status.h"
-#include "s3/credentials.h"
 
 namespace dsfs {
 
@@ -131,44 +130,9 @@ class KvWriter {
   virtual ValueSizing value_sizing() const { return ValueSizing{}; }
 };
 
-struct KvWriterOptions {
-  // Replace what is at the destination: a store (one that `is_store` accepts, see
-  // CheckReplaceable) or an empty directory, never anything else.
-  bool overwrite = false;
-  uint64_t expected_bytes = 0;  // a hint for sizing the store (LMDB map size)
-  // Whether the file or directory at a path is a store that `overwrite` may replace (dsfs's
-  // own check: its header). Empty: any store of a known backend (LMDB file, RocksDB directory).
-  std::function<bool(const std::string& path)> is_store;
-  // How a RocksDB store lays out its tables (LMDB has no such choice). dsfs always writes the
-  // defaults, chosen by bench/rocksdb_options_bench.py (results in
-  // bench/results/backends/rocksdb-options-*.md); only that benchmark's own pack tool
-  // (bench/tools/tuned_pack.cc) writes others. Any layout is a valid store, read like any other.
-  struct RocksdbLayout {
-    uint32_t block_bytes = 4096;  // SST block size: small payload records share blocks
-    uint32_t bloom_bits = 0;      // bloom filter bits per key; 0: none (dsfs reads by Seek)
-    bool zstd_blocks = false;     // RocksDB block compression (records are zstd'd already)
-  } rocksdb;
-};
-
 // Calls `fn` for every key >= `from`, in key order, with its value (valid during the call).
 // Stops at, and returns, the first error of `fn` or the reader.
 Status ForEachRecord(KvReader* reader, std::string_view from,
                      const std::function<Status(std::string_view key, std::string_view value)>& fn);
-
-struct KvReaderOptions {
-  bool random_access = true;  // disable OS readahead on the data file (MDB_NORDAHEAD)
-  // Remote stores (IsRemoteStore): what was fetched is kept under cache_dir (a directory of
-  // the backend's own, keyed by the store's identity; survives the reader) within
-  // cache_disk_bytes. Empty or 0: no disk cache. Local backends ignore both.
-  std::string cache_dir;
-  uint64_t cache_disk_bytes = 0;
-  // Remote stores: the retry budget of each request, tries (the first included) and seconds a
-  // transfer may stall; 0: the backend's default (for S3: DSFS_S3_ATTEMPTS and
-  // DSFS_S3_TIMEOUT_S from the environment, else 5 tries and 10 s).
-  int remote_attempts = 0;
-  int remote_timeout_s = 0;
-  // A store in S3: unsigned requests (-o s3_anonymous) and the URL style (-o s3_addressing).
-  AwsLoadOptions s3;
-};
 
 }  // namespace dsfs

@@ -11,7 +11,7 @@
 
 #include "backend/lmdb_kv.h"
 #include "backend/rocksdb_kv.h"
-#include "backend/s3_kv.h"
+#include "backend/s3/s3_kv.h"
 #include "backend/store_files.h"
 #include "s3/url.h"
 

@@ -13,8 +13,44 @@
 
 #include "backend/kv.h"
 #include "common/status.h"
+#include "s3/credentials.h"
 
 namespace dsfs {
+
+struct KvWriterOptions {
+  // Replace what is at the destination: a store (one that `is_store` accepts, see
+  // CheckReplaceable) or an empty directory, never anything else.
+  bool overwrite = false;
+  uint64_t expected_bytes = 0;  // a hint for sizing the store (LMDB map size)
+  // Whether the file or directory at a path is a store that `overwrite` may replace (dsfs's
+  // own check: its header). Empty: any store of a known backend (LMDB file, RocksDB directory).
+  std::function<bool(const std::string& path)> is_store;
+  // How a RocksDB store lays out its tables (LMDB has no such choice). dsfs always writes the
+  // defaults, chosen by bench/rocksdb_options_bench.py (results in
+  // bench/results/backends/rocksdb-options-*.md); only that benchmark's own pack tool
+  // (bench/tools/tuned_pack.cc) writes others. Any layout is a valid store, read like any other.
+  struct RocksdbLayout {
+    uint32_t block_bytes = 4096;  // SST block size: small payload records share blocks
+    uint32_t bloom_bits = 0;      // bloom filter bits per key; 0: none (dsfs reads by Seek)
+    bool zstd_blocks = false;     // RocksDB block compression (records are zstd'd already)
+  } rocksdb;
+};
+
+struct KvReaderOptions {
+  bool random_access = true;  // disable OS readahead on the data file (MDB_NORDAHEAD)
+  // Remote stores (IsRemoteStore): what was fetched is kept under cache_dir (a directory of
+  // the backend's own, keyed by the store's identity; survives the reader) within
+  // cache_disk_bytes. Empty or 0: no disk cache. Local backends ignore both.
+  std::string cache_dir;
+  uint64_t cache_disk_bytes = 0;
+  // Remote stores: the retry budget of each request, tries (the first included) and seconds a
+  // transfer may stall; 0: the backend's default (for S3: DSFS_S3_ATTEMPTS and
+  // DSFS_S3_TIMEOUT_S from the environment, else 5 tries and 10 s).
+  int remote_attempts = 0;
+  int remote_timeout_s = 0;
+  // A store in S3: unsigned requests (-o s3_anonymous) and the URL style (-o s3_addressing).
+  AwsLoadOptions s3;
+};
 
 inline constexpr std::string_view kDefaultBackend = "lmdb";
 // The ValueSizing of `backend`'s writers (KvWriter::value_sizing), for writers that mimic one
@@ -59,7 +95,7 @@ Status OpenKvReader(const std::string& path, const KvReaderOptions& options,
 Status CheckKvStructure(const std::string& path,
                         std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 
-// A store in S3 (`dsfs push`): the layout is backend/s3_kv.h's.
+// A store in S3 (`dsfs push`): the layout is backend/s3/s3_kv.h's.
 struct S3WriterOptions {
   uint64_t object_bytes = 64 << 20;  // data objects close after this many bytes
   uint64_t part_bytes = 16 << 20;    // multipart part size (objects above it are multipart)

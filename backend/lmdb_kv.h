@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "backend/kv.h"
+#include "backend/kv_open.h"
 
 namespace dsfs {
 

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "backend/kv.h"
+#include "backend/kv_open.h"
 
 namespace dsfs {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "backend/kv.h"
+#include "backend/kv_open.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
 

@@ -61,7 +61,7 @@ struct MemoryBudgets {
   // The store's cache of decompressed metadata segments: a 32nd, at least 32 MiB unless that
   // is more than an eighth.
   uint64_t metadata_cache_bytes = 0;
-  // A store in object storage (backend/s3_kv_reader.cc), what the RAM cache's guard cannot
+  // A store in object storage (backend/s3/s3_kv_reader.cc), what the RAM cache's guard cannot
   // shed and so is sized here: the window of values read last (a 64th, 1 to 8 MiB) and the
   // bytes of fetches in flight at once, each GET's blocks and the value taken from them (a
   // 16th, 2 to 64 MiB: a 1 MiB block and its value, at least; 16 fetch threads of a block

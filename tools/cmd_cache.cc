@@ -1,9 +1,9 @@
 // dsfs cache ls [DIR] / dsfs cache gc [DIR] [--keep-days N] [-n]: the S3 disk caches in a
-// cache_dir, listed and cleaned up (backend/s3_cache_dir.h says what is safe and how).
+// cache_dir, listed and cleaned up (backend/s3/s3_cache_dir.h says what is safe and how).
 #include <ctime>
 #include <cstdlib>
 
-#include "backend/s3_cache_dir.h"
+#include "backend/s3/s3_cache_dir.h"
 #include "common/units.h"
 #include "tools/commands.h"
 

@@ -1,4 +1,4 @@
-// dsfs push: a store uploaded to S3 object storage (backend/s3_kv.h).
+// dsfs push: a store uploaded to S3 object storage (backend/s3/s3_kv.h).
 #include <unistd.h>
 
 #include <algorithm>

@@ -63,7 +63,7 @@ struct PushCommand {
   bool quiet = false;
 };
 // dsfs push SRC s3://BUCKET/PREFIX: uploads every record of SRC (as convert does) into a store
-// in S3 object storage (backend/s3_kv.h), with progress on `err`.
+// in S3 object storage (backend/s3/s3_kv.h), with progress on `err`.
 Status RunPush(const PushCommand& cmd, std::ostream& out, std::ostream& err);
 
 // How a size is written, for the errors that find none: appended to ParseSize's message.

@@ -31,7 +31,7 @@ srcs=(common s3 image cache store pack erofs fs fuse kernel mount tools bench)
 # Above backend/, a store is opened through backend/kv_open.h (and read through kv.h) only.
 check "nothing outside backend/ includes a local backend's own header" \
   'backend/(lmdb_kv|lmdb_check|rocksdb_kv)\.h' "${srcs[@]}" tests
-check "nothing above backend/ includes the S3 store's parts" 'backend/s3_kv[a-z_]*\.h' "${srcs[@]}"
+check "nothing above backend/ includes the S3 store's parts" 'backend/s3/s3_kv[a-z_]*\.h' "${srcs[@]}"
 check "libfuse only in fuse/ (and the tests and benchmarks of it)" 'fuse[_.0-9]*[a-z_]*\.h>' common s3 backend image cache store pack erofs fs kernel mount tools
 check "libcurl only in s3/" 'curl/' common backend image cache store pack erofs fs fuse kernel mount tools bench tests
 check "libarchive only in pack/" 'archive' common s3 backend image cache store erofs fs fuse kernel mount tools

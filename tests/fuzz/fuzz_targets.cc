@@ -10,7 +10,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "backend/s3_kv_index.h"
+#include "backend/s3/s3_kv_index.h"
 #include "fs/filesystem.h"
 #include "image/image.h"
 #include "store/codec.h"

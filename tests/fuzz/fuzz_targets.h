@@ -28,7 +28,7 @@ int FuzzImage(const uint8_t* data, size_t size);
 // decompressed), inode layout plus records, payload group index, or store header.
 int FuzzRecord(const uint8_t* data, size_t size);
 
-// The S3 index parser (backend/s3_kv_index.h): the first byte says whether the checksum field is
+// The S3 index parser (backend/s3/s3_kv_index.h): the first byte says whether the checksum field is
 // recomputed first (odd: yes), so mutations reach the checks behind it. A parsed index has
 // every key read and every entry checked against its object.
 int FuzzS3Index(const uint8_t* data, size_t size);

@@ -18,8 +18,8 @@
 
 #include "s3/credentials.h"
 #include "s3/client.h"
-#include "backend/s3_kv_index.h"
-#include "backend/s3_kv.h"
+#include "backend/s3/s3_kv_index.h"
+#include "backend/s3/s3_kv.h"
 #include "tests/support/hostile_s3.h"
 #include "tests/support/mount_util.h"
 #include "tests/support/test_util.h"

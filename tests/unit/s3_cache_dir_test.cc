@@ -1,7 +1,7 @@
-// backend/s3_cache_dir.h on synthetic cache directories: what `dsfs cache ls` lists and what
+// backend/s3/s3_cache_dir.h on synthetic cache directories: what `dsfs cache ls` lists and what
 // `dsfs cache gc` removes; never a cache whose lock is held, nothing through a symlink, nothing
 // that is not dsfs's.
-#include "backend/s3_cache_dir.h"
+#include "backend/s3/s3_cache_dir.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -13,7 +13,7 @@
 
 #include <gtest/gtest.h>
 
-#include "backend/s3_kv_cache.h"
+#include "backend/s3/s3_kv_cache.h"
 #include "tests/support/test_util.h"
 
 namespace dsfs::testing {

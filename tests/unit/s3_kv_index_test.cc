@@ -1,4 +1,4 @@
-// The S3 index (backend/s3_kv_index.h) and the S3 disk cache's files (backend/s3_kv_cache.h),
+// The S3 index (backend/s3/s3_kv_index.h) and the S3 disk cache's files (backend/s3/s3_kv_cache.h),
 // without a server: a crafted or damaged index is one line, never an abort or a huge
 // allocation; the cache never follows a link, never writes or removes what is not its own.
 #include <fcntl.h>
@@ -11,8 +11,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "backend/s3_kv_cache.h"
-#include "backend/s3_kv_index.h"
+#include "backend/s3/s3_kv_cache.h"
+#include "backend/s3/s3_kv_index.h"
 #include "tests/fuzz/fuzz_targets.h"
 #include "tests/support/test_util.h"
 

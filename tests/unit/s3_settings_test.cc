@@ -9,7 +9,7 @@
 #include "s3/credentials.h"
 #include "backend/kv_open.h"
 #include "s3/client.h"
-#include "backend/s3_kv.h"
+#include "backend/s3/s3_kv.h"
 #include "tests/support/test_util.h"
 
 namespace dsfs::testing {

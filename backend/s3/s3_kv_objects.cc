@@ -1,4 +1,4 @@
-#include "backend/s3_kv_objects.h"
+#include "backend/s3/s3_kv_objects.h"
 
 #include <algorithm>
 #include <atomic>

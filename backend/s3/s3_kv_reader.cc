@@ -1,5 +1,5 @@
 // The S3 store's reader: the index fetched at open, values by ranged GETs of whole blocks
-// (adjacent values coalesced), kept in the disk cache (backend/s3_kv_cache.h) and, for the
+// (adjacent values coalesced), kept in the disk cache (backend/s3/s3_kv_cache.h) and, for the
 // values read last, in memory.
 #include <xxhash.h>
 #include <zstd.h>
@@ -16,11 +16,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend/s3_cache_dir.h"
-#include "backend/s3_kv.h"
-#include "backend/s3_kv_cache.h"
-#include "backend/s3_kv_index.h"
-#include "backend/s3_kv_objects.h"
+#include "backend/s3/s3_cache_dir.h"
+#include "backend/s3/s3_kv.h"
+#include "backend/s3/s3_kv_cache.h"
+#include "backend/s3/s3_kv_index.h"
+#include "backend/s3/s3_kv_objects.h"
 #include "common/log.h"
 #include "common/memory_limit.h"
 

@@ -1,6 +1,6 @@
 // What the S3 store's writer and reader share: the names of its objects under the prefix, the
 // retry budget of its client, and RunPieces (a parallel loop over the pieces of an upload or
-// a fetch). The layout itself: backend/s3_kv.h.
+// a fetch). The layout itself: backend/s3/s3_kv.h.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-#include "backend/s3_kv_cache.h"
+#include "backend/s3/s3_kv_cache.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <functional>
 
-#include "backend/s3_cache_dir.h"
+#include "backend/s3/s3_cache_dir.h"
 #include "common/log.h"
 #include "common/unique_fd.h"
 

@@ -1,5 +1,5 @@
 // The S3 store's writer (`dsfs push`): values in key order into data objects of
-// ~object_bytes, uploaded by parts on several threads, the index last (backend/s3_kv.h).
+// ~object_bytes, uploaded by parts on several threads, the index last (backend/s3/s3_kv.h).
 #include <xxhash.h>
 #include <zstd.h>
 
@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "backend/kv_open.h"
-#include "backend/s3_kv.h"
-#include "backend/s3_kv_index.h"
-#include "backend/s3_kv_objects.h"
+#include "backend/s3/s3_kv.h"
+#include "backend/s3/s3_kv_index.h"
+#include "backend/s3/s3_kv_objects.h"
 #include "common/log.h"
 
 namespace dsfs {

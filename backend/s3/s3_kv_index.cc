@@ -1,4 +1,4 @@
-#include "backend/s3_kv_index.h"
+#include "backend/s3/s3_kv_index.h"
 
 #include <xxhash.h>
 #include <zstd.h>

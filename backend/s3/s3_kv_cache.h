@@ -4,7 +4,7 @@
 // Layout: CACHE_DIR/s3-HASH/ (HASH of the endpoint and the URL; created 0700) holds `index`, the
 // last index read (what a mount serves from in an outage), and ID/NNNNNN, sparse files
 // mirroring data object NNNNNN of store ID: what was fetched is written at its offset; `meta`
-// and `lock` say what is cached and that a mount uses it (backend/s3_cache_dir.h, for `dsfs
+// and `lock` say what is cached and that a mount uses it (backend/s3/s3_cache_dir.h, for `dsfs
 // cache ls/gc`). A value
 // read back is checked with its xxh3 from the index (a hole reads as zeros and fails it), so
 // nothing is trusted that was not verified. Eviction punches least recently used blocks of
@@ -32,7 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend/s3_kv_index.h"
+#include "backend/s3/s3_kv_index.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
 
@@ -53,7 +53,7 @@ class S3CacheRoot {
   [[nodiscard]] Status Open(const std::string& cache_dir, const std::string& name);
   const std::string& path() const { return path_; }
   int fd() const { return fd_.get(); }
-  // While open, a shared flock on its `lock` file (backend/s3_cache_dir.h).
+  // While open, a shared flock on its `lock` file (backend/s3/s3_cache_dir.h).
 
   // The index kept by an earlier reader; false if there is none (or it is not a regular file).
   bool ReadIndex(std::string* bytes) const;

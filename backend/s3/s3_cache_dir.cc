@@ -1,4 +1,4 @@
-#include "backend/s3_cache_dir.h"
+#include "backend/s3/s3_cache_dir.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -215,14 +215,21 @@ class ImageFolder(DatasetFolder):
 
 
 class PixelImageFolder(ImageFolder):
-    """ImageFolder whose images come decoded: each sample is the PIL image made from the bmp
-    view's pixels (what convert("RGB") of the original gives), with no JPEG or PNG decode.
-    A file the views serve as it is (not a JPEG or PNG, or too large) is decoded by PIL as
-    ImageFolder would. Same arguments as ImageFolder (`loader` is not used for images the
-    views decode)."""
+    """ImageFolder whose images come decoded: each sample is the PIL image made from the
+    views' pixels (what convert("RGB") of the original gives) whatever `loader` is: over a
+    store packed with --predecode, the stored pixels (no JPEG or PNG decode at all), else
+    decoded in C++. keep=True keeps them in the store's RAM cache (worth it where a process
+    reads the samples more than once: persistent_workers=True, threads, no workers). A file
+    the views serve as it is (not a JPEG or PNG, or too large) is decoded by `loader` as
+    ImageFolder would."""
+
+    def __init__(self, root, transform=None, target_transform=None, loader=None,
+                 is_valid_file=None, allow_empty=False, keep=False):
+        super().__init__(root, transform, target_transform, loader, is_valid_file, allow_empty)
+        self.keep = keep
 
     def load(self, path):
-        img = _pixels_image(self.store, path, True)
+        img = _pixels_image(self.store, path, self.keep)
         if img is None:  # served as it is: decoded by the loader from the original
             return DatasetFolder.load(self, path)
         return img

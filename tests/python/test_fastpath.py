@@ -75,6 +75,8 @@ def variants(session_dir):
     whole = good.getvalue()
     (tree / "bad" / "truncated.jpg").write_bytes(whole[: len(whole) // 2])
     (tree / "bad" / "garbage.jpg").write_bytes(b"\xff\xd8\xff\xe0" + os.urandom(200))
+    sof = whole.index(b"\xff\xc0")  # baseline SOF: length (2 bytes), then the precision
+    (tree / "bad" / "twelve-bit.jpg").write_bytes(whole[: sof + 4] + b"\x0c" + whole[sof + 5:])
     (tree / "bad" / "flipped.jpg").write_bytes(whole[:400] + bytes(b ^ 0x5A for b in whole[400:600]) + whole[600:])
     return str(tree), dsfs.Store(pack(tree, session_dir / "variants.db")), fast
 
@@ -104,7 +106,7 @@ def test_images_equal_torchvision_pil_loader(variants, cls):
         assert isinstance(a, Image.Image), ours.samples[i]
         assert a.mode == b.mode == "RGB" and a.size == b.size, ours.samples[i]
         assert np.array_equal(np.asarray(a), np.asarray(b)), ours.samples[i]
-    assert errors >= 4  # the truncated and the garbage file raise in both
+    assert errors >= 6  # the truncated, garbage and 12-bit files raise in both (twice)
 
 
 def test_fast_path_taken_for_exact_jpegs_only(variants):
@@ -112,7 +114,8 @@ def test_fast_path_taken_for_exact_jpegs_only(variants):
     assert len(fast) > 30
     for path in fast:
         assert store._pixels(path) is not None, path
-    for path in ("jpeg/cmyk.jpg", "bad/truncated.jpg", "bad/garbage.jpg", "png/i16.png"):
+    for path in ("jpeg/cmyk.jpg", "bad/truncated.jpg", "bad/garbage.jpg", "bad/twelve-bit.jpg",
+                 "png/i16.png"):
         assert store._pixels(path) is None, path
     with pytest.raises(IsADirectoryError):
         store._pixels("jpeg")

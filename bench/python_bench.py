@@ -12,8 +12,10 @@ batch_size=256, num_workers=2), as bench/lib/imagefolder_read.py) and its one-im
   ext4            torchvision's ImageFolder over the tree (epoch 2: hot, in the page cache)
   dsfs            dsfs.torch.ImageFolder over the store (no mount)
   kernel          torchvision's ImageFolder over `dsfs mount -o kernel` (root; EROFS)
-  dsfs-pixels     dsfs.torch.PixelImageFolder (the bmp view's pixels, no JPEG/PNG decode)
-  ext4-cgroup     ext4, inside a memory cgroup of half the files' page cache footprint
+  dsfs-pixels     dsfs.torch.PixelImageFolder (the views' pixels: decoded in C++, kept)
+  dsfs-pixels-predecode  the same over a store packed with --predecode (no decode at all)
+  ext4-cgroup     ext4, inside a memory cgroup of half the files' page cache footprint plus
+                  the script's own peak (measured over a 5-files-per-class subset)
   dsfs-cgroup     dsfs, inside the same cgroup
 
 images/s of epoch 1 and epoch 2 (each run in a fresh process, workers started per epoch as
@@ -146,10 +148,36 @@ class Cgroup:
 
     def __enter__(self):
         os.mkdir(self.path)
-        name = "memory.limit_in_bytes" if self.kind == "v1" else "memory.max"
-        with open(os.path.join(self.path, name), "w") as f:
-            f.write(str(self.limit))
+        if self.limit is not None:  # None: no limit (a measure of what a reader takes)
+            self._write("memory.limit_in_bytes" if self.kind == "v1" else "memory.max", self.limit)
+        return self
+
+    def __str__(self):
         return self.path
+
+    def _write(self, name, value):
+        with open(os.path.join(self.path, name), "w") as f:
+            f.write(str(value))
+
+    def _read(self, name):
+        with open(os.path.join(self.path, name)) as f:
+            return f.read()
+
+    def max_usage(self):
+        return int(self._read("memory.max_usage_in_bytes" if self.kind == "v1" else "memory.peak"))
+
+    def reset_peak(self):
+        if self.kind == "v1":
+            self._write("memory.max_usage_in_bytes", 0)
+
+    def oom_kills(self):
+        """OOM kills so far (v1: memory.oom_control's oom_kill; v2: memory.events')."""
+        text = self._read("memory.oom_control" if self.kind == "v1" else "memory.events")
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
 
     def __exit__(self, *exc):
         for _ in range(100):
@@ -182,6 +210,13 @@ def bench_tree(name, tree, a, report):
     record("ext4", run_reader("torchvision", tree, a))
     record("dsfs", run_reader("dsfs", db, a))
     record("dsfs-pixels", run_reader("dsfs-pixels", db, a))
+    predecoded = os.path.join(a.work, f"{name}-predecode.db")
+    if not os.path.exists(predecoded):
+        r = sh([a.dsfs, "pack", "-q", "--predecode", tree, predecoded])
+        if r.returncode != 0:
+            raise RuntimeError(f"pack --predecode {tree}: {r.stderr.strip()}")
+    sh(["sh", "-c", f"cat '{predecoded}' > /dev/null"])
+    record("dsfs-pixels-predecode", run_reader("dsfs-pixels", predecoded, a))
     mnt = os.path.join(a.work, f"{name}-kernel")
     os.makedirs(mnt, exist_ok=True)
     r = sh([a.dsfs, "mount", "-o", "kernel", db, mnt])
@@ -192,13 +227,38 @@ def bench_tree(name, tree, a, report):
             sh([a.dsfs, "umount", mnt])
     else:
         record("kernel", {"error": r.stderr.strip()})
-    limit = footprint_bytes(tree) // 2
+    # The limit: half the files' page cache footprint plus the script's own peak (torch and
+    # its workers, measured over a small subset of the tree: as memory_bench.py's ImageFolder
+    # rows), the same for ext4 and dsfs.
+    half = footprint_bytes(tree) // 2
+    subset = subset_tree(tree, os.path.join(a.work, f"{name}-subset"))
+    with Cgroup(None) as cg:
+        drop_caches()
+        run_reader("torchvision", subset, a, cg)
+        own = cg.max_usage()
+    limit = half + own
     with Cgroup(limit) as cg:
-        drop_caches()
-        record("ext4-cgroup", dict(run_reader("torchvision", tree, a, cg), limit_bytes=limit))
-        drop_caches()
-        record("dsfs-cgroup", dict(run_reader("dsfs", db, a, cg), limit_bytes=limit))
+        for label, kind, root in (("ext4-cgroup", "torchvision", tree), ("dsfs-cgroup", "dsfs", db)):
+            drop_caches()
+            cg.reset_peak()
+            res = run_reader(kind, root, a, cg)
+            record(label, dict(res, limit_bytes=limit, half_footprint_bytes=half, own_bytes=own,
+                               max_usage_bytes=cg.max_usage(), oom_kills=cg.oom_kills()))
     return rows
+
+
+def subset_tree(tree, dest, per_class=5):
+    """A copy of the first `per_class` files of each class of `tree` (made once)."""
+    if not os.path.isdir(dest):
+        for cls in sorted(os.listdir(tree)):
+            src = os.path.join(tree, cls)
+            if not os.path.isdir(src):
+                continue
+            os.makedirs(os.path.join(dest, cls), exist_ok=True)
+            for f in sorted(os.listdir(src))[:per_class]:
+                with open(os.path.join(src, f), "rb") as i, open(os.path.join(dest, cls, f), "wb") as o:
+                    o.write(i.read())
+    return dest
 
 
 def ratio(rows, a_label, b_label, epoch):
@@ -212,6 +272,7 @@ TARGETS = [  # (what, ours, theirs, at least)
     ("dsfs.torch.ImageFolder vs ext4 hot", "dsfs", "ext4", 1.2),
     ("dsfs.torch.ImageFolder vs -o kernel", "dsfs", "kernel", 1.0),
     ("PixelImageFolder vs ext4 JPEG hot", "dsfs-pixels", "ext4", 1.5),
+    ("PixelImageFolder (pack --predecode) vs ext4 JPEG hot", "dsfs-pixels-predecode", "ext4", 1.5),
     ("in a cgroup at half the footprint, dsfs vs ext4", "dsfs-cgroup", "ext4-cgroup", 1.5),
 ]
 
@@ -259,7 +320,9 @@ def main():
         for label, r in rows.items():
             ep = list(r.get("epochs", [r.get("error", "?")])) + [""] * 2
             cpu = list(r.get("cpu_us", [])) + [""] * 2
-            extra = f" (limit {r['limit_bytes'] / 1e6:.0f} MB)" if "limit_bytes" in r else ""
+            extra = (f" (limit {r['limit_bytes'] / 1e6:.0f} MB = {r['half_footprint_bytes'] / 1e6:.0f}"
+                     f" + own {r['own_bytes'] / 1e6:.0f}; peak {r['max_usage_bytes'] / 1e6:.0f} MB,"
+                     f" {r['oom_kills']} OOM kills)") if "limit_bytes" in r else ""
             cells = [f"{c:,.0f}" if isinstance(c, float) else str(c) for c in ep[:2] + cpu[:2]]
             lines.append(f"| {label}{extra} | " + " | ".join(cells) + f" | {r.get('load', '')} |")
         lines += ["", "| target | epoch 1 | epoch 2 | at least |", "|---|---|---|---|"]

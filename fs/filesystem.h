@@ -138,6 +138,12 @@ class Filesystem : public PushSource {
   bool ReadDirFetches(uint64_t ino) const;
   bool ReadFetches(uint64_t ino, uint64_t offset, uint64_t size) const;
   Status ReadLink(uint64_t ino, std::string_view* target) const;
+  // The RGB pixels (height rows of width * 3 bytes) the views decode regular file `ino` of the
+  // store's tree to: the stored pixels (pack --predecode) or the original decoded now, kept in
+  // the RAM cache when `keep`. *decoded false (and OK) for a file the views serve as it is (not
+  // a JPEG or PNG they reproduce exactly, or not a file of the tree). For dsfs.torch's datasets.
+  Status DecodedPixels(uint64_t ino, bool keep, bool* decoded, uint32_t* width, uint32_t* height,
+                       ByteCache::Value* px) const;
   Status StatFs(struct statvfs* st) const;
 
   // True for the one inode whose attributes must not be cached by the kernel: the stats file

@@ -114,6 +114,21 @@ Status Filesystem::Pixels(uint32_t ino, const InodeRecord& rec, bool keep,
   return decode(out);
 }
 
+Status Filesystem::DecodedPixels(uint64_t fuse_ino, bool keep, bool* decoded, uint32_t* width,
+                                 uint32_t* height, ByteCache::Value* px) const {
+  *decoded = false;
+  const uint64_t ino = In(fuse_ino);
+  if (Kind(ino) != 0 || ino == kStatsIno) return Status::OK();
+  InodeRecord rec;
+  DSFS_RETURN_IF_ERROR(store_->GetInode(Number(ino), &rec));
+  if (!IsDecodableImage(rec)) return Status::OK();
+  DSFS_RETURN_IF_ERROR(Pixels(Number(ino), rec, keep, px));
+  *decoded = true;
+  *width = rec.width;
+  *height = rec.height;
+  return Status::OK();
+}
+
 ByteCache::Id Filesystem::ResizedId(View v) const {
   std::lock_guard lock(mu_);
   auto [it, made] = resized_ids_.try_emplace(InodeSpace::KindOf(v), 0);

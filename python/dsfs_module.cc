@@ -475,6 +475,32 @@ class PyStore {
     return b;
   }
 
+  // (width, height, RGB bytes) of image file `path` as the views decode it (what PIL's
+  // Image.open(f).convert("RGB") gives), or None for a file they serve as it is.
+  py::object PixelsPath(py::handle path_obj, bool keep) {
+    const std::string path = PathArg(path_obj);
+    ByteCache::Value px;
+    bool decoded = false;
+    uint32_t w = 0, h = 0;
+    std::shared_ptr<Filesystem> fs;
+    {
+      py::gil_scoped_release release;
+      fs = Fs();
+      struct stat st;
+      const uint64_t ino = ResolveFile(*fs, path, &st);
+      Status s = fs->DecodedPixels(ino, keep, &decoded, &w, &h, &px);
+      if (!s.ok()) Raise(s, path);
+    }
+    if (!decoded) return py::none();
+    py::bytes b(px->data(), px->size());
+    {
+      py::gil_scoped_release release;
+      px.reset();
+      fs.reset();
+    }
+    return py::make_tuple(w, h, std::move(b));
+  }
+
   // Up to `size` bytes at `offset` of the file with FUSE inode `ino` (OpenFile's).
   py::bytes ReadAt(uint64_t ino, uint64_t offset, uint64_t size) {
     ReadBuffer buf;
@@ -713,6 +739,7 @@ PYBIND11_MODULE(_dsfs, m) {
            "while it is read. FileNotFoundError, IsADirectoryError, OSError(EIO) with the store's "
            "message for damaged data (never wrong bytes).")
       .def("_open", Method(&PyStore::OpenFile), py::arg("path"))
+      .def("_pixels", Method(&PyStore::PixelsPath), py::arg("path"), py::arg("keep") = false)
       .def("_read_at", Method(&PyStore::ReadAt), py::arg("ino"), py::arg("offset"), py::arg("size"))
       .def("_readinto_at", Method(&PyStore::ReadInto), py::arg("ino"), py::arg("offset"), py::arg("buffer"))
       .def("share_cache", Method(&PyStore::ShareCache), py::arg("n"),

@@ -200,50 +200,69 @@ class ImageFolder(DatasetFolder):
                          transform=transform, target_transform=target_transform,
                          is_valid_file=is_valid_file, allow_empty=allow_empty)
         self.imgs = self.samples
+        self._fast = loader is None
+
+    def load(self, path):
+        # The default loader: an image the store decodes exactly as PIL does (a JPEG or PNG
+        # recorded at pack time as one the views reproduce) is made from the pixels decoded
+        # in C++, the GIL released; anything else (CMYK, damaged, other formats, a failed
+        # read) goes to PIL as in torchvision, which then raises or decodes it as there.
+        if self._fast and _pil_backend():
+            img = _pixels_image(self.store, path, False)
+            if img is not None:
+                return img
+        return super().load(path)
 
 
 class PixelImageFolder(ImageFolder):
-    """ImageFolder whose images come decoded: each sample is the PIL image made from the bmp
-    view's pixels (what convert("RGB") of the original gives), with no JPEG or PNG decode.
-    A file the views serve as it is (not a JPEG or PNG, or too large) is decoded by PIL as
-    ImageFolder would. Same arguments as ImageFolder (`loader` is not used for images the
-    views decode)."""
+    """ImageFolder whose images come decoded: each sample is the PIL image made from the
+    views' pixels (what convert("RGB") of the original gives) whatever `loader` is: over a
+    store packed with --predecode, the stored pixels (no JPEG or PNG decode at all), else
+    decoded in C++. keep=True keeps them in the store's RAM cache (worth it where a process
+    reads the samples more than once: persistent_workers=True, threads, no workers). A file
+    the views serve as it is (not a JPEG or PNG, or too large) is decoded by `loader` as
+    ImageFolder would."""
+
+    def __init__(self, root, transform=None, target_transform=None, loader=None,
+                 is_valid_file=None, allow_empty=False, keep=False):
+        super().__init__(root, transform, target_transform, loader, is_valid_file, allow_empty)
+        self.keep = keep
 
     def load(self, path):
-        data = self.store.read(self._bmp_path(path))
-        img = _bmp_image(data)
-        if img is None:  # served as it is: the original's bytes
-            return self.loader(_named_bytes(data, path))
+        img = _pixels_image(self.store, path, self.keep)
+        if img is None:  # served as it is: decoded by the loader from the original
+            return DatasetFolder.load(self, path)
         return img
 
-    def _bmp_path(self, path):
-        view = getattr(self, "_bmp_prefix", None)
-        if view is None:
-            view = self._bmp_prefix = self.store.view_path("", "bmp")
-        return view + path
+
+def _pil_backend():
+    """True unless torchvision's image backend is set to another than PIL (accimage)."""
+    try:
+        from torchvision import get_image_backend
+    except ImportError:
+        return True
+    return get_image_backend() == "PIL"
+
+
+def _pixels_image(store, path, keep):
+    """The RGB PIL image of `path` from the pixels the store decodes (kept in its RAM cache when
+    `keep`), None if it does not decode that file or the read fails (the caller reads the
+    original, and raises what torchvision would)."""
+    from PIL import Image
+    try:
+        got = store._pixels(path, keep)
+    except OSError:
+        return None
+    if got is None:
+        return None
+    width, height, rgb = got
+    return Image.frombuffer("RGB", (width, height), rgb, "raw", "RGB", 0, 1)
 
 
 def _named_bytes(data, name):
     f = io.BytesIO(data)
     f.name = name
     return f
-
-
-def _bmp_image(data):
-    """The PIL image of a BMP the bmp views make (24-bit, uncompressed, 40-byte header: rows
-    of BGR, bottom-up), None for anything else."""
-    from PIL import Image
-    if len(data) < 54 or data[:2] != b"BM" or data[14:18] != b"\x28\0\0\0" or \
-            data[28:30] != b"\x18\0" or data[30:34] != b"\0\0\0\0":
-        return None
-    offset = int.from_bytes(data[10:14], "little")
-    width = int.from_bytes(data[18:22], "little", signed=True)
-    height = int.from_bytes(data[22:26], "little", signed=True)
-    stride = (width * 3 + 3) & ~3
-    if width <= 0 or height == 0 or offset + stride * abs(height) > len(data):
-        return None
-    return Image.frombytes("RGB", (width, abs(height)), data[offset:], "raw", "BGR", stride,
-                           -1 if height > 0 else 1)
 
 
 class TensorImageFolder(_WorkerShare, torch.utils.data.Dataset):

@@ -1,3 +1,4 @@
+#include "pack/remote_source.h"
 #include "tools/commands.h"
 
 #include <sys/stat.h>
@@ -465,7 +466,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
                              : *add_cmd                                      ? &add.store
                              : *convert_cmd                                  ? &convert.src
                              : *push_cmd                                     ? &push.src
-                             : *pack_cmd                                     ? &pack.src
+                             : *pack_cmd && !IsRemotePackSource(pack.src)    ? &pack.src
                                                                              : nullptr;
   if (store) s = CheckStoreScheme(*store);
   if (!s.ok()) {

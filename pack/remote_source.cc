@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <vector>
@@ -246,6 +247,8 @@ Status RemoteStream::FetchPrefix(const std::string& bucket, const std::string& p
 
 Status RemoteStream::FetchUrl(const std::string& url) {
   HttpStreamOptions options;
+  // The CAs of https as for S3 endpoints (s3/credentials.h); else the system's.
+  if (const char* ca = std::getenv("AWS_CA_BUNDLE"); ca && *ca) options.ca_bundle = ca;
   bool gone = false;
   Status s = HttpGetStream(url, options, [&](std::string_view data) {
     if (!Send(data)) gone = true;

@@ -5,7 +5,8 @@
 //   s3://BUCKET/PREFIX/        the objects under PREFIX (the trailing '/' says so), each a
 //                              file at its key less PREFIX, listed page by page and turned
 //                              into a tar stream (pax) as they are fetched
-//   http://URL, https://URL    an archive at a URL, one GET (s3/http_stream.h)
+//   http://URL, https://URL    an archive at a URL, one GET (s3/http_stream.h); https trusts
+//                              the system's CAs, or those of $AWS_CA_BUNDLE as S3 endpoints do
 // S3 requests use the AWS settings and credential chain (s3/credentials.h), with the S3
 // client's retries and deadlines; a stalled server ends the pack within them.
 #pragma once

@@ -15,6 +15,9 @@ Usage: pack_remote_test.py --dsfs PATH
 """
 import argparse
 import http.client
+import http.server
+import ssl
+import threading
 import io
 import os
 import random
@@ -62,6 +65,33 @@ class S3:
     def stop(self):
         self.proc.terminate()
         self.proc.wait()
+
+
+def tls_server(tmp, objects):
+    """An https server on 127.0.0.1 of `objects` (path -> bytes), its certificate made here
+    (a CA the system does not know); returns (url, cert path, server)."""
+    key, cert = os.path.join(tmp, "tls.key"), os.path.join(tmp, "tls.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                    "-out", cert, "-days", "2", "-subj", "/CN=127.0.0.1", "-addext",
+                    "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, timeout=60)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            data = objects.get(self.path)
+            self.send_response(200 if data is not None else 404)
+            self.send_header("Content-Length", str(len(data or b"")))
+            self.end_headers()
+            self.wfile.write(data or b"")
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return "https://127.0.0.1:%d" % server.server_address[1], cert, server
 
 
 def make_files():
@@ -167,6 +197,23 @@ def main():
                                                                      r.stderr.decode().strip()))
                 if r.returncode == 0:
                     reads_back(dsfs, store, files, env, label)
+
+            # https: a CA the system does not know is refused, then trusted by AWS_CA_BUNDLE.
+            url, cert, tls = tls_server(tmp, {"/tree.zip": zip_bytes(files)})
+            try:
+                store = os.path.join(tmp, "https.dsfs")
+                r, _ = run(dsfs, ["pack", "-q", "-f", url + "/tree.zip?sig=secret", store], env)
+                check(one_line_error(r, ["certificate"]) and b"secret" not in r.stderr,
+                      "https, unknown CA: one error line, no query shown: " +
+                      r.stderr.decode().strip())
+                r, _ = run(dsfs, ["pack", "-q", "-f", url + "/tree.zip", store],
+                           dict(env, AWS_CA_BUNDLE=cert))
+                check(r.returncode == 0, "https zip with AWS_CA_BUNDLE: packed " +
+                      r.stderr.decode().strip())
+                if r.returncode == 0:
+                    reads_back(dsfs, store, files, env, "https zip")
+            finally:
+                tls.shutdown()
 
             # Memory: from s3 as from the same archive on the local disk.
             local_tar = os.path.join(tmp, "tree.tar")

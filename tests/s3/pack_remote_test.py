@@ -11,7 +11,11 @@ that of the same pack from a local file; and each hostile source ends with one e
 a non-zero exit, in bounded time: a truncated archive (s3 and http), a member name of 300 KB,
 a listing with a '..' key, a missing object, an http server that stalls.
 
-Usage: pack_remote_test.py --dsfs PATH
+With --ceph, the same packs (an archive object, a prefix with more than one page of keys)
+against Ceph's RADOS Gateway, started by tests/support/ceph_rgw.sh for the run: signed requests,
+the real listing. Prints SKIPPED where Ceph is not installed.
+
+Usage: pack_remote_test.py --dsfs PATH [--ceph]
 """
 import argparse
 import http.client
@@ -31,6 +35,7 @@ import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SERVER = os.path.join(HERE, "..", "support", "hostile_s3.py")
+CEPH = os.path.join(HERE, "..", "support", "ceph_rgw.sh")
 FAILURES = []
 
 
@@ -158,11 +163,75 @@ def child_max_rss_kib(dsfs, args, env):
     return int(out[0]), int(out[1])
 
 
+def ceph_case(dsfs):
+    """Against Ceph RGW: an archive object and a prefix of 1100 objects (two listing pages)."""
+    for b in ("/usr/bin/ceph-mon", "/usr/bin/ceph-osd", "/usr/bin/radosgw"):
+        if not os.access(b, os.X_OK):
+            print("SKIPPED: %s not installed" % b)
+            return
+    with tempfile.TemporaryDirectory(prefix="dsfs-packremote-ceph-") as tmp:
+        cdir = os.path.join(tmp, "ceph")
+        r = subprocess.run([CEPH, "start", cdir, str(os.getpid())], capture_output=True,
+                           text=True, timeout=180)
+        if r.returncode != 0:
+            check(False, "Ceph starts: " + r.stderr.strip()[-300:])
+            return
+        f = dict(w.split("=", 1) for w in r.stdout.split() if "=" in w)
+        try:
+            env = dict(os.environ, AWS_ENDPOINT_URL=f["endpoint"], AWS_ACCESS_KEY_ID=f["access_key"],
+                       AWS_SECRET_ACCESS_KEY=f["secret_key"], AWS_REGION="us-east-1",
+                       AWS_CONFIG_FILE="/nonexistent", AWS_SHARED_CREDENTIALS_FILE="/nonexistent")
+            env.pop("AWS_PROFILE", None)
+            env.pop("AWS_SESSION_TOKEN", None)
+            sign = ["--aws-sigv4", "aws:amz:us-east-1:s3", "--user",
+                    f["access_key"] + ":" + f["secret_key"], "-H",
+                    "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-sf"]
+            base = f["endpoint"] + "/dsfs-packsrc"
+            subprocess.run(["curl"] + sign + ["-X", "PUT", base], check=True, timeout=30)
+            rnd = random.Random(7)
+            files = {"a/%04d.jpg" % i: rnd.randbytes(rnd.randrange(0, 300)) for i in range(1100)}
+            files["big.bin"] = rnd.randbytes(9 << 20)
+            src = os.path.join(tmp, "up")
+            for name, data in files.items():
+                p = os.path.join(src, name)
+                os.makedirs(os.path.dirname(p), exist_ok=True)
+                with open(p, "wb") as fh:
+                    fh.write(data)
+            # One curl for all the uploads (its connection kept alive), to the prefix and a tar.
+            cfg = os.path.join(tmp, "curl.cfg")
+            with open(cfg, "w") as fh:
+                for name in files:
+                    fh.write('upload-file = "%s"\nurl = "%s/tree/%s"\n' %
+                             (os.path.join(src, name), base, name))
+            subprocess.run(["curl"] + sign + ["-K", cfg], check=True, timeout=300)
+            with open(os.path.join(tmp, "tree.tar"), "wb") as fh:
+                fh.write(tar_bytes(files))
+            subprocess.run(["curl"] + sign + ["-T", os.path.join(tmp, "tree.tar"),
+                                             base + "/tree.tar"], check=True, timeout=60)
+            for label, url in (("ceph tar", "s3://dsfs-packsrc/tree.tar"),
+                               ("ceph prefix", "s3://dsfs-packsrc/tree/")):
+                store = os.path.join(tmp, label.replace(" ", "_") + ".dsfs")
+                r, secs = run(dsfs, ["pack", url, store], env, timeout=300)
+                check(r.returncode == 0 and b"packed 1101 files" in r.stdout,
+                      "%s: pack %s (%.1f s): %s" % (label, url, secs,
+                                                  (r.stdout + r.stderr).decode().strip()))
+                if r.returncode == 0:
+                    sample = {k: files[k] for k in ("a/0000.jpg", "a/1099.jpg", "big.bin")}
+                    reads_back(dsfs, store, sample, env, label)
+        finally:
+            subprocess.run([CEPH, "stop", cdir], capture_output=True, timeout=120)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dsfs", required=True)
+    ap.add_argument("--ceph", action="store_true")
     args = ap.parse_args()
     dsfs = args.dsfs
+    if args.ceph:
+        ceph_case(dsfs)
+        print("%d failure(s)" % len(FAILURES) if FAILURES else "all passed")
+        return 1 if FAILURES else 0
     with tempfile.TemporaryDirectory(prefix="dsfs-packremote-") as tmp:
         state = os.path.join(tmp, "state")
         os.mkdir(state)

@@ -7,9 +7,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <deque>
+#include <mutex>
 #include <vector>
 
 #include "common/path.h"
@@ -90,6 +93,121 @@ struct WriterCloser {
 };
 
 }  // namespace
+
+// Fetches the small objects of a listing page ahead of the stream, on kThreads threads, at
+// most kAheadBytes and kAhead objects ahead of the one being written: a prefix of many small
+// objects is bound by the round trip of one GET per object, not by the bandwidth.
+class PageFetcher {
+ public:
+  static constexpr int kThreads = 16;
+  static constexpr size_t kAhead = 64;
+  static constexpr uint64_t kAheadBytes = 32 << 20;
+
+  PageFetcher(S3Client* client, std::string bucket) : client_(client), bucket_(std::move(bucket)) {
+    for (int i = 0; i < kThreads; ++i) threads_.emplace_back([this] { Work(); });
+  }
+  ~PageFetcher() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+      queue_.clear();
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  // Starts a page: objects of at most `small` bytes are fetched ahead, the others are left to
+  // the caller (Take says so). REQUIRES: nothing of the previous page is still fetching
+  // (every object taken).
+  void StartPage(const std::vector<S3Client::ListedObject>* page, uint64_t small) {
+    std::lock_guard<std::mutex> lock(mu_);
+    page_ = page;
+    small_ = small;
+    slots_.assign(page->size(), Slot{});
+    next_ = 0;
+    taken_ = 0;
+    ahead_bytes_ = 0;
+    Launch();
+  }
+
+  // Drops what is queued and waits for the GETs under way: the page may go after it.
+  void Abandon() {
+    std::unique_lock<std::mutex> lock(mu_);
+    queue_.clear();
+    done_cv_.wait(lock, [&] { return running_ == 0; });
+  }
+
+  // Waits for object `i` of the page (taken in order): true with its bytes in *data, or
+  // false for one the caller fetches itself (larger than `small`). *s: the GET's error.
+  bool Take(size_t i, std::string* data, Status* s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    Slot& slot = slots_[i];
+    if (!slot.queued) return false;
+    done_cv_.wait(lock, [&] { return slot.done; });
+    *data = std::move(slot.data);
+    *s = slot.status;
+    ahead_bytes_ -= (*page_)[i].size;
+    taken_ = i + 1;
+    Launch();
+    return true;
+  }
+
+ private:
+  struct Slot {
+    bool queued = false, done = false;
+    std::string data;
+    Status status;
+  };
+
+  // Queues what the window allows. REQUIRES: mu_ held.
+  void Launch() {
+    while (next_ < page_->size() && next_ < taken_ + kAhead) {
+      const uint64_t size = (*page_)[next_].size;
+      if (size <= small_) {
+        if (ahead_bytes_ + size > kAheadBytes && ahead_bytes_ > 0) break;
+        ahead_bytes_ += size;
+        slots_[next_].queued = true;
+        queue_.push_back(next_);
+      }
+      ++next_;
+    }
+    cv_.notify_all();
+  }
+
+  void Work() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return quit_ || !queue_.empty(); });
+      if (quit_) return;
+      const size_t i = queue_.front();
+      queue_.pop_front();
+      ++running_;
+      const S3Client::ListedObject& o = (*page_)[i];
+      lock.unlock();
+      std::string data;
+      Status s = o.size == 0 ? Status::OK() : client_->Get(bucket_, o.key, &data, 0, o.size);
+      lock.lock();
+      slots_[i].data = std::move(data);
+      slots_[i].status = s;
+      slots_[i].done = true;
+      --running_;
+      done_cv_.notify_all();
+    }
+  }
+
+  S3Client* const client_;
+  const std::string bucket_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::deque<size_t> queue_;
+  std::vector<Slot> slots_;
+  const std::vector<S3Client::ListedObject>* page_ = nullptr;
+  uint64_t small_ = 0, ahead_bytes_ = 0;
+  size_t next_ = 0, taken_ = 0;
+  int running_ = 0;  // GETs under way
+  bool quit_ = false;
+  std::vector<std::thread> threads_;
+};
 
 bool IsRemotePackSource(const std::string& src) { return IsS3Url(src) || IsHttpUrl(src); }
 
@@ -199,31 +317,49 @@ Status RemoteStream::FetchPrefix(const std::string& bucket, const std::string& p
   std::string path, buf;
   bool gone = false;  // the reader stopped
   uint64_t files = 0;
+  PageFetcher ahead(&c, bucket);
   Status ls = c.ListEach(bucket, prefix, [&](std::vector<S3Client::ListedObject>& page) -> Status {
-    for (const S3Client::ListedObject& o : page) {
+    // Every key of the page checked before any of it is fetched.
+    std::vector<std::string> paths(page.size());
+    for (size_t i = 0; i < page.size(); ++i) {
+      DSFS_RETURN_IF_ERROR(KeyPath(src_, prefix, page[i].key, &paths[i]));
+    }
+    ahead.StartPage(&page, kRangeBytes);
+    struct AbandonAtExit {
+      PageFetcher* f;
+      ~AbandonAtExit() { f->Abandon(); }
+    } abandon{&ahead};
+    for (size_t i = 0; i < page.size(); ++i) {
+      const S3Client::ListedObject& o = page[i];
+      Status fs;
+      const bool fetched = ahead.Take(i, &buf, &fs);
       if (stopping_.load()) {
         gone = true;
         return Status::IOError("stopped");
       }
-      DSFS_RETURN_IF_ERROR(KeyPath(src_, prefix, o.key, &path));
-      if (path.empty()) continue;
+      DSFS_RETURN_IF_ERROR(fs);
+      if (paths[i].empty()) continue;
+      if (fetched && buf.size() != o.size) {
+        return Status::IOError(src_ + ": object " + Short(o.key) + " changed while it was read");
+      }
       archive_entry_clear(e.get());
-      archive_entry_copy_pathname(e.get(), path.c_str());
+      archive_entry_copy_pathname(e.get(), paths[i].c_str());
       archive_entry_set_filetype(e.get(), AE_IFREG);
       archive_entry_set_perm(e.get(), 0644);
       archive_entry_set_size(e.get(), static_cast<la_int64_t>(o.size));
       archive_entry_set_mtime(e.get(), ParseIsoTime(o.last_modified), 0);
       if (archive_write_header(a.get(), e.get()) != ARCHIVE_OK) {
         gone = stopping_.load();
-        return Status::IOError(src_ + ": " + Short(o.key) + ": " +
-                               archive_error_string(a.get()));
+        return Status::IOError(src_ + ": " + Short(o.key) + ": " + archive_error_string(a.get()));
       }
       for (uint64_t off = 0; off < o.size; off += kRangeBytes) {
         const uint64_t len = std::min<uint64_t>(kRangeBytes, o.size - off);
-        DSFS_RETURN_IF_ERROR(c.Get(bucket, o.key, &buf, off, len));
-        if (buf.size() != len) {
-          return Status::IOError(src_ + ": object " + Short(o.key) +
-                                 " changed while it was read");
+        if (!fetched) {
+          DSFS_RETURN_IF_ERROR(c.Get(bucket, o.key, &buf, off, len));
+          if (buf.size() != len) {
+            return Status::IOError(src_ + ": object " + Short(o.key) +
+                                   " changed while it was read");
+          }
         }
         if (archive_write_data(a.get(), buf.data(), buf.size()) !=
             static_cast<la_ssize_t>(buf.size())) {

@@ -311,11 +311,16 @@ def main():
                 r, secs = run(dsfs, ["pack", "-q", "-f", src, store], env)
                 check(one_line_error(r, words), "%s: one error line (%.1f s): %s" %
                       (label, secs, r.stderr.decode(errors="replace").strip()[:300]))
+            # Stalls: within the S3 commands' budget ($DSFS_S3_TIMEOUT_S, $DSFS_S3_ATTEMPTS).
             s3.mode("stall /bkt/tree.tar")
-            r, secs = run(dsfs, ["pack", "-q", "-f", s3.endpoint + "/bkt/tree.tar",
-                                 os.path.join(tmp, "bad.dsfs")], env, timeout=60)
-            check(one_line_error(r, ["stalled"]) and secs < 30,
-                  "http stall: one error line in %.1f s: %s" % (secs, r.stderr.decode().strip()))
+            quick = dict(env, DSFS_S3_TIMEOUT_S="2", DSFS_S3_ATTEMPTS="2")
+            for label, src, words in (("http stall", s3.endpoint + "/bkt/tree.tar", ["stalled"]),
+                                      ("s3 stall", "s3://bkt/tree.tar", ["tree.tar"])):
+                r, secs = run(dsfs, ["pack", "-q", "-f", src, os.path.join(tmp, "bad.dsfs")],
+                              quick, timeout=60)
+                check(one_line_error(r, words) and secs < 30,
+                      "%s: one error line in %.1f s: %s" % (label, secs,
+                                                          r.stderr.decode().strip()))
             s3.mode("normal")
         finally:
             s3.stop()

@@ -254,7 +254,8 @@ Status CheckFuseFd(const std::string& path, int fd, unsigned* connection) {
   const std::string how =
       " (dsfs mount STORE /dev/fd/N serves a /dev/fuse descriptor that a privileged parent "
       "opened, mounted and passed on; docs/containers.md)";
-  if (fd < 0) return Status::InvalidArgument("mountpoint " + path + ": not a descriptor number" + how);
+  if (fd < 0)
+    return Status::InvalidArgument("mountpoint " + path + ": not a descriptor number" + how);
   if (::fcntl(fd, F_GETFD) < 0) {
     return Status::InvalidArgument("mountpoint " + path + ": descriptor " + std::to_string(fd) +
                                    " is not open" + how);
@@ -271,7 +272,8 @@ Status CheckFuseFd(const std::string& path, int fd, unsigned* connection) {
     return Status::InvalidArgument("mountpoint " + path + ": /dev/fuse descriptor " +
                                    std::to_string(fd) +
                                    " is not mounted (the parent mounts it first: mount(2) of "
-                                   "type fuse.dsfs with fd=" + std::to_string(fd) + ")");
+                                   "type fuse.dsfs with fd=" +
+                                   std::to_string(fd) + ")");
   }
   return Status::OK();
 }

@@ -70,7 +70,7 @@ Status ArchiveError(struct archive* a, const std::string& src) {
 // Opens `src` (a path, "-" for stdin, or the stream `remote` is) as the input of `a`.
 Status OpenArchiveInput(struct archive* a, const std::string& src, GzInput* in,
                         const RemoteStream* remote) {
-  int fd = remote ? ::fcntl(remote->fd(), F_DUPFD_CLOEXEC, 0)
+  int fd = remote       ? ::fcntl(remote->fd(), F_DUPFD_CLOEXEC, 0)
            : src == "-" ? ::dup(0)
                         : ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {

@@ -278,9 +278,9 @@ bool RemoteStream::Send(std::string_view data) {
 }
 
 // The reader stopped first (it failed, or needed no more): not the fetch's error.
-#define DSFS_SEND_OR_STOP(data)              \
-  do {                                       \
-    if (!Send(data)) return Status::OK();    \
+#define DSFS_SEND_OR_STOP(data)           \
+  do {                                    \
+    if (!Send(data)) return Status::OK(); \
   } while (0)
 
 Status RemoteStream::FetchObject(const std::string& bucket, const std::string& key) {
@@ -315,7 +315,7 @@ Status RemoteStream::FetchPrefix(const std::string& bucket, const std::string& p
     return Status::IOError(src_ + ": " + archive_error_string(a.get()));
   }
   std::unique_ptr<struct archive_entry, decltype(&archive_entry_free)> e(archive_entry_new(),
-                                                                        archive_entry_free);
+                                                                         archive_entry_free);
   std::string path, buf;
   bool gone = false;  // the reader stopped
   uint64_t files = 0;

@@ -63,14 +63,16 @@ Status HttpGetStream(const std::string& url, const HttpStreamOptions& options,
   curl_easy_setopt(c.get(), CURLOPT_FOLLOWLOCATION, 1L);
   curl_easy_setopt(c.get(), CURLOPT_MAXREDIRS, static_cast<long>(options.max_redirects));
   curl_easy_setopt(c.get(), CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c.get(), CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options.connect_timeout_ms));
+  curl_easy_setopt(c.get(), CURLOPT_CONNECTTIMEOUT_MS,
+                   static_cast<long>(options.connect_timeout_ms));
   curl_easy_setopt(c.get(), CURLOPT_LOW_SPEED_LIMIT, 1024L);
   curl_easy_setopt(c.get(), CURLOPT_LOW_SPEED_TIME, static_cast<long>(options.low_speed_timeout_s));
   curl_easy_setopt(c.get(), CURLOPT_FAILONERROR, 1L);
   curl_easy_setopt(c.get(), CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(c.get(), CURLOPT_WRITEFUNCTION, OnBody);
   curl_easy_setopt(c.get(), CURLOPT_WRITEDATA, &t);
-  if (!options.ca_bundle.empty()) curl_easy_setopt(c.get(), CURLOPT_CAINFO, options.ca_bundle.c_str());
+  if (!options.ca_bundle.empty())
+    curl_easy_setopt(c.get(), CURLOPT_CAINFO, options.ca_bundle.c_str());
   CURLcode rc = curl_easy_perform(c.get());
   if (t.stopped) return Status::OK();
   if (rc == CURLE_OK) return Status::OK();

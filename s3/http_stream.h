@@ -14,8 +14,8 @@ struct HttpStreamOptions {
   int connect_timeout_ms = 10000;
   // A transfer under 1 KiB/s this long fails: a server that stalls or drips ends the GET.
   int low_speed_timeout_s = 10;
-  int max_redirects = 5;    // only to http:// or https:// URLs
-  std::string ca_bundle;    // PEM file for https; empty: the system's CAs
+  int max_redirects = 5;  // only to http:// or https:// URLs
+  std::string ca_bundle;  // PEM file for https; empty: the system's CAs
 };
 
 // True for "http://..." and "https://...".

@@ -1,4 +1,3 @@
-#include "pack/remote_source.h"
 #include "tools/commands.h"
 
 #include <sys/stat.h>
@@ -15,6 +14,7 @@
 #include "common/units.h"
 #include "common/version.h"
 #include "pack/packer.h"
+#include "pack/remote_source.h"
 
 namespace dsfs {
 namespace {

@@ -256,6 +256,12 @@ Status CheckFuseFd(const std::string& path, int fd, unsigned* connection) {
       "opened, mounted and passed on; docs/containers.md)";
   if (fd < 0)
     return Status::InvalidArgument("mountpoint " + path + ": not a descriptor number" + how);
+  if (fd <= STDERR_FILENO) {
+    // The daemon's standard streams become /dev/null once it serves.
+    return Status::InvalidArgument("mountpoint " + path +
+                                   ": a standard stream; pass the /dev/fuse descriptor as 3 or "
+                                   "above" + how);
+  }
   if (::fcntl(fd, F_GETFD) < 0) {
     return Status::InvalidArgument("mountpoint " + path + ": descriptor " + std::to_string(fd) +
                                    " is not open" + how);

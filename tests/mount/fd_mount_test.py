@@ -138,8 +138,9 @@ def snapshot(root):
 
 # --- the cases -------------------------------------------------------------------------------
 
-def serve_and_read(dsfs, store, mnt, want, extra, label):
-    """Background `dsfs mount STORE /dev/fd/N`, the tree read back, the parent's unmount."""
+def serve_and_read(dsfs, store, mnt, want, extra, label, dsfs_umount=False):
+    """Background `dsfs mount STORE /dev/fd/N`, the tree read back, the parent's unmount
+    (umount2, or `dsfs umount DIR`, which waits for the daemon)."""
     fd = open_and_mount(mnt)
     try:
         conn = connection_of(fd)
@@ -158,7 +159,12 @@ def serve_and_read(dsfs, store, mnt, want, extra, label):
             import json
             serving = json.loads(st.stdout).get("transport", {}).get("serving", "")
         check(st.returncode == 0, "%s: dsfs stats answers (%s)" % (label, serving))
-        check(unmount(mnt), "%s: the parent unmounts" % label)
+        if dsfs_umount:
+            u = subprocess.run([dsfs, "umount", mnt], capture_output=True, text=True, timeout=30)
+            check(u.returncode == 0, "%s: dsfs umount of the parent's mount (%s)" %
+                  (label, u.stderr.strip()))
+        else:
+            check(unmount(mnt), "%s: the parent unmounts" % label)
         for pid in daemons:
             check(wait_gone(pid, 10), "%s: daemon %d exits after the parent's unmount" % (label, pid))
         return serving
@@ -238,6 +244,8 @@ def refusals(dsfs, store, tmp, mnt):
     finally:
         os.close(unmounted)
     check(one_line_error(r, ["not mounted"]), "an unmounted /dev/fuse refused: " + r.stderr.strip())
+    r = run("/dev/fd/0")
+    check(one_line_error(r, ["standard stream"]), "/dev/fd/0 refused: " + r.stderr.strip())
     r = run("/dev/fd/x3")
     check(one_line_error(r, ["not a descriptor number"]), "/dev/fd/x3 refused: " + r.stderr.strip())
     r = subprocess.run([dsfs, "umount", "/dev/fd/3"], capture_output=True, text=True, timeout=30)
@@ -256,7 +264,8 @@ def uring_case(dsfs, store, mnt, want):
         print("skip io_uring: %s: %s" % (ENABLE_URING, e))
         return
     try:
-        serving = serve_and_read(dsfs, store, mnt, want, ["-o", "transport=uring"], "uring")
+        serving = serve_and_read(dsfs, store, mnt, want, ["-o", "transport=uring"], "uring",
+                                 dsfs_umount=True)
         check(serving.startswith("uring"), "uring: io_uring serves (%s)" % serving)
     finally:
         with open(ENABLE_URING, "w") as f:

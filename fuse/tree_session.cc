@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 
 #include "common/log.h"
 #include "fuse/fuse_ops.h"
@@ -20,6 +21,18 @@ struct TreeSession::State {
   std::unique_ptr<FuseTransport> transport;
   bool closed = false;
 };
+
+bool IsFuseFdPath(std::string_view path, int* fd) {
+  constexpr std::string_view kPrefix = "/dev/fd/";
+  if (path.substr(0, kPrefix.size()) != kPrefix) return false;
+  std::string_view digits = path.substr(kPrefix.size());
+  int n = 0;
+  auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  const bool plain = !digits.empty() && ec == std::errc() && ptr == digits.data() + digits.size() &&
+                     n >= 0 && (digits[0] != '0' || digits.size() == 1);
+  *fd = plain ? n : -1;
+  return true;
+}
 
 TreeSession::TreeSession(std::unique_ptr<State> state) : s_(std::move(state)) {}
 

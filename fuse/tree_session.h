@@ -36,11 +36,20 @@ struct FuseOptions {
   // in between (a symlink swapped) cannot have the mount land elsewhere. Only for root, which
   // mounts itself (libfuse's fusermount3 for users resolves the path on its own).
   std::string mount_target;
+  // The mount is another process's (libfuse's "/dev/fd/N": a privileged parent opened /dev/fuse,
+  // mounted it and passed the descriptor on, mount_target): the session never unmounts it,
+  // it only closes its descriptor as it ends.
+  bool parent_mounted = false;
   // Report to systemd ($NOTIFY_SOCKET): READY=1 once the mount answers, STATUS= every
   // status_interval_s, STOPPING=1 on the way out (see mount/service.h).
   bool notify_systemd = false;
   double status_interval_s = 5;
 };
+
+// libfuse's convention for a mount made by a privileged parent (fuse_session_mount): a
+// mountpoint spelled "/dev/fd/N" is the /dev/fuse descriptor N, already mounted. True if `path`
+// starts with "/dev/fd/"; *fd is then N, or -1 where the rest is not a plain decimal number.
+bool IsFuseFdPath(std::string_view path, int* fd);
 
 class TreeSession {
  public:

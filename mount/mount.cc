@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -95,14 +96,16 @@ Status LockMountpoint(const std::string& mountpoint, int* fd_out) {
 // that kept them would hold what they are open on for as long as it serves: a file open on a
 // lazily unmounted -o kernel mount (a shell's `exec 7<MNT/file` before the next dsfs mount)
 // kept that EROFS mount, and so its daemon and private mount, alive after its last close.
-void CloseInheritedFds() {
+void CloseInheritedFds(int keep = -1) {
   std::vector<int> fds;
   if (DIR* d = ::opendir("/proc/self/fd")) {
     const int own = ::dirfd(d);
     while (struct dirent* e = ::readdir(d)) {
       char* end = nullptr;
       long fd = std::strtol(e->d_name, &end, 10);
-      if (end == e->d_name || *end != '\0' || fd <= STDERR_FILENO || fd == own) continue;
+      if (end == e->d_name || *end != '\0' || fd <= STDERR_FILENO || fd == own || fd == keep) {
+        continue;
+      }
       fds.push_back(static_cast<int>(fd));
     }
     ::closedir(d);
@@ -224,6 +227,112 @@ Status Serve(const MountConfig& config, const std::function<void()>& on_mounted)
   return ServeFuse(&fs, cache.get(), config.mountpoint, fo, on_mounted, serve);
 }
 
+// The FUSE connection /dev/fuse descriptor `fd` serves, from /proc/self/fdinfo: 0 if it has
+// none (it is not /dev/fuse, or nothing was mounted with it yet).
+unsigned FuseConnectionOfFd(int fd) {
+  std::string text;
+  if (!ReadSmallFile("/proc/self/fdinfo/" + std::to_string(fd), &text)) return 0;
+  constexpr std::string_view kKey = "fuse_connection:";
+  size_t at = text.find(kKey);
+  if (at == std::string::npos) return 0;
+  return static_cast<unsigned>(std::strtoul(text.c_str() + at + kKey.size(), nullptr, 10));
+}
+
+// The directory FUSE connection `connection` is mounted at in this mount namespace ("" if
+// none is: the parent mounted it in another one).
+std::string MountOfConnection(unsigned connection) {
+  std::string found;
+  ForEachMount([&](const std::string& mp, const MountInfo& m) {
+    if (found.empty() && m.dev_minor == connection && m.fstype.rfind("fuse", 0) == 0) found = mp;
+  });
+  return found;
+}
+
+// `path` is "/dev/fd/N" (IsFuseFdPath): OK if N is an open /dev/fuse descriptor that a parent
+// mounted. *connection is its FUSE connection.
+Status CheckFuseFd(const std::string& path, int fd, unsigned* connection) {
+  const std::string how =
+      " (dsfs mount STORE /dev/fd/N serves a /dev/fuse descriptor that a privileged parent "
+      "opened, mounted and passed on; docs/containers.md)";
+  if (fd < 0)
+    return Status::InvalidArgument("mountpoint " + path + ": not a descriptor number" + how);
+  if (fd <= STDERR_FILENO) {
+    // The daemon's standard streams become /dev/null once it serves.
+    return Status::InvalidArgument("mountpoint " + path +
+                                   ": a standard stream; pass the /dev/fuse descriptor as 3 or "
+                                   "above" + how);
+  }
+  if (::fcntl(fd, F_GETFD) < 0) {
+    return Status::InvalidArgument("mountpoint " + path + ": descriptor " + std::to_string(fd) +
+                                   " is not open" + how);
+  }
+  struct stat st;
+  constexpr unsigned kFuseMajor = 10, kFuseMinor = 229;
+  if (::fstat(fd, &st) != 0 || !S_ISCHR(st.st_mode) || major(st.st_rdev) != kFuseMajor ||
+      minor(st.st_rdev) != kFuseMinor) {
+    return Status::InvalidArgument("mountpoint " + path + ": descriptor " + std::to_string(fd) +
+                                   " is not /dev/fuse" + how);
+  }
+  *connection = FuseConnectionOfFd(fd);
+  if (*connection == 0) {
+    return Status::InvalidArgument("mountpoint " + path + ": /dev/fuse descriptor " +
+                                   std::to_string(fd) +
+                                   " is not mounted (the parent mounts it first: mount(2) of "
+                                   "type fuse.dsfs with fd=" +
+                                   std::to_string(fd) + ")");
+  }
+  return Status::OK();
+}
+
+// The store path checked and made absolute (the daemon changes to "/").
+Status ResolveStorePath(MountConfig* config) {
+  // A store in object storage (s3://...) is no path: the backend checks it when it opens.
+  if (IsRemoteStore(config->store_path)) return Status::OK();
+  struct stat st;
+  if (::stat(config->store_path.c_str(), &st) != 0) {
+    return Status::FromErrno(errno, config->store_path);
+  }
+  config->store_path = AbsolutePath(config->store_path);
+  return Status::OK();
+}
+
+void WarnAboutMemory(const MountConfig& config) {
+  WarnAboutExplicitSizes(config);
+  // Below the smallest limit a mount lives in: one line, and the mount goes on.
+  const std::string floor =
+      MinimumLimitWarning(IsRemoteStore(config.store_path), ProcessMemoryLimit());
+  if (!floor.empty()) Log()->warn("{}", floor);
+}
+
+Status ServeInDaemon(const MountConfig& config, int* lock_fd, const std::function<void()>& unlock,
+                     int keep_fd);
+
+// MountStore of a mountpoint "/dev/fd/N": the mount is the parent's. Nothing is checked, locked,
+// mounted or unmounted by path; the session serves descriptor N (FuseOptions::parent_mounted)
+// and ends when the parent unmounts (or a signal: the descriptor is closed, the mount left).
+Status MountOnFd(MountConfig config, int fd) {
+  if (config.kernel) {
+    return Status::InvalidArgument("mount option kernel: not with a descriptor (" +
+                                   config.mountpoint +
+                                   "): -o kernel mounts EROFS itself; give a directory");
+  }
+  unsigned connection = 0;
+  DSFS_RETURN_IF_ERROR(CheckFuseFd(config.mountpoint, fd, &connection));
+  // Where the parent mounted it, if in this namespace: the name of the mount in the status,
+  // the metrics and systemd's readiness probe.
+  std::string at = MountOfConnection(connection);
+  if (!config.metrics_file.empty()) {
+    DSFS_RETURN_IF_ERROR(MetricsFile::Check(config.metrics_file, at.empty() ? "/" : at));
+  }
+  DSFS_RETURN_IF_ERROR(ResolveStorePath(&config));
+  WarnAboutMemory(config);
+  config.fuse.mount_target = config.mountpoint;
+  config.fuse.parent_mounted = true;
+  if (!at.empty()) config.mountpoint = at;
+  int no_lock = -1;
+  return ServeInDaemon(config, &no_lock, [] {}, fd);
+}
+
 }  // namespace
 
 Status CheckMountpoint(const std::string& mountpoint) {
@@ -267,6 +376,7 @@ Status CheckMountpoint(const std::string& mountpoint) {
 
 Status MountStore(const MountConfig& config_in) {
   MountConfig config = config_in;
+  if (int fd = -1; IsFuseFdPath(config.mountpoint, &fd)) return MountOnFd(config, fd);
   if (config.kernel) DSFS_RETURN_IF_ERROR(CheckKernelMountAllowed());
   DSFS_RETURN_IF_ERROR(CheckMountpoint(config.mountpoint));
   if (!config.metrics_file.empty()) {
@@ -289,20 +399,10 @@ Status MountStore(const MountConfig& config_in) {
   if (lock_fd >= 0 && IsMountRoot(lock_fd, "", AT_EMPTY_PATH)) {
     return Status::Busy("mountpoint " + config.mountpoint + " is already mounted");
   }
-  // A store in object storage (s3://...) is no path: the backend checks it when it opens.
-  if (!IsRemoteStore(config.store_path)) {
-    struct stat st;
-    if (::stat(config.store_path.c_str(), &st) != 0) {
-      return Status::FromErrno(errno, config.store_path);
-    }
-    // The daemon changes to "/": make both paths absolute first.
-    config.store_path = AbsolutePath(config.store_path);
-  }
+  // The daemon changes to "/": make both paths absolute first.
+  DSFS_RETURN_IF_ERROR(ResolveStorePath(&config));
   config.mountpoint = AbsolutePath(config.mountpoint);
-  WarnAboutExplicitSizes(config);
-  // Below the smallest limit a mount lives in: one line, and the mount goes on.
-  const std::string floor = MinimumLimitWarning(IsRemoteStore(config.store_path), ProcessMemoryLimit());
-  if (!floor.empty()) Log()->warn("{}", floor);
+  WarnAboutMemory(config);
   if (lock_fd >= 0 && ::geteuid() == 0) {
     // The directory checked and locked is the one mounted on, whatever its path names by
     // then (FuseOptions::mount_target). A descriptor of its own: the lock's goes with the
@@ -318,11 +418,22 @@ Status MountStore(const MountConfig& config_in) {
       if (n > 0 && real[0] == '/') config.mountpoint.assign(real, static_cast<size_t>(n));
     }
   }
+  return ServeInDaemon(config, &lock_fd, [&] { unlock(); }, -1);
+}
+
+namespace {
+
+// Serves `config` in the foreground, or in a daemon forked here that MountStore waits for.
+// `unlock` lets go of the mountpoint's lock `*lock_fd` once mounted; `keep_fd` (-1: none) is
+// the one inherited descriptor the server keeps (MountOnFd's /dev/fuse).
+Status ServeInDaemon(const MountConfig& config, int* lock_fd, const std::function<void()>& unlock,
+                     int keep_fd) {
   if (config.foreground) {
     // The process that serves is the one systemd started (Type=notify): it reports readiness.
-    config.fuse.notify_systemd = true;
-    CloseInheritedFds();
-    return Serve(config, [&] { unlock(); });
+    MountConfig fg = config;
+    fg.fuse.notify_systemd = true;
+    CloseInheritedFds(keep_fd);
+    return Serve(fg, unlock);
   }
 
   int fds[2];
@@ -332,9 +443,9 @@ Status MountStore(const MountConfig& config_in) {
   if (pid == 0) {
     ::close(fds[0]);
     // The lock is the parent's to hold until the mount exists (flock: shared across fork).
-    if (lock_fd >= 0) ::close(lock_fd);
-    lock_fd = -1;
-    CloseInheritedFds();
+    if (*lock_fd >= 0) ::close(*lock_fd);
+    *lock_fd = -1;
+    CloseInheritedFds(keep_fd);
     // Its own process group, so that the shell's job control never signals it, but not its own
     // session: a new session is a new scheduler autogroup, and a reader in another task group
     // than the daemon is woken on the other, idle CPU after every round trip. That tripled
@@ -389,13 +500,16 @@ Status MountStore(const MountConfig& config_in) {
     }
     return Status::IOError("the mount daemon exited before mounting");
   }
-  // Returns once the daemon answers: this stat is a request to it.
+  // Returns once the daemon answers: this stat is a request to it. Not for a parent's mount
+  // (its path may be in another namespace): its daemon serves once it said OK.
   struct stat st;
-  if (::stat(config.mountpoint.c_str(), &st) != 0) {
+  if (!config.fuse.parent_mounted && ::stat(config.mountpoint.c_str(), &st) != 0) {
     return Status::FromErrno(errno, "mounted, but " + config.mountpoint + " does not answer");
   }
   return Status::OK();
 }
+
+}  // namespace
 
 namespace {
 
@@ -493,6 +607,11 @@ Status UnmountNow(const std::string& abs, const std::string& mountpoint, bool la
 
 Status Unmount(const std::string& mountpoint, bool lazy) {
   if (mountpoint.empty()) return Status::InvalidArgument("MOUNTPOINT is empty");
+  if (int fd; IsFuseFdPath(mountpoint, &fd)) {
+    return Status::InvalidArgument(mountpoint +
+                                   " is a descriptor, not a mountpoint: a mount served through "
+                                   "/dev/fd/N is its parent's; unmount the directory it mounted");
+  }
   // A symbolic link to a mountpoint names that mount, as for umount(8).
   std::string abs = FollowLinks(mountpoint);
   // -o kernel: EROFS over a loop device over a private dsfs mount, torn down in that order.

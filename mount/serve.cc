@@ -90,7 +90,7 @@ Status ServeFuseWith(Filesystem* fs, ByteCache* cache, const std::string& mountp
   std::unique_ptr<TreeSession> session;
   DSFS_RETURN_IF_ERROR(TreeSession::Mount(fs, mountpoint, options, &session));
   // As the session ends, this mount is unmounted, never what the mountpoint carries by then.
-  const OwnMount own(mountpoint);
+  const OwnMount own(options.parent_mounted ? std::string() : mountpoint);
   Prefetcher::Options po;
   po.push_budget_bytes = options.push_bytes;
   TreeSession* se = session.get();
@@ -160,7 +160,11 @@ Status ServeFuseWith(Filesystem* fs, ByteCache* cache, const std::string& mountp
   fs->SetPrefetcher(nullptr);
   session->SetPrefetcher(nullptr);
   prefetcher.reset();
-  if (own.StillMounted() && options.mount_target.empty()) {
+  if (options.parent_mounted) {
+    // The parent that mounted it unmounts it (it ended the session, or will find the mount
+    // dead once the last descriptor is closed).
+    session->Close(/*unmount=*/false);
+  } else if (own.StillMounted() && options.mount_target.empty()) {
     session->Close(/*unmount=*/true);
   } else {
     // Not libfuse's unmount by the path it was given: that path may carry another mount by

@@ -20,6 +20,7 @@
 #include "pack/compressor.h"
 #include "pack/pack_run.h"
 #include "pack/packer.h"
+#include "pack/remote_source.h"
 #include "pack/tree_builder.h"
 
 namespace dsfs {
@@ -66,9 +67,12 @@ Status ArchiveError(struct archive* a, const std::string& src) {
   return Status::IOError(text);
 }
 
-// Opens `src` (a path, or "-" for stdin) as the input of `a`.
-Status OpenArchiveInput(struct archive* a, const std::string& src, GzInput* in) {
-  int fd = src == "-" ? ::dup(0) : ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
+// Opens `src` (a path, "-" for stdin, or the stream `remote` is) as the input of `a`.
+Status OpenArchiveInput(struct archive* a, const std::string& src, GzInput* in,
+                        const RemoteStream* remote) {
+  int fd = remote       ? ::fcntl(remote->fd(), F_DUPFD_CLOEXEC, 0)
+           : src == "-" ? ::dup(0)
+                        : ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     std::string text = (src == "-" ? "stdin" : src) + ": " + std::strerror(errno);
     return errno == ENOENT ? Status::NotFound(text) : Status::IOError(text);
@@ -259,9 +263,12 @@ class EntryReader {
 
 }  // namespace
 
-Status PackArchive(const std::string& src, const PackOptions& options, KvWriter* writer,
-                   const std::function<void(const PackProgress&)>& progress, PackStats* stats) {
-  DSFS_RETURN_IF_ERROR(CheckOptions(options));
+namespace {
+
+// PackArchive of `src`, read from `remote` where it is not local (null: a file or stdin).
+Status PackArchiveFrom(const std::string& src, RemoteStream* remote, const PackOptions& options,
+                       KvWriter* writer, const std::function<void(const PackProgress&)>& progress,
+                       PackStats* stats) {
   GzInput input;  // outlives the archive reader (declared first, destroyed last)
   std::unique_ptr<struct archive, ArchiveCloser> a(archive_read_new());
   archive_read_support_filter_all(a.get());
@@ -270,7 +277,7 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
   archive_read_support_format_cpio(a.get());
   archive_read_support_format_zip(a.get());
   archive_read_support_format_7zip(a.get());
-  DSFS_RETURN_IF_ERROR(OpenArchiveInput(a.get(), src, &input));
+  DSFS_RETURN_IF_ERROR(OpenArchiveInput(a.get(), src, &input, remote));
   std::string name = src == "-" ? "stdin" : src;
 
   PackRun run(options, writer, progress);
@@ -318,6 +325,8 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
   }
   images = {};
   if (archive_read_close(a.get()) != ARCHIVE_OK) return ArchiveError(a.get(), name);
+  // A stream that ended early at an entry's end reads as a shorter archive: the fetch says.
+  if (remote) DSFS_RETURN_IF_ERROR(remote->Finish());
 
   std::vector<InodeRecord> inodes;
   std::string names;
@@ -326,6 +335,25 @@ Status PackArchive(const std::string& src, const PackOptions& options, KvWriter*
   DSFS_RETURN_IF_ERROR(run.Finish(inodes, names, dict_bytes, &st));
   if (stats) *stats = st;
   return Status::OK();
+}
+
+}  // namespace
+
+Status PackArchive(const std::string& src, const PackOptions& options, KvWriter* writer,
+                   const std::function<void(const PackProgress&)>& progress, PackStats* stats) {
+  DSFS_RETURN_IF_ERROR(CheckOptions(options));
+  if (!IsRemotePackSource(src)) {
+    return PackArchiveFrom(src, nullptr, options, writer, progress, stats);
+  }
+  std::unique_ptr<RemoteStream> remote;
+  DSFS_RETURN_IF_ERROR(RemoteStream::Open(src, &remote));
+  Status s = PackArchiveFrom(remote->name(), remote.get(), options, writer, progress, stats);
+  // What failed first: a fetch that broke off (the archive then reads as truncated).
+  if (!s.ok()) {
+    Status fetch = remote->Finish();
+    if (!fetch.ok()) return fetch;
+  }
+  return s;
 }
 
 }  // namespace dsfs

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -464,6 +465,42 @@ Status S3Client::List(const std::string& bucket, const std::string& prefix,
     Response resp;
     DSFS_RETURN_IF_ERROR(Perform(req, &resp));
     for (auto& k : XmlAll(resp.body, "Key")) keys->push_back(std::move(k));
+    if (XmlFirst(resp.body, "IsTruncated") != "true") break;
+    token = XmlFirst(resp.body, "NextContinuationToken");
+    if (token.empty()) break;
+  }
+  return Status::OK();
+}
+
+Status S3Client::ListEach(const std::string& bucket, const std::string& prefix,
+                          const std::function<Status(std::vector<ListedObject>&)>& page) {
+  std::string token;
+  for (;;) {
+    std::vector<std::pair<std::string, std::string>> params = {{"list-type", "2"},
+                                                               {"prefix", prefix}};
+    if (!token.empty()) params.emplace_back("continuation-token", token);
+    Request req;
+    req.bucket = bucket;
+    req.query = Query(params);
+    req.what = "LIST s3://" + bucket + "/" + prefix;
+    Response resp;
+    DSFS_RETURN_IF_ERROR(Perform(req, &resp));
+    std::vector<ListedObject> objects;
+    for (std::string_view c : XmlElements(resp.body, "Contents")) {
+      ListedObject o;
+      std::string_view key, size;
+      if (!XmlElement(c, "Key", &key) || !XmlElement(c, "Size", &size)) {
+        return Status::IOError(req.what + ": a listed object without a Key or a Size");
+      }
+      o.key = XmlUnescape(key);
+      auto [ptr, ec] = std::from_chars(size.data(), size.data() + size.size(), o.size);
+      if (ec != std::errc() || ptr != size.data() + size.size()) {
+        return Status::IOError(req.what + ": object " + o.key + ": a Size that is no number");
+      }
+      o.last_modified = XmlFirst(c, "LastModified");
+      objects.push_back(std::move(o));
+    }
+    DSFS_RETURN_IF_ERROR(page(objects));
     if (XmlFirst(resp.body, "IsTruncated") != "true") break;
     token = XmlFirst(resp.body, "NextContinuationToken");
     if (token.empty()) break;

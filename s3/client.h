@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -79,6 +80,18 @@ class S3Client {
   // Keys under `prefix`, in order.
   [[nodiscard]] Status List(const std::string& bucket, const std::string& prefix,
                             std::vector<std::string>* keys);
+
+  // One object of a listing: its key, size and LastModified as the server wrote it.
+  struct ListedObject {
+    std::string key;
+    uint64_t size = 0;
+    std::string last_modified;  // ISO 8601, e.g. "2026-12-07T16:00:00.000Z"; may be empty
+  };
+  // The objects under `prefix`, in order, one page (at most 1000) at a time: memory stays
+  // that of a page whatever the number of keys. IOError for an entry without a Key or a
+  // Size; `page`'s error stops the listing and is returned.
+  [[nodiscard]] Status ListEach(const std::string& bucket, const std::string& prefix,
+                                const std::function<Status(std::vector<ListedObject>&)>& page);
 
   // Multipart upload: Start, UploadPart (1-based numbers, any order, any threads; every part
   // but the last >= 5 MiB), Complete with the parts' ETags in order, or Abort.

@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/units.h"
 #include "fs/control_dir.h"
+#include "pack/remote_source.h"
 #include "store/store.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
@@ -22,9 +23,10 @@ void WarnIfControlDirStored(const PackStats& stats) {
 }
 
 Status RunPack(const PackCommand& cmd, std::ostream& out, std::ostream& err) {
-  // SRC is a directory, an archive file, or "-" for an archive on stdin.
+  // SRC is a directory, an archive file, "-" for an archive on stdin, or a remote source
+  // (pack/remote_source.h: an archive at an s3:// or http(s):// URL, or s3://BUCKET/PREFIX/).
   struct stat st;
-  bool archive = cmd.src == "-";
+  bool archive = cmd.src == "-" || IsRemotePackSource(cmd.src);
   if (!archive) {
     if (::stat(cmd.src.c_str(), &st) != 0) return Status::FromErrno(errno, cmd.src);
     if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {

@@ -14,6 +14,7 @@
 #include "common/units.h"
 #include "common/version.h"
 #include "pack/packer.h"
+#include "pack/remote_source.h"
 
 namespace dsfs {
 namespace {
@@ -465,7 +466,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
                              : *add_cmd                                      ? &add.store
                              : *convert_cmd                                  ? &convert.src
                              : *push_cmd                                     ? &push.src
-                             : *pack_cmd                                     ? &pack.src
+                             : *pack_cmd && !IsRemotePackSource(pack.src)    ? &pack.src
                                                                              : nullptr;
   if (store) s = CheckStoreScheme(*store);
   if (!s.ok()) {

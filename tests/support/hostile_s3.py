@@ -247,10 +247,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if not key and "list-type" in q:
             prefix = q.get("prefix", [""])[0]
             with LOCK:
-                keys = sorted(k for (b, k) in OBJECTS if b == bucket and k.startswith(prefix))
+                keys = sorted((k, len(d[0])) for (b, k), d in OBJECTS.items()
+                              if b == bucket and k.startswith(prefix))
             xml = "<ListBucketResult><IsTruncated>false</IsTruncated>" + "".join(
-                f"<Contents><Key>{escape(k)}</Key></Contents>" for k in keys) + \
-                "</ListBucketResult>"
+                f"<Contents><Key>{escape(k)}</Key><Size>{n}</Size>"
+                "<LastModified>2026-01-02T03:04:05.000Z</LastModified></Contents>"
+                for k, n in keys) + "</ListBucketResult>"
             self.answer(200, xml.encode())
             return
         data, first, last = self.ranged()

@@ -15,7 +15,6 @@
 #include <mutex>
 #include <vector>
 
-#include "backend/s3_kv_objects.h"
 #include "common/path.h"
 #include "s3/client.h"
 #include "s3/credentials.h"
@@ -225,7 +224,7 @@ Status RemoteStream::Open(const std::string& src, std::unique_ptr<RemoteStream>*
     AwsSettings settings;
     DSFS_RETURN_IF_ERROR(LoadAwsSettings(&settings));
     // The retry budget of every S3 command: $DSFS_S3_ATTEMPTS, $DSFS_S3_TIMEOUT_S, else 5, 10 s.
-    rs->aws_->client = std::make_unique<S3Client>(settings, s3kv::RetryPolicyFor(0, 0));
+    rs->aws_->client = std::make_unique<S3Client>(settings, S3Client::RetryPolicy::For(0, 0));
   }
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
@@ -385,7 +384,7 @@ Status RemoteStream::FetchPrefix(const std::string& bucket, const std::string& p
 
 Status RemoteStream::FetchUrl(const std::string& url) {
   HttpStreamOptions options;
-  options.low_speed_timeout_s = s3kv::RetryPolicyFor(0, 0).low_speed_timeout_s;
+  options.low_speed_timeout_s = S3Client::RetryPolicy::For(0, 0).low_speed_timeout_s;
   // The CAs of https as for S3 endpoints (s3/credentials.h); else the system's.
   if (const char* ca = std::getenv("AWS_CA_BUNDLE"); ca && *ca) options.ca_bundle = ca;
   bool gone = false;

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -579,6 +580,17 @@ Status S3Client::AbortMultipart(const std::string& bucket, const std::string& ke
   req.what = "multipart abort s3://" + bucket + "/" + key;
   Response resp;
   return Perform(req, &resp);
+}
+
+S3Client::RetryPolicy S3Client::RetryPolicy::For(int attempts, int timeout_s) {
+  S3Client::RetryPolicy p;
+  if (const char* v = std::getenv("DSFS_S3_ATTEMPTS")) p.attempts = std::max(1, std::atoi(v));
+  if (const char* v = std::getenv("DSFS_S3_TIMEOUT_S")) {
+    p.low_speed_timeout_s = std::max(1, std::atoi(v));
+  }
+  if (attempts > 0) p.attempts = attempts;
+  if (timeout_s > 0) p.low_speed_timeout_s = timeout_s;
+  return p;
 }
 
 }  // namespace dsfs

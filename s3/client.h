@@ -49,6 +49,11 @@ class S3Client {
     int max_backoff_ms = 2000;
     int connect_timeout_ms = 3000;
     int low_speed_timeout_s = 10;  // a transfer under kLowSpeedBytesPerS this long is dropped
+
+    // The retry budget of a command or a mount: `attempts` and `timeout_s` (-o s3_attempts=,
+    // s3_timeout=) where above 0, else $DSFS_S3_ATTEMPTS and $DSFS_S3_TIMEOUT_S, else the
+    // defaults above.
+    static RetryPolicy For(int attempts, int timeout_s);
   };
   static constexpr uint64_t kLowSpeedBytesPerS = 1024;
   static constexpr uint64_t kMinRateBytesPerS = 128 << 10;

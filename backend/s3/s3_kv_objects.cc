@@ -28,17 +28,6 @@ std::string DataKey(const std::string& prefix, uint64_t id, uint64_t object) {
 
 // The retry budget: the mount's options (s3_attempts=, s3_timeout=) where given, else the
 
-S3Client::RetryPolicy RetryPolicyFor(int attempts, int timeout_s) {
-  S3Client::RetryPolicy p;
-  if (const char* v = std::getenv("DSFS_S3_ATTEMPTS")) p.attempts = std::max(1, std::atoi(v));
-  if (const char* v = std::getenv("DSFS_S3_TIMEOUT_S")) {
-    p.low_speed_timeout_s = std::max(1, std::atoi(v));
-  }
-  if (attempts > 0) p.attempts = attempts;
-  if (timeout_s > 0) p.low_speed_timeout_s = timeout_s;
-  return p;
-}
-
 Status RunPieces(uint64_t pieces, uint64_t threads, const std::function<Status(uint64_t)>& piece) {
   std::atomic<uint64_t> next{0};
   std::mutex mu;

@@ -1,5 +1,5 @@
-// What the S3 store's writer and reader share: the names of its objects under the prefix, the
-// retry budget of its client, and RunPieces (a parallel loop over the pieces of an upload or
+// What the S3 store's writer and reader share: the names of its objects under the prefix and
+// RunPieces (a parallel loop over the pieces of an upload or
 // a fetch). The layout itself: backend/s3/s3_kv.h.
 #pragma once
 
@@ -23,10 +23,6 @@ std::string Hex64(uint64_t v);
 std::string Join(const std::string& prefix, const std::string& name);
 // PREFIX/data/ID/NNNNNN: the store's data object number `object`.
 std::string DataKey(const std::string& prefix, uint64_t id, uint64_t object);
-
-// The retry budget: the mount's options (s3_attempts=, s3_timeout=) where given, else the
-// environment's (for tools and tests), else the client's defaults.
-S3Client::RetryPolicy RetryPolicyFor(int attempts, int timeout_s);
 
 // Runs piece(0) .. piece(pieces - 1) on up to `threads` threads; the first failure (an error,
 // or an exception such as bad_alloc, which would otherwise end the process from a thread) stops

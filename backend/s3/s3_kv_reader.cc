@@ -30,7 +30,6 @@ namespace {
 using s3kv::DataKey;
 using s3kv::Hex64;
 using s3kv::Join;
-using s3kv::RetryPolicyFor;
 using s3kv::RunPieces;
 
 // The reader's memory that no guard can shed is sized from the memory limit
@@ -137,7 +136,7 @@ class S3Reader : public KvReader {
     DSFS_RETURN_IF_ERROR(LoadAwsSettings(&settings, options.s3));
     const std::string endpoint = settings.endpoint;
     client_ = std::make_unique<S3Client>(
-        settings, RetryPolicyFor(options.remote_attempts, options.remote_timeout_s));
+        settings, S3Client::RetryPolicy::For(options.remote_attempts, options.remote_timeout_s));
     std::unique_ptr<S3CacheRoot> root;
     if (!options.cache_dir.empty() && options.cache_disk_bytes > 0) {
       const std::string ident = endpoint + " " + url_.ToString();

@@ -24,7 +24,6 @@ using s3kv::DataKey;
 using s3kv::Hex64;
 using s3kv::Join;
 using s3kv::kCompressFromBytes;
-using s3kv::RetryPolicyFor;
 using s3kv::RunPieces;
 
 class S3Writer : public KvWriter {
@@ -158,7 +157,7 @@ Status NewS3Writer(const std::string& url_text, const KvWriterOptions& options,
   DSFS_RETURN_IF_ERROR(ParseS3Url(url_text, &url));
   AwsSettings settings;
   DSFS_RETURN_IF_ERROR(LoadAwsSettings(&settings));
-  auto w = std::make_unique<S3Writer>(std::make_unique<S3Client>(settings, RetryPolicyFor(0, 0)),
+  auto w = std::make_unique<S3Writer>(std::make_unique<S3Client>(settings, S3Client::RetryPolicy::For(0, 0)),
                                       url, options, s3_options);
   DSFS_RETURN_IF_ERROR(w->Begin());
   *writer = std::move(w);

@@ -6,6 +6,7 @@ pass by pass, with what each pass cost (issue 40's diagnosis).
       --list FILES.list --limit-mb 307 [--opts kernel,push=0] [--env K=V ...] [--passes 2]
       [--threads 2] [--erofs IMAGE]
 
+--opts '' mounts classic (FUSE only).
 One v1 memory cgroup (dsfs-kimage-probe-PID) holds the daemon and dsfs-readbench; per pass it
 prints files/s and the deltas of: the image server's reads and bytes (`dsfs stats`), the daemon's
 CPU seconds, the cgroup's page faults, refaults and page-cache size (memory.stat). --erofs IMAGE
@@ -139,7 +140,8 @@ def main():
                     "sys.exit(l.mount(sys.argv[1].encode(),sys.argv[2].encode(),b'erofs',1,b''))")
             r = cg.run([sys.executable, "-c", code, a.erofs, mnt])
         else:
-            r = cg.run([a.dsfs, "mount", a.store, mnt, "-o", a.opts], env=env)
+            opts = ["-o", a.opts] if a.opts else []  # --opts '': a classic (FUSE) mount
+            r = cg.run([a.dsfs, "mount", a.store, mnt, *opts], env=env)
         if r.returncode != 0:
             raise SystemExit(f"mount: {r.stderr.strip()[-300:]}")
         print(json.dumps({"label": a.label, "limit_mb": a.limit_mb, "opts": a.opts, "env": a.env,

@@ -68,8 +68,19 @@ thread_local std::string t_group_scratch;
 
 }  // namespace
 
-// Records above this size are announced to the backend before they are read (WillNeed).
-constexpr size_t kWillNeedBytes = 16 << 10;
+namespace {
+
+// Whether a stored value lies on more than one page: those are announced to the backend before
+// they are read (WillNeed). LMDB's map is read without readahead (MDB_NORDAHEAD), so each page
+// of the value would otherwise be a fault of its own from a cold disk, one after the other: a
+// 32 KiB group (12 KB stored) of photo crops cost 2 major faults a miss under pressure, where a
+// 128 KiB one (45 KB, announced) cost none (docs/kernel.md).
+bool OnSeveralPages(std::string_view v) {
+  constexpr uintptr_t kPage = 4096;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(v.data());
+  return !v.empty() && begin / kPage != (begin + v.size() - 1) / kPage;
+}
+}  // namespace
 
 Status Store::ReadChunk(const InodeRecord& rec, uint64_t index, bool use_cache,
                         ByteCache::Value* pin, std::string* scratch, std::string_view* out) const {
@@ -147,7 +158,7 @@ Status Store::ReadSolid(char space, uint64_t id, uint64_t expected, ByteCache* c
     if (s.IsNotFound()) return Status::Corruption("payload record missing");
     DSFS_RETURN_IF_ERROR(s);
     NoteBackendRead(v.size());
-    if (v.size() > kWillNeedBytes) kv_->WillNeed(v.data());
+    if (OnSeveralPages(v.data())) kv_->WillNeed(v.data());
     PayloadView p;
     DSFS_RETURN_IF_ERROR(ParsePayload(v.data(), &p));
     if (p.raw_bytes > max_group_bytes_) return Status::Corruption("payload group too large");
@@ -263,8 +274,7 @@ Status Store::ReadRecord(char space, uint64_t id, uint64_t expected, ByteCache* 
   if (s.ok()) s = CheckGroupStart(space, v.data(), last_id);
   if (s.ok()) {
     NoteBackendRead(record.size());
-    // Small records sit in one or two pages; a large one is fetched in one go.
-    if (record.size() > kWillNeedBytes) kv_->WillNeed(record);
+    if (OnSeveralPages(record)) kv_->WillNeed(record);
   }
   PayloadView p;
   if (s.ok()) s = ParsePayload(record, &p);

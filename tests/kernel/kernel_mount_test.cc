@@ -359,6 +359,18 @@ TEST_F(KernelMountTest, FormatFiveStoreBeyondTheMemoryLimitGetsTheUncompressedIm
   }
   EXPECT_EQ(Dsfs({"umount", mp_}).exit_code, 0);
   km.WaitDaemon();
+  // $DSFS_KERNEL_FIT=always replaces the rule (benchmarks that look for the bound).
+  ::setenv("DSFS_KERNEL_FIT", "always", 1);
+  KernelMount forced(mp_);
+  std::ofstream(cg.path() + "/cgroup.procs") << ::getpid() << std::endl;
+  r = forced.Mount(store_);
+  std::ofstream(v1 + "/cgroup.procs") << ::getpid() << std::endl;
+  ::unsetenv("DSFS_KERNEL_FIT");
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(KernelStat(mp_, "kernel.compressed"), 1u) << Describe(r);
+  EXPECT_EQ(ReadFile(mp_ + "/d1/t7"), TextBytes(60000, 7));
+  EXPECT_EQ(Dsfs({"umount", mp_}).exit_code, 0);
+  forced.WaitDaemon();
 }
 
 // Views of a format 5 store are their own trees, as of any store (pixels made by dsfs).

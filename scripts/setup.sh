@@ -18,8 +18,9 @@ BUILD=(
   pybind11-dev python3-pybind11 python3-dev
 )
 # The tests and benchmarks: GoogleTest, the FUSE tools, a real Ceph gateway, systemd-analyze,
-# man, the reference filesystems (squashfs, EROFS), the datasets and Python with torch, and
-# clang for the fuzzers and sanitizer builds, openssl (the credential tests' self-signed CA).
+# man, the reference filesystems (squashfs, EROFS), the datasets and Python with torch, clang
+# for the fuzzers and sanitizer builds, clang-format (the format check), openssl (the
+# credential tests' self-signed CA).
 TEST=(
   libgtest-dev libgmock-dev
   fuse3 lmdb-utils
@@ -30,7 +31,7 @@ TEST=(
   python3-torch python3-torchvision python3-numpy python3-pil python3-matplotlib python3-pytest
   psmisc procps util-linux mount
   openssl
-  clang-14 libclang-rt-14-dev llvm-14
+  clang-14 libclang-rt-14-dev llvm-14 clang-format
 )
 case ${1:-} in
   "") PKGS=("${BUILD[@]}" "${TEST[@]}") ;;

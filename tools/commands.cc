@@ -358,6 +358,28 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   verify_cmd->add_option("STORE", store_path, kStoreHelp)->required();
   verify_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
 
+  ExtractCommand extract;
+  auto* extract_cmd = app.add_subcommand(
+      "extract",
+      "write the tree of STORE (or its PATHs) into directory DIR, or as a pax tar stream to "
+      "stdout (DIR -, the default)");
+  extract_cmd->add_option("STORE", extract.store, kStoreHelp)->required();
+  extract_cmd->add_option("DIR", extract.dest,
+                          "the directory to write into (made if missing), or - for a tar "
+                          "stream on stdout")
+      ->capture_default_str();
+  extract_cmd->add_option("PATH", extract.paths, "files or directories inside the store");
+  extract_cmd->add_option("--view", extract.view,
+                          "the view written out: original, bmp, npy, tensor, bmp-N, jpeg-N")
+      ->capture_default_str();
+  extract_cmd->add_flag("-f,--force", extract.force,
+                        "write into a non-empty DIR: adds what is missing, replaces nothing");
+  extract_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
+  extract_cmd->footer(
+      "Files are written in the store's order, each group decoded once. Nothing is written\n"
+      "outside DIR: symlinks are written as links and never followed. A file that cannot be\n"
+      "read is named on stderr and left out, the rest is written, and the exit status is 1.");
+
   std::string stats_point;
   bool stats_json = false;
   auto* stats_cmd = app.add_subcommand("stats", "show the live counters of a mount");
@@ -446,7 +468,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   }
   if (*help_cmd) return PrintHelp(app, help_names, out, err);
   // -q (of dsfs or of the subcommand, all one flag): no progress, no summary; warnings stay.
-  pack.quiet = add.quiet = convert.quiet = push.quiet = warmup.quiet = quiet;
+  pack.quiet = add.quiet = convert.quiet = push.quiet = warmup.quiet = extract.quiet = quiet;
   if (log_level_opt->count() == 0) log_level = verbose ? "info" : "warn";
   // As found on return: the tests run DsfsMain in-process, one command after another.
   const spdlog::level::level_enum level_before = Log()->level();
@@ -462,6 +484,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
 
   Status s;
   const std::string* store = *ls_cmd || *cat_cmd || *info_cmd || *verify_cmd ? &store_path
+                             : *extract_cmd                                  ? &extract.store
                              : *add_cmd                                      ? &add.store
                              : *convert_cmd                                  ? &convert.src
                              : *push_cmd                                     ? &push.src
@@ -474,8 +497,9 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   }
   // Ctrl-C, SIGTERM or SIGHUP during pack or add: stop, and leave no store or temporary behind.
   std::optional<InterruptOnSignals> interrupt;
-  if (*pack_cmd || *add_cmd || *warmup_cmd) {
+  if (*pack_cmd || *add_cmd || *warmup_cmd || *extract_cmd) {
     interrupt.emplace();
+    extract.cancel = interrupt->token();
     pack.options.cancel = interrupt->token();
     add.options.cancel = interrupt->token();
     warmup.cancel = interrupt->token();
@@ -522,6 +546,8 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
     s = RunVerify(store_path, quiet, out, err);
   } else if (*warmup_cmd) {
     s = RunWarmup(warmup, out, err);
+  } else if (*extract_cmd) {
+    s = RunExtract(extract, out, err);
   } else if (*cache_ls_cmd) {
     s = RunCacheLs(cache_dir, out);
   } else if (*cache_gc_cmd) {

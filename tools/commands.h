@@ -137,6 +137,23 @@ Status RunCacheLs(const std::string& dir, std::ostream& out);
 // dsfs cache gc [DIR] [--keep-days N] [-n]: see GcS3Caches.
 Status RunCacheGc(const std::string& dir, int keep_days, bool dry_run, std::ostream& out);
 
+struct ExtractCommand {
+  std::string store;
+  std::string dest = "-";          // a directory (made if missing), or "-": a tar stream on `out`
+  std::vector<std::string> paths;  // inside the store (default: all of it)
+  std::string view = "original";   // the view written out (fs/views.h: bmp, npy, bmp-256, ...)
+  bool force = false;              // write into a non-empty directory, adding only
+  bool quiet = false;
+  const std::atomic<bool>* cancel = nullptr;  // set: stop
+};
+// dsfs extract STORE [DIR|-] [PATH...]: the tree (or PATHs, with their parents) written into
+// DIR or as a pax tar stream on `out`, with modes, mtimes, symlinks (as links) and empty
+// directories; never writes outside DIR, refuses a non-empty DIR unless `force`, and then never
+// replaces what is there. An entry that cannot be read or written is named on `err` and left
+// out, the rest written: then Corruption. A progress line on a terminal (stderr); a summary
+// line on `out` for a DIR unless `quiet`.
+Status RunExtract(const ExtractCommand& cmd, std::ostream& out, std::ostream& err);
+
 // Checks every payload; lists the damaged files on `out`, a progress line on `err` when it is a
 // terminal (not `quiet`), "verified N files" unless `quiet`. Corruption if any is damaged.
 Status RunVerify(const std::string& store, bool quiet, std::ostream& out, std::ostream& err);

@@ -345,6 +345,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   ls_cmd->add_option("PATH", path, "a directory (or file) inside the store")->capture_default_str();
   ls_cmd->add_flag("-l", long_format, "long format (mode, size, mtime)");
   ls_cmd->add_flag("-R", recursive, "recurse into directories");
+  ls_cmd->add_flag("--json", json, "one JSON object per entry and line");
   auto* cat_cmd = app.add_subcommand("cat", "write the file at PATH inside STORE to stdout");
   cat_cmd->add_option("STORE", store_path, kStoreHelp)->required();
   cat_cmd->add_option("PATH", path, "a file inside the store")->required();
@@ -357,6 +358,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   auto* verify_cmd = app.add_subcommand("verify", "check every payload of STORE");
   verify_cmd->add_option("STORE", store_path, kStoreHelp)->required();
   verify_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
+  verify_cmd->add_flag("--json", json, "one JSON object: counts and the damaged files");
 
   ExtractCommand extract;
   auto* extract_cmd = app.add_subcommand(
@@ -404,6 +406,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   warmup_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
+  warmup_cmd->add_flag("--json", warmup.json, "the summary as one JSON object");
   warmup_cmd->footer(
       "Files are read in the store's order, in runs of consecutive files per thread, and\n"
       "dropped from the page cache after. Ctrl-C stops it keeping what was read: run it again\n"
@@ -422,6 +425,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       "ls", "list the stores cached in DIR: URL, endpoint, identity, size, last use, mounted");
   cache_ls_cmd->add_option("DIR", cache_dir, "a cache_dir (default: $XDG_CACHE_HOME/dsfs or "
                                              "~/.cache/dsfs)");
+  cache_ls_cmd->add_flag("--json", json, "one JSON object");
   auto* cache_gc_cmd = cache_cmd->add_subcommand(
       "gc",
       "remove the caches in DIR no mount uses that were not used within --keep-days days, "
@@ -535,7 +539,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   } else if (*umount_cmd) {
     s = RunUmount(umount_point, lazy);
   } else if (*ls_cmd) {
-    s = RunLs(store_path, path, long_format, recursive, out);
+    s = RunLs(store_path, path, long_format, recursive, out, json);
   } else if (*cat_cmd) {
     s = RunCat(store_path, path, out);
   } else if (*info_cmd) {
@@ -543,13 +547,13 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   } else if (*stats_cmd) {
     s = RunStats(stats_point, stats_json, out, stats_prometheus);
   } else if (*verify_cmd) {
-    s = RunVerify(store_path, quiet, out, err);
+    s = RunVerify(store_path, quiet, out, err, json);
   } else if (*warmup_cmd) {
     s = RunWarmup(warmup, out, err);
   } else if (*extract_cmd) {
     s = RunExtract(extract, out, err);
   } else if (*cache_ls_cmd) {
-    s = RunCacheLs(cache_dir, out);
+    s = RunCacheLs(cache_dir, out, json);
   } else if (*cache_gc_cmd) {
     s = RunCacheGc(cache_dir, keep_days, dry_run, out);
   }

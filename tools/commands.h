@@ -106,8 +106,10 @@ int MountHelperMain(const std::string& program, const std::vector<std::string>& 
 Status RunMount(const MountConfig& config);
 Status RunUmount(const std::string& mountpoint, bool lazy);
 
+// `json`: one JSON object per entry and line (docs/usage.md, "JSON output"), whatever
+// `long_format`.
 Status RunLs(const std::string& store, const std::string& path, bool long_format, bool recursive,
-             std::ostream& out);
+             std::ostream& out, bool json = false);
 Status RunCat(const std::string& store, const std::string& path, std::ostream& out);
 // `path`: the directory whose tensor view availability is reported.
 Status RunInfo(const std::string& store, const std::string& path, bool json, std::ostream& out);
@@ -121,6 +123,7 @@ struct WarmupCommand {
   std::vector<std::string> paths;  // inside the mount (default: all of it)
   int threads = 8;                 // -j: files read at once (runs of consecutive files each)
   bool quiet = false;
+  bool json = false;  // the summary as one JSON object (docs/usage.md, "JSON output")
   const std::atomic<bool>* cancel = nullptr;  // set: stop, keeping what was read
 };
 // dsfs warmup MOUNTPOINT [PATH...]: reads the files of PATHs (default: all) through the live
@@ -133,7 +136,8 @@ Status RunWarmup(const WarmupCommand& cmd, std::ostream& out, std::ostream& err)
 // ~/.cache/dsfs.
 std::string DefaultCacheDir();
 // dsfs cache ls [DIR]: the S3 disk caches in DIR (default DefaultCacheDir()).
-Status RunCacheLs(const std::string& dir, std::ostream& out);
+// `json`: one JSON object (docs/usage.md, "JSON output").
+Status RunCacheLs(const std::string& dir, std::ostream& out, bool json = false);
 // dsfs cache gc [DIR] [--keep-days N] [-n]: see GcS3Caches.
 Status RunCacheGc(const std::string& dir, int keep_days, bool dry_run, std::ostream& out);
 
@@ -156,6 +160,8 @@ Status RunExtract(const ExtractCommand& cmd, std::ostream& out, std::ostream& er
 
 // Checks every payload; lists the damaged files on `out`, a progress line on `err` when it is a
 // terminal (not `quiet`), "verified N files" unless `quiet`. Corruption if any is damaged.
-Status RunVerify(const std::string& store, bool quiet, std::ostream& out, std::ostream& err);
+// `json`: instead, one JSON object on `out` (docs/usage.md, "JSON output"), also when damaged.
+Status RunVerify(const std::string& store, bool quiet, std::ostream& out, std::ostream& err,
+                 bool json = false);
 
 }  // namespace dsfs

@@ -20,6 +20,11 @@
 #include <functional>
 #include <memory>
 #include <vector>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
 
 #include "common/path.h"
 #include "common/units.h"
@@ -62,7 +67,9 @@ class Output {
                       std::string_view target) = 0;
   virtual Status Finish() = 0;
   bool fatal() const { return fatal_; }
-  uint64_t kept() const { return kept_; }
+  virtual uint64_t kept() const { return kept_; }
+  // Entries left out unnamed: below a directory that failed (named) on another thread.
+  virtual uint64_t skipped() const { return 0; }
 
  protected:
   bool fatal_ = false;
@@ -191,6 +198,165 @@ class DirOutput : public Output {
 
   mode_t umask_ = 022;
   std::vector<Open> dirs_;
+};
+
+// Writes into a directory on a thread of its own, in the order the entries come, while the
+// caller goes on reading and decoding the next ones: the walk's reads and the file system's
+// writes overlap. What is queued is bounded (kQueueBytes of contents); a file larger than
+// kDirectBytes is written by the caller itself once the queue is empty. A write that fails is
+// reported through `report` (from this thread) and what is below a directory that failed is
+// left out with it.
+class PipelinedOutput : public Output {
+ public:
+  using Report = std::function<void(const Status&)>;
+  PipelinedOutput(std::unique_ptr<DirOutput> inner, Report report)
+      : inner_(std::move(inner)), report_(std::move(report)), thread_([this] { Consume(); }) {}
+  ~PipelinedOutput() override { Stop(); }
+
+  Status BeginDir(const std::string& path, std::string_view name, const struct stat& st,
+                  bool merge) override {
+    return Push({Op::kBeginDir, path, std::string(name), st, merge, {}});
+  }
+  Status EndDir(const struct stat& st) override {
+    return Push({Op::kEndDir, {}, {}, st, false, {}});
+  }
+  Status File(const std::string& path, std::string_view name, const struct stat& st,
+              const FileReader& read) override {
+    if (static_cast<uint64_t>(st.st_size) > kDirectBytes) {
+      Wait();  // every entry before it is written: the stack of directories is this one's
+      Status s = inner_->File(path, name, st, read);
+      if (inner_->fatal()) failed_fatal_ = true;
+      return s;
+    }
+    std::string data;
+    data.reserve(static_cast<size_t>(st.st_size));
+    DSFS_RETURN_IF_ERROR(read([&](std::string_view piece) {
+      data.append(piece);
+      return Status::OK();
+    }));
+    return Push({Op::kFile, path, std::string(name), st, false, std::move(data)});
+  }
+  Status Link(const std::string& path, std::string_view name, const struct stat& st,
+              std::string_view target) override {
+    return Push({Op::kLink, path, std::string(name), st, false, std::string(target)});
+  }
+  Status Finish() override {
+    Wait();
+    return Status::OK();
+  }
+  uint64_t kept() const override { return inner_->kept(); }
+  uint64_t skipped() const override { return skipped_.load(); }
+  DirOutput& inner() { return *inner_; }
+
+ private:
+  static constexpr uint64_t kQueueBytes = 32 << 20;
+  static constexpr uint64_t kDirectBytes = 4 << 20;
+  static constexpr size_t kQueueOps = 8192;
+  struct Op {
+    enum Kind { kBeginDir, kEndDir, kFile, kLink, kStop } kind;
+    std::string path, name;
+    struct stat st;
+    bool merge;
+    std::string data;  // a file's contents, a link's target
+  };
+
+  Status Push(Op op) {
+    if (failed_fatal_.load()) {
+      fatal_ = true;
+      return Status::IOError("writing into DIR failed");
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    room_.wait(lock, [&] {
+      return queue_.empty() || (bytes_ + op.data.size() <= kQueueBytes && queue_.size() < kQueueOps);
+    });
+    bytes_ += op.data.size();
+    queue_.push_back(std::move(op));
+    work_.notify_one();
+    return Status::OK();
+  }
+
+  // Until every queued entry is written.
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    room_.wait(lock, [&] { return queue_.empty() && !busy_; });
+    if (failed_fatal_.load()) fatal_ = true;
+  }
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back({Op::kStop, {}, {}, {}, false, {}});
+      work_.notify_one();
+    }
+    thread_.join();
+  }
+
+  void Consume() {
+    int skipping = 0;  // depth inside a directory that could not be made
+    for (;;) {
+      Op op;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        work_.wait(lock, [&] { return !queue_.empty(); });
+        op = std::move(queue_.front());
+        queue_.pop_front();
+        bytes_ -= op.data.size();
+        busy_ = true;
+        room_.notify_all();
+      }
+      if (op.kind == Op::kStop) return;
+      if (!failed_fatal_.load()) Apply(op, &skipping);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        busy_ = false;
+        room_.notify_all();
+      }
+    }
+  }
+
+  void Apply(const Op& op, int* skipping) {
+    if (*skipping > 0) {
+      if (op.kind == Op::kBeginDir) ++*skipping;
+      if (op.kind == Op::kEndDir) --*skipping;
+      if (op.kind != Op::kEndDir) ++skipped_;
+      return;
+    }
+    Status s;
+    switch (op.kind) {
+      case Op::kBeginDir:
+        s = inner_->BeginDir(op.path, op.name, op.st, op.merge);
+        if (!s.ok()) *skipping = 1;
+        break;
+      case Op::kEndDir:
+        s = inner_->EndDir(op.st);
+        break;
+      case Op::kFile: {
+        const std::string& data = op.data;
+        s = inner_->File(op.path, op.name, op.st, [&](const auto& consume) {
+          return consume(data);
+        });
+        break;
+      }
+      case Op::kLink:
+        s = inner_->Link(op.path, op.name, op.st, op.data);
+        break;
+      case Op::kStop:
+        break;
+    }
+    if (inner_->fatal()) failed_fatal_ = true;
+    if (!s.ok()) report_(s);
+  }
+
+  std::unique_ptr<DirOutput> inner_;
+  Report report_;
+  std::mutex mu_;
+  std::condition_variable work_, room_;
+  std::deque<Op> queue_;
+  uint64_t bytes_ = 0;
+  bool busy_ = false;
+  std::atomic<bool> failed_fatal_{false};
+  std::atomic<uint64_t> skipped_{0};
+  std::thread thread_;  // last: started once the rest is there
 };
 
 class TarOutput : public Output {
@@ -348,8 +514,12 @@ class Extractor {
     return s;
   }
 
+  // Names a failed entry on one line (any thread).
+  void Report(const Status& s) { Failed(s); }
+
   Status Summary(const std::string& where) {
     bar_.Clear();
+    failed_ += output_.skipped();
     if (failed_ > kFailuresShown) {
       err_ << "dsfs: error: ... and " << (failed_ - kFailuresShown) << " more entries failed\n";
     }
@@ -360,8 +530,7 @@ class Extractor {
       out_ << "\n";
     }
     if (failed_) {
-      return Status::Corruption(std::to_string(failed_) + " of " +
-                                std::to_string(files_ + dirs_ + links_ + failed_) +
+      return Status::Corruption(std::to_string(failed_) +
                                 " entries could not be extracted (named above)");
     }
     return Status::OK();
@@ -448,6 +617,7 @@ class Extractor {
     ++files_;
     bytes_ += static_cast<uint64_t>(st.st_size);
     if (bar_.Due()) {
+      std::lock_guard<std::mutex> lock(report_mu_);
       progress_.files_done = files_;
       progress_.bytes_done = bytes_;
       bar_.Update(progress_);
@@ -456,6 +626,7 @@ class Extractor {
   }
 
   void Failed(const Status& s) {
+    std::lock_guard<std::mutex> lock(report_mu_);
     if (++failed_ <= kFailuresShown) {
       bar_.Clear();
       err_ << "dsfs: error: " << PrintableName(s.message(), false) << "\n" << std::flush;
@@ -477,6 +648,7 @@ class Extractor {
   uint64_t step_ = 0;
   uint64_t files_ = 0, bytes_ = 0, dirs_ = 0, links_ = 0, failed_ = 0;
   std::vector<struct stat> parent_stats_;
+  std::mutex report_mu_;  // Failed() is called from the writing thread too
 };
 
 // Opens DIR (made if missing: its parent must exist) for writing into; refuses a non-empty one
@@ -543,8 +715,9 @@ Status RunExtract(const ExtractCommand& cmd, std::ostream& out, std::ostream& er
   Filesystem fs(std::move(store), fo, cache);
 
   std::unique_ptr<Output> output;
-  DirOutput* dir_output = nullptr;
+  PipelinedOutput* dir_output = nullptr;
   bool fresh = false;
+  Extractor* extractor = nullptr;  // set below; the writing thread reports through it
   if (cmd.dest == "-") {
     auto tar = std::make_unique<TarOutput>(out);
     DSFS_RETURN_IF_ERROR(tar->Open());
@@ -553,11 +726,13 @@ Status RunExtract(const ExtractCommand& cmd, std::ostream& out, std::ostream& er
     int fd = -1;
     DSFS_RETURN_IF_ERROR(OpenTarget(cmd.dest, cmd.force, &fd, &fresh));
     RaiseDescriptorLimit();
-    auto d = std::make_unique<DirOutput>(fd);
+    auto d = std::make_unique<PipelinedOutput>(
+        std::make_unique<DirOutput>(fd), [&extractor](const Status& s) { extractor->Report(s); });
     dir_output = d.get();
     output = std::move(d);
   }
   Extractor x(fs, *output, cmd, out, err);
+  extractor = &x;
   Status s;
   if (cmd.paths.empty()) {
     s = x.ExtractAll();
@@ -567,12 +742,13 @@ Status RunExtract(const ExtractCommand& cmd, std::ostream& out, std::ostream& er
       if (!s.ok() || output->fatal()) break;
     }
   }
+  Status finished = output->Finish();  // every queued entry written
+  if (s.ok()) s = finished;
   if (s.ok() && dir_output && fresh && cmd.paths.empty()) {
     struct stat root;
     s = fs.GetAttr(kRootIno, &root);
-    if (s.ok()) s = dir_output->SetRootAttrs(root);
+    if (s.ok()) s = dir_output->inner().SetRootAttrs(root);
   }
-  if (s.ok()) s = output->Finish();
   if (!s.ok()) return s;
   return x.Summary(cmd.dest);
 }

@@ -30,9 +30,7 @@ la_ssize_t WriteCallback(struct archive* a, void* client, const void* buf, size_
 
 }  // namespace
 
-TarWriter::TarWriter(Sink sink) : impl_(std::make_unique<Impl>()) {
-  impl_->sink = std::move(sink);
-}
+TarWriter::TarWriter(Sink sink) : impl_(std::make_unique<Impl>()) { impl_->sink = std::move(sink); }
 
 TarWriter::~TarWriter() {
   if (impl_->entry) archive_entry_free(impl_->entry);

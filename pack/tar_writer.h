@@ -40,8 +40,8 @@ class TarWriter {
   struct Impl;  // libarchive's state (public for its callback only)
 
  private:
-  Status Header(const std::string& path, uint32_t mode, uint64_t size,
-                const struct timespec& mtime, const std::string_view* link);
+  Status Header(const std::string& path, uint32_t mode, uint64_t size, const struct timespec& mtime,
+                const std::string_view* link);
   Status Check(int rc);
 
   std::unique_ptr<Impl> impl_;

@@ -15,16 +15,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-#include <functional>
-#include <memory>
-#include <vector>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
+#include <functional>
+#include <iostream>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "common/path.h"
 #include "common/units.h"
@@ -267,7 +268,8 @@ class PipelinedOutput : public Output {
     }
     std::unique_lock<std::mutex> lock(mu_);
     room_.wait(lock, [&] {
-      return queue_.empty() || (bytes_ + op.data.size() <= kQueueBytes && queue_.size() < kQueueOps);
+      return queue_.empty() ||
+             (bytes_ + op.data.size() <= kQueueBytes && queue_.size() < kQueueOps);
     });
     bytes_ += op.data.size();
     queue_.push_back(std::move(op));
@@ -332,9 +334,8 @@ class PipelinedOutput : public Output {
         break;
       case Op::kFile: {
         const std::string& data = op.data;
-        s = inner_->File(op.path, op.name, op.st, [&](const auto& consume) {
-          return consume(data);
-        });
+        s = inner_->File(op.path, op.name, op.st,
+                         [&](const auto& consume) { return consume(data); });
         break;
       }
       case Op::kLink:
@@ -366,8 +367,7 @@ class TarOutput : public Output {
 
   Status Open() { return Guard(tar_.Open()); }
 
-  Status BeginDir(const std::string& path, std::string_view, const struct stat& st,
-                  bool) override {
+  Status BeginDir(const std::string& path, std::string_view, const struct stat& st, bool) override {
     return Guard(tar_.AddDirectory(path, st.st_mode, st.st_mtim));
   }
   Status EndDir(const struct stat&) override { return Status::OK(); }
@@ -415,8 +415,9 @@ class TarOutput : public Output {
     DSFS_RETURN_IF_ERROR(Guard(tar_.Close()));
     errno = 0;
     out_.flush();
-    if (!out_) return Status::IOError(std::string("writing the tar stream: ") +
-                                      (errno ? std::strerror(errno) : "write error"));
+    if (!out_)
+      return Status::IOError(std::string("writing the tar stream: ") +
+                             (errno ? std::strerror(errno) : "write error"));
     return Status::OK();
   }
 
@@ -453,7 +454,11 @@ class Extractor {
  public:
   Extractor(const Filesystem& fs, Output& output, const ExtractCommand& cmd, std::ostream& out,
             std::ostream& err)
-      : fs_(fs), output_(output), cmd_(cmd), out_(out), err_(err),
+      : fs_(fs),
+        output_(output),
+        cmd_(cmd),
+        out_(out),
+        err_(err),
         bar_(err, !cmd.quiet && ::isatty(STDERR_FILENO)) {
     progress_.phase = "extracting";
     step_ = std::max<uint64_t>(fs.store().header().chunk_bytes, 64 << 10);
@@ -552,13 +557,15 @@ class Extractor {
     for (;;) {
       batch.clear();
       uint64_t next = offset;
-      DSFS_RETURN_IF_ERROR(fs_.ReadDir(dir, offset, [&](std::string_view name,
-                                                        const struct stat& st, uint64_t after) {
-        if (batch.size() >= kListBatch) return false;
-        batch.push_back({std::string(name), st});
-        next = after;
-        return true;
-      }).WithContext(base ? path->substr(0, base) : "/"));
+      DSFS_RETURN_IF_ERROR(
+          fs_.ReadDir(dir, offset,
+                      [&](std::string_view name, const struct stat& st, uint64_t after) {
+                        if (batch.size() >= kListBatch) return false;
+                        batch.push_back({std::string(name), st});
+                        next = after;
+                        return true;
+                      })
+              .WithContext(base ? path->substr(0, base) : "/"));
       if (batch.empty()) break;
       offset = next;
       for (Listed& e : batch) {
@@ -601,7 +608,8 @@ class Extractor {
     }
     if (!S_ISREG(st.st_mode)) return Status::OK();
     // A view file whose size is known once it is rendered (jpeg-N).
-    if (Filesystem::AttrsUnknown(st)) DSFS_RETURN_IF_ERROR(fs_.GetAttr(ino, &st).WithContext(*path));
+    if (Filesystem::AttrsUnknown(st))
+      DSFS_RETURN_IF_ERROR(fs_.GetAttr(ino, &st).WithContext(*path));
     const std::string& p = *path;
     FileReader read = [&](const std::function<Status(std::string_view)>& consume) -> Status {
       for (uint64_t off = 0;;) {
@@ -633,9 +641,7 @@ class Extractor {
     }
   }
 
-  bool Cancelled() const {
-    return cmd_.cancel && cmd_.cancel->load(std::memory_order_relaxed);
-  }
+  bool Cancelled() const { return cmd_.cancel && cmd_.cancel->load(std::memory_order_relaxed); }
 
   const Filesystem& fs_;
   Output& output_;
@@ -714,6 +720,11 @@ Status RunExtract(const ExtractCommand& cmd, std::ostream& out, std::ostream& er
   auto cache = view == View::kOriginal ? nullptr : std::make_shared<ByteCache>(256 << 20);
   Filesystem fs(std::move(store), fo, cache);
 
+  // As tar(1) does: a binary stream is no use on a terminal.
+  if (cmd.dest == "-" && &out == &std::cout && ::isatty(STDOUT_FILENO)) {
+    return Status::InvalidArgument(
+        "refusing to write a tar stream to a terminal: give a DIR, or redirect stdout");
+  }
   std::unique_ptr<Output> output;
   PipelinedOutput* dir_output = nullptr;
   bool fresh = false;

@@ -4,8 +4,8 @@
 // a damaged store's unreadable files (exactly those `dsfs verify` names) fail alone, the rest
 // written; it never writes outside DIR, refuses a non-empty DIR without --force and then
 // replaces nothing.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -61,7 +61,7 @@ class ExtractTest : public ::testing::Test {
   void SetUp() override {
     src_ = dir_ / "src";
     WriteFile(src_ + "/cls/a.txt", TextBytes(3000, 1), 0640);
-    WriteFile(src_ + "/cls/big", RandomBytes(600000, 2), 0755);  // several chunks
+    WriteFile(src_ + "/cls/big", RandomBytes(600000, 2), 0755);    // several chunks
     WriteFile(src_ + "/cls/huge", RandomBytes(5 << 20, 3), 0644);  // written by the walk itself
     WriteFile(src_ + "/odd/new\nline", "n", 0600);
     WriteFile(src_ + "/odd/\xff\xfe-not-utf8", "x", 0444);
@@ -165,7 +165,7 @@ TEST_F(ExtractTest, RefusesANonEmptyDirAndForceOnlyAdds) {
   r = Extract({store_, out, "--force"});
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   EXPECT_EQ(LinesWith(r.err, "dsfs: error: odd").size(), 1u) << r.err;
-  EXPECT_EQ(ReadFile(out + "/cls/a.txt"), "mine");  // kept
+  EXPECT_EQ(ReadFile(out + "/cls/a.txt"), "mine");                // kept
   EXPECT_EQ(ReadFile(out + "/cls/big"), RandomBytes(600000, 2));  // added
   EXPECT_TRUE(DirNames(outside).empty()) << "wrote through a planted symlink";
   struct stat st;

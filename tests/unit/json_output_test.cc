@@ -60,8 +60,8 @@ TEST_F(JsonOutputTest, LsOneObjectPerEntry) {
   std::istringstream lines(r.out);
   for (std::string line; std::getline(lines, line);) {
     auto j = Parse(line);
-    const std::vector<std::string> keys = {"path", "type", "mode", "size", "mtime_unix_s",
-                                           "mtime_ns"};
+    const std::vector<std::string> keys = {"path", "type",         "mode",
+                                           "size", "mtime_unix_s", "mtime_ns"};
     std::vector<std::string> want = keys;
     if (j["type"] == "symlink") want.push_back("target");
     EXPECT_EQ(Keys(j), want) << line;

@@ -9,11 +9,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "backend/kv_open.h"
+#include "pack/pack_run.h"
+#include "pack/tree_builder.h"
 #include "store/store.h"
 #include "tests/support/test_util.h"
 #include "tools/commands.h"
@@ -184,6 +188,59 @@ TEST_F(ExtractTest, SymlinksPointingOutAreWrittenAsLinks) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("already there, kept"), std::string::npos) << r.out;
   EXPECT_EQ(Attrs(out), Attrs(src_));
+}
+
+// A crafted store (pack never writes one: TreeBuilder::Normalize refuses such names) whose
+// entries are named "..", "." and "a/b", beside a link pointing out: the bad names fail alone,
+// each on one line; nothing is written outside DIR; the link is written as a link.
+TEST_F(ExtractTest, HostileNamesInACraftedStoreFailAlone) {
+  const std::string crafted = dir_ / "crafted.db";
+  {
+    std::unique_ptr<KvWriter> writer;
+    ASSERT_TRUE(NewKvWriter(crafted, "lmdb", KvWriterOptions{}, &writer).ok());
+    PackOptions options;
+    PackRun run(options, writer.get(), {});
+    TreeBuilder tree;
+    auto add = [&](const std::string& name, uint32_t mode, const std::string& target) {
+      TreeBuilder::Node n;
+      n.name = name;
+      n.SetTimes(mode, 1000000000, 0);
+      if (!target.empty()) {
+        n.data = tree.AddTarget(target);
+        n.size = target.size();
+      }
+      tree.AddChild(0, n);
+    };
+    add("..", S_IFLNK | 0777, "x");
+    add(".", S_IFDIR | 0755, "");
+    add("a/b", S_IFLNK | 0777, "y");
+    add("escape", S_IFLNK | 0777, "../../../../tmp");
+    add("fine", S_IFDIR | 0700, "");
+    std::vector<InodeRecord> inodes;
+    std::string names;
+    PackStats st;
+    ASSERT_TRUE(tree.Build(&inodes, &names, &st).ok());
+    Status s = run.Finish(inodes, names, "", &st);
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+  const std::string out = dir_ / "out";
+  const std::vector<std::string> before = DirNames(dir_.path());
+  Outcome r = Extract({crafted, out});
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_EQ(LinesWith(r.err, "no file name").size(), 3u) << r.err;
+  std::vector<std::string> after = DirNames(dir_.path());
+  after.erase(std::remove(after.begin(), after.end(), "out"), after.end());
+  EXPECT_EQ(after, before) << "something written beside DIR";
+  EXPECT_EQ(DirNames(out), (std::vector<std::string>{"escape", "fine"}));
+  struct stat lst;
+  ASSERT_EQ(::lstat((out + "/escape").c_str(), &lst), 0);
+  EXPECT_TRUE(S_ISLNK(lst.st_mode));
+  // As a tar stream: the same entries left out, the rest listed.
+  r = Extract({crafted, "-"});
+  EXPECT_EQ(r.code, 1);
+  WriteFile(dir_ / "c.tar", r.out);
+  CommandResult t = RunCommand({"tar", "-tf", dir_ / "c.tar"});
+  EXPECT_EQ(t.out, "escape\nfine/\n") << Describe(t);
 }
 
 // A store damaged at spread positions: the files extract fails on are exactly those `dsfs

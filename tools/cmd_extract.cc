@@ -267,20 +267,28 @@ class PipelinedOutput : public Output {
       return Status::IOError("writing into DIR failed");
     }
     std::unique_lock<std::mutex> lock(mu_);
-    room_.wait(lock, [&] {
+    auto fits = [&] {
       return queue_.empty() ||
              (bytes_ + op.data.size() <= kQueueBytes && queue_.size() < kQueueOps);
-    });
+    };
+    if (!fits()) {
+      producer_waiting_ = true;
+      room_.wait(lock, fits);
+      producer_waiting_ = false;
+    }
     bytes_ += op.data.size();
     queue_.push_back(std::move(op));
-    work_.notify_one();
+    // One wake-up per batch, not per entry: the writer takes the whole queue at once.
+    if (consumer_waiting_) work_.notify_one();
     return Status::OK();
   }
 
   // Until every queued entry is written.
   void Wait() {
     std::unique_lock<std::mutex> lock(mu_);
+    producer_waiting_ = true;
     room_.wait(lock, [&] { return queue_.empty() && !busy_; });
+    producer_waiting_ = false;
     if (failed_fatal_.load()) fatal_ = true;
   }
 
@@ -293,26 +301,28 @@ class PipelinedOutput : public Output {
     thread_.join();
   }
 
+  // Takes what is queued, all of it, and writes it; until the stop entry.
   void Consume() {
     int skipping = 0;  // depth inside a directory that could not be made
+    std::deque<Op> batch;
     for (;;) {
-      Op op;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        work_.wait(lock, [&] { return !queue_.empty(); });
-        op = std::move(queue_.front());
-        queue_.pop_front();
-        bytes_ -= op.data.size();
-        busy_ = true;
-        room_.notify_all();
-      }
-      if (op.kind == Op::kStop) return;
-      if (!failed_fatal_.load()) Apply(op, &skipping);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
         busy_ = false;
-        room_.notify_all();
+        if (producer_waiting_) room_.notify_all();
+        consumer_waiting_ = true;
+        work_.wait(lock, [&] { return !queue_.empty(); });
+        consumer_waiting_ = false;
+        batch.swap(queue_);
+        bytes_ = 0;
+        busy_ = true;
+        if (producer_waiting_) room_.notify_all();
       }
+      for (const Op& op : batch) {
+        if (op.kind == Op::kStop) return;
+        if (!failed_fatal_.load()) Apply(op, &skipping);
+      }
+      batch.clear();
     }
   }
 
@@ -354,7 +364,9 @@ class PipelinedOutput : public Output {
   std::condition_variable work_, room_;
   std::deque<Op> queue_;
   uint64_t bytes_ = 0;
-  bool busy_ = false;
+  bool busy_ = false;              // the writer holds a batch
+  bool consumer_waiting_ = false;  // the writer waits for work
+  bool producer_waiting_ = false;  // the walk waits for room, or for the queue to drain
   std::atomic<bool> failed_fatal_{false};
   std::atomic<uint64_t> skipped_{0};
   std::thread thread_;  // last: started once the rest is there
@@ -726,7 +738,7 @@ Status RunExtract(const ExtractCommand& cmd, std::ostream& out, std::ostream& er
         "refusing to write a tar stream to a terminal: give a DIR, or redirect stdout");
   }
   std::unique_ptr<Output> output;
-  PipelinedOutput* dir_output = nullptr;
+  DirOutput* plain_output = nullptr;  // the directory written into (under the pipeline)
   bool fresh = false;
   Extractor* extractor = nullptr;  // set below; the writing thread reports through it
   if (cmd.dest == "-") {
@@ -737,10 +749,16 @@ Status RunExtract(const ExtractCommand& cmd, std::ostream& out, std::ostream& er
     int fd = -1;
     DSFS_RETURN_IF_ERROR(OpenTarget(cmd.dest, cmd.force, &fd, &fresh));
     RaiseDescriptorLimit();
-    auto d = std::make_unique<PipelinedOutput>(
-        std::make_unique<DirOutput>(fd), [&extractor](const Status& s) { extractor->Report(s); });
-    dir_output = d.get();
-    output = std::move(d);
+    auto direct = std::make_unique<DirOutput>(fd);
+    plain_output = direct.get();
+    if (cmd.threads >= 2) {
+      auto d = std::make_unique<PipelinedOutput>(
+          std::move(direct), [&extractor](const Status& s) { extractor->Report(s); });
+      plain_output = &d->inner();
+      output = std::move(d);
+    } else {
+      output = std::move(direct);
+    }
   }
   Extractor x(fs, *output, cmd, out, err);
   extractor = &x;
@@ -755,10 +773,10 @@ Status RunExtract(const ExtractCommand& cmd, std::ostream& out, std::ostream& er
   }
   Status finished = output->Finish();  // every queued entry written
   if (s.ok()) s = finished;
-  if (s.ok() && dir_output && fresh && cmd.paths.empty()) {
+  if (s.ok() && plain_output && fresh && cmd.paths.empty()) {
     struct stat root;
     s = fs.GetAttr(kRootIno, &root);
-    if (s.ok()) s = dir_output->inner().SetRootAttrs(root);
+    if (s.ok()) s = plain_output->SetRootAttrs(root);
   }
   if (!s.ok()) return s;
   return x.Summary(cmd.dest);

@@ -376,6 +376,12 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       ->capture_default_str();
   extract_cmd->add_flag("-f,--force", extract.force,
                         "write into a non-empty DIR: adds what is missing, replaces nothing");
+  extract_cmd
+      ->add_option("-j,--threads", extract.threads,
+                   "into a DIR: 1, read and write on one thread; 2, the writes on a thread of "
+                   "their own")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 2));
   extract_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
   extract_cmd->footer(
       "Files are written in the store's order, each group decoded once. Nothing is written\n"

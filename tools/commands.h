@@ -148,6 +148,7 @@ struct ExtractCommand {
   std::string view = "original";   // the view written out (fs/views.h: bmp, npy, bmp-256, ...)
   bool force = false;              // write into a non-empty directory, adding only
   bool quiet = false;
+  int threads = 2;  // into a DIR: 1, the walk writes; 2, the writes on a thread of their own
   const std::atomic<bool>* cancel = nullptr;  // set: stop
 };
 // dsfs extract STORE [DIR|-] [PATH...]: the tree (or PATHs, with their parents) written into

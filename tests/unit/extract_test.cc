@@ -110,6 +110,10 @@ TEST_F(ExtractTest, DirectoryRoundTripIsByteIdenticalAndRepacksTheSame) {
   const std::string out2 = dir_ / "out2";
   ASSERT_EQ(Extract({again, out2}).code, 0);
   EXPECT_EQ(Attrs(out2), Attrs(src_));
+  // On one thread (-j 1) the same.
+  const std::string out3 = dir_ / "out3";
+  ASSERT_EQ(Extract({store_, out3, "-j", "1"}).code, 0);
+  EXPECT_EQ(Attrs(out3), Attrs(src_));
 }
 
 TEST_F(ExtractTest, TarStreamReadsBackWithTar) {

@@ -7,7 +7,7 @@
 # Hot: the tree, the store and the image are read once before the timed runs, so each run reads
 # from the page cache. Each way writes into a fresh directory on tmpfs (/dev/shm), removed
 # after (not timed); best of 3 wall-clock seconds each, in rounds (cp, unsquashfs, dsfs, dsfs
-# -j 1, dsfs tar to /dev/null). Writes bench/results/extract/extract-<date>.md. Run under
+# -j 2, dsfs tar to /dev/null). Writes bench/results/extract/extract-<date>.md. Run under
 # `flock /work/bench.lock`. Environment: DSFS (default build/dsfs), BENCH_WORK (default
 # /var/tmp/dsfs-extract-bench: the store and the image, kept for later runs).
 set -uo pipefail
@@ -57,7 +57,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
     diff -r --no-dereference "$SRC" "$TMP/dsfs" >/dev/null || { echo "extract differs" >&2; exit 1; }
   fi
   rm -rf "$TMP/dsfs"
-  timed dsfs_j1 "$DSFS" extract -q -j 1 "$STORE" "$TMP/dsfs1"; rm -rf "$TMP/dsfs1"
+  timed dsfs_j1 "$DSFS" extract -q -j 2 "$STORE" "$TMP/dsfs1"; rm -rf "$TMP/dsfs1"
   timed dsfs_tar "$DSFS" extract -q "$STORE" -
 done
 
@@ -78,14 +78,14 @@ rev=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
     case $n in
       cp) label='`cp -a` of the tree (ext4 -> tmpfs)' ;;
       unsquashfs) label='`unsquashfs -d` of the image (-> tmpfs)' ;;
-      dsfs) label='`dsfs extract STORE DIR` (-> tmpfs; -j 2, the default)' ;;
-      dsfs_j1) label='`dsfs extract -j 1 STORE DIR` (-> tmpfs; one thread)' ;;
+      dsfs) label='`dsfs extract STORE DIR` (-> tmpfs; -j 1, the default)' ;;
+      dsfs_j1) label='`dsfs extract -j 2 STORE DIR` (-> tmpfs; writes on a thread of their own)' ;;
       dsfs_tar) label='`dsfs extract STORE -` (tar to /dev/null)' ;;
     esac
     rate=$(awk -v f="$files" -v s="${best[$n]}" 'BEGIN { printf "%.0f", f / s }')
     vs="—"
     [[ $n == cp || $n == unsquashfs ]] &&
-      vs="$(ratio "${best[$n]}" "${best[dsfs]}")x (-j 1: $(ratio "${best[$n]}" "${best[dsfs_j1]}")x)"
+      vs="$(ratio "${best[$n]}" "${best[dsfs]}")x (-j 2: $(ratio "${best[$n]}" "${best[dsfs_j1]}")x)"
     echo "| $label | ${best[$n]} | $rate | $vs |"
   done
 } >"$REPORT"

@@ -148,7 +148,9 @@ struct ExtractCommand {
   std::string view = "original";   // the view written out (fs/views.h: bmp, npy, bmp-256, ...)
   bool force = false;              // write into a non-empty directory, adding only
   bool quiet = false;
-  int threads = 2;  // into a DIR: 1, the walk writes; 2, the writes on a thread of their own
+  // Into a DIR: 1, the walk writes; 2, the writes on a thread of their own (measured no faster
+  // on 2 busy CPUs: bench/results/extract).
+  int threads = 1;
   const std::atomic<bool>* cancel = nullptr;  // set: stop
 };
 // dsfs extract STORE [DIR|-] [PATH...]: the tree (or PATHs, with their parents) written into

@@ -1,10 +1,12 @@
 // dsfs cache ls [DIR] / dsfs cache gc [DIR] [--keep-days N] [-n]: the S3 disk caches in a
 // cache_dir, listed and cleaned up (backend/s3/s3_cache_dir.h says what is safe and how).
-#include <ctime>
 #include <cstdlib>
+#include <ctime>
+#include <nlohmann/json.hpp>
 
 #include "backend/s3/s3_cache_dir.h"
 #include "common/units.h"
+#include "fs/stats.h"
 #include "tools/commands.h"
 
 namespace dsfs {
@@ -30,13 +32,29 @@ std::string DefaultCacheDir() {
   return std::string(home && home[0] == '/' ? home : "/root") + "/.cache/dsfs";
 }
 
-Status RunCacheLs(const std::string& dir_arg, std::ostream& out) {
+Status RunCacheLs(const std::string& dir_arg, std::ostream& out, bool json) {
   const std::string dir = dir_arg.empty() ? DefaultCacheDir() : dir_arg;
   std::vector<S3CacheEntry> caches;
   Status s = ListS3Caches(dir, &caches);
   // No cache yet (no mount of a store in S3 made the default one): nothing to list. A DIR
   // given that does not exist is still an error (a typo lists nothing either).
   if (!s.ok() && !(s.IsNotFound() && dir_arg.empty())) return s;
+  if (json) {
+    // {"dir", "caches": [{"name", "url", "endpoint", "identity", "bytes", "last_use_unix_s",
+    // "mounted", "stale_stores"}], "total_bytes"}; unknown strings are empty.
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    uint64_t total = 0;
+    for (const auto& c : caches) {
+      list.push_back({{"name", c.name}, {"url", c.meta.url}, {"endpoint", c.meta.endpoint},
+                      {"identity", c.meta.id}, {"bytes", c.bytes},
+                      {"last_use_unix_s", static_cast<int64_t>(c.last_use)},
+                      {"mounted", c.mounted}, {"stale_stores", c.stale.size()}});
+      total += c.bytes;
+    }
+    nlohmann::ordered_json j = {{"dir", dir}, {"caches", list}, {"total_bytes", total}};
+    out << OneLineJson(j) << "\n";
+    return Status::OK();
+  }
   uint64_t total = 0;
   for (const auto& c : caches) {
     out << c.name << "  " << (c.meta.url.empty() ? "(unknown: made before dsfs recorded it)" : c.meta.url)

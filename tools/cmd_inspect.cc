@@ -113,12 +113,41 @@ Status OpenAt(const std::string& store_path, const std::string& path,
 
 }  // namespace
 
+// One entry of `dsfs ls --json`: {"path", "type", "mode", "size", "mtime_unix_s", "mtime_ns"}
+// and, for a symlink, "target" (docs/usage.md, "JSON output").
+Status LsJson(const Store& store, const InodeRecord& r, const std::string& path,
+              std::ostream& out) {
+  nlohmann::ordered_json j = {
+      {"path", path},
+      {"type", IsDir(r) ? "directory" : IsLink(r) ? "symlink" : "file"},
+      {"mode", ModeText(r.mode)},
+      {"size", IsDir(r) ? 0 : r.size},
+      {"mtime_unix_s", r.mtime_s},
+      {"mtime_ns", r.mtime_ns}};
+  if (IsLink(r)) {
+    std::string_view target;
+    DSFS_RETURN_IF_ERROR(store.ReadLink(r, &target));
+    j["target"] = std::string(target);
+  }
+  out << OneLineJson(j) << "\n";
+  return Status::OK();
+}
+
 Status RunLs(const std::string& store_path, const std::string& path, bool long_format,
-             bool recursive, std::ostream& out) {
+             bool recursive, std::ostream& out, bool json) {
   std::unique_ptr<Store> store;
   uint32_t ino;
   InodeRecord rec;
   DSFS_RETURN_IF_ERROR(OpenAt(store_path, path, &store, &ino, &rec));
+  if (json) {
+    // Paths from the root, whatever was listed: each line stands alone.
+    const std::string base = path == "/" ? "" : (path[0] == '/' ? path : "/" + path);
+    if (!IsDir(rec)) return LsJson(*store, rec, base, out);
+    return Walk(*store, ino, base, recursive,
+                [&](const InodeRecord& r, std::string_view, const std::string& p) {
+                  return LsJson(*store, r, p, out);
+                });
+  }
   auto print = [&](const InodeRecord& r, const std::string& name) -> Status {
     if (long_format) {
       char buf[64];
@@ -271,13 +300,39 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
   return Status::OK();
 }
 
-Status RunVerify(const std::string& store_path, bool quiet, std::ostream& out, std::ostream& err) {
+namespace {
+
+// `dsfs verify --json`: {"store", "ok", "metadata_ok", "metadata_error" (when not), "files",
+// "bytes", "damaged", "damaged_files": [{"path", "error"}] (the first 100)}.
+void VerifyJson(const std::string& store_path, const std::string& metadata_error, uint64_t files,
+                uint64_t bytes, uint64_t bad, const nlohmann::ordered_json& listed,
+                std::ostream& out) {
+  nlohmann::ordered_json j = {{"store", store_path},
+                              {"ok", metadata_error.empty() && bad == 0},
+                              {"metadata_ok", metadata_error.empty()}};
+  if (!metadata_error.empty()) j["metadata_error"] = metadata_error;
+  j["files"] = files;
+  j["bytes"] = bytes;
+  j["damaged"] = bad;
+  j["damaged_files"] = listed;
+  out << OneLineJson(j) << "\n";
+}
+
+}  // namespace
+
+Status RunVerify(const std::string& store_path, bool quiet, std::ostream& out, std::ostream& err,
+                 bool json) {
   constexpr uint64_t kMaxBadListed = 100;
   std::unique_ptr<Store> store;
   DSFS_RETURN_IF_ERROR(OpenStore(store_path, &store));
+  nlohmann::ordered_json listed = nlohmann::ordered_json::array();
   Status meta = store->VerifyMetadata();
   if (!meta.ok()) {
-    out << "BAD metadata: " << meta.message() << "\n";
+    if (json) {
+      VerifyJson(store_path, meta.message(), 0, 0, 0, listed, out);
+    } else {
+      out << "BAD metadata: " << meta.message() << "\n";
+    }
     return Status::Corruption(store_path + ": metadata is damaged");
   }
   uint64_t files = 0, bytes = 0, bad = 0;
@@ -294,7 +349,9 @@ Status RunVerify(const std::string& store_path, bool quiet, std::ostream& out, s
                     Status fs = store->VerifyFile(r);
                     if (!fs.ok()) {
                       // Every damaged file counts; the first ones are named.
-                      if (++bad <= kMaxBadListed) {
+                      if (++bad <= kMaxBadListed && json) {
+                        listed.push_back({{"path", path}, {"error", fs.message()}});
+                      } else if (bad <= kMaxBadListed) {
                         bar.Clear();
                         out << "BAD " << path << ": " << fs.message() << "\n" << std::flush;
                       }
@@ -307,10 +364,17 @@ Status RunVerify(const std::string& store_path, bool quiet, std::ostream& out, s
                     return Status::OK();
                   });
   bar.Clear();
-  if (!s.ok()) {
+  if (json) {
+    VerifyJson(store_path, s.ok() ? "" : s.message(), files, bytes, bad, listed, out);
+  } else if (!s.ok()) {
     out << "BAD metadata: " << s.message() << "\n";
-    return Status::Corruption(store_path + ": metadata is damaged");
   }
+  if (!s.ok()) return Status::Corruption(store_path + ": metadata is damaged");
+  if (bad && json) {
+    return Status::Corruption(store_path + ": " + std::to_string(bad) + " of " +
+                              std::to_string(files) + " files are damaged");
+  }
+  if (json) return Status::OK();
   if (bad > kMaxBadListed) out << "... and " << (bad - kMaxBadListed) << " more damaged files\n";
   if (bad) {
     return Status::Corruption(store_path + ": " + std::to_string(bad) + " of " +

@@ -28,6 +28,7 @@
 #include "common/path.h"
 #include "common/system.h"
 #include "common/units.h"
+#include "fs/stats.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
 
@@ -245,7 +246,18 @@ Status RunWarmup(const WarmupCommand& cmd, std::ostream& out, std::ostream& err)
     err << "dsfs: warning: ... and " << errors.size() - kFailuresShown << " more\n";
   }
   const bool interrupted = cmd.cancel && cmd.cancel->load();
-  if (!cmd.quiet || interrupted) {
+  if (cmd.json) {
+    // {"bytes_cached", "files_read", "files", "failed", "seconds", "bytes_per_s", "s3_gets"
+    // (null for a local store), "interrupted"}: on `out`, also when interrupted.
+    const int64_t gets_after = gets_before >= 0 ? RemoteGets(mountpoint) : -1;
+    nlohmann::ordered_json j = {
+        {"bytes_cached", bytes_done.load()}, {"files_read", files_done.load()},
+        {"files", files.size()}, {"failed", failed}, {"seconds", StatsSeconds(seconds)},
+        {"bytes_per_s", seconds > 0 ? static_cast<uint64_t>(bytes_done.load() / seconds) : 0},
+        {"s3_gets", nullptr}, {"interrupted", interrupted}};
+    if (gets_after >= 0) j["s3_gets"] = gets_after - gets_before;
+    out << OneLineJson(j) << "\n";
+  } else if (!cmd.quiet || interrupted) {
     std::ostream& where = interrupted ? err : out;
     where << FormatBytes(bytes_done.load()) << " cached, " << failed << " failed ("
           << files_done.load() << "/" << files.size() << " files, " << FormatDuration(seconds);

@@ -346,6 +346,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   ls_cmd->add_option("PATH", path, "a directory (or file) inside the store")->capture_default_str();
   ls_cmd->add_flag("-l", long_format, "long format (mode, size, mtime)");
   ls_cmd->add_flag("-R", recursive, "recurse into directories");
+  ls_cmd->add_flag("--json", json, "one JSON object per entry and line");
   auto* cat_cmd = app.add_subcommand("cat", "write the file at PATH inside STORE to stdout");
   cat_cmd->add_option("STORE", store_path, kStoreHelp)->required();
   cat_cmd->add_option("PATH", path, "a file inside the store")->required();
@@ -358,6 +359,35 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   auto* verify_cmd = app.add_subcommand("verify", "check every payload of STORE");
   verify_cmd->add_option("STORE", store_path, kStoreHelp)->required();
   verify_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
+  verify_cmd->add_flag("--json", json, "one JSON object: counts and the damaged files");
+
+  ExtractCommand extract;
+  auto* extract_cmd = app.add_subcommand(
+      "extract",
+      "write the tree of STORE (or its PATHs) into directory DIR, or as a pax tar stream to "
+      "stdout (DIR -, the default)");
+  extract_cmd->add_option("STORE", extract.store, kStoreHelp)->required();
+  extract_cmd->add_option("DIR", extract.dest,
+                          "the directory to write into (made if missing), or - for a tar "
+                          "stream on stdout")
+      ->capture_default_str();
+  extract_cmd->add_option("PATH", extract.paths, "files or directories inside the store");
+  extract_cmd->add_option("--view", extract.view,
+                          "the view written out: original, bmp, npy, tensor, bmp-N, jpeg-N")
+      ->capture_default_str();
+  extract_cmd->add_flag("-f,--force", extract.force,
+                        "write into a non-empty DIR: adds what is missing, replaces nothing");
+  extract_cmd
+      ->add_option("-j,--threads", extract.threads,
+                   "into a DIR: 1, read and write on one thread; 2, the writes on a thread of "
+                   "their own")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 2));
+  extract_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
+  extract_cmd->footer(
+      "Files are written in the store's order, each group decoded once. Nothing is written\n"
+      "outside DIR: symlinks are written as links and never followed. A file that cannot be\n"
+      "read is named on stderr and left out, the rest is written, and the exit status is 1.");
 
   std::string stats_point;
   bool stats_json = false;
@@ -383,6 +413,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   warmup_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
+  warmup_cmd->add_flag("--json", warmup.json, "the summary as one JSON object");
   warmup_cmd->footer(
       "Files are read in the store's order, in runs of consecutive files per thread, and\n"
       "dropped from the page cache after. Ctrl-C stops it keeping what was read: run it again\n"
@@ -401,6 +432,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       "ls", "list the stores cached in DIR: URL, endpoint, identity, size, last use, mounted");
   cache_ls_cmd->add_option("DIR", cache_dir, "a cache_dir (default: $XDG_CACHE_HOME/dsfs or "
                                              "~/.cache/dsfs)");
+  cache_ls_cmd->add_flag("--json", json, "one JSON object");
   auto* cache_gc_cmd = cache_cmd->add_subcommand(
       "gc",
       "remove the caches in DIR no mount uses that were not used within --keep-days days, "
@@ -447,7 +479,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   }
   if (*help_cmd) return PrintHelp(app, help_names, out, err);
   // -q (of dsfs or of the subcommand, all one flag): no progress, no summary; warnings stay.
-  pack.quiet = add.quiet = convert.quiet = push.quiet = warmup.quiet = quiet;
+  pack.quiet = add.quiet = convert.quiet = push.quiet = warmup.quiet = extract.quiet = quiet;
   if (log_level_opt->count() == 0) log_level = verbose ? "info" : "warn";
   // As found on return: the tests run DsfsMain in-process, one command after another.
   const spdlog::level::level_enum level_before = Log()->level();
@@ -463,6 +495,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
 
   Status s;
   const std::string* store = *ls_cmd || *cat_cmd || *info_cmd || *verify_cmd ? &store_path
+                             : *extract_cmd                                  ? &extract.store
                              : *add_cmd                                      ? &add.store
                              : *convert_cmd                                  ? &convert.src
                              : *push_cmd                                     ? &push.src
@@ -475,8 +508,9 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   }
   // Ctrl-C, SIGTERM or SIGHUP during pack or add: stop, and leave no store or temporary behind.
   std::optional<InterruptOnSignals> interrupt;
-  if (*pack_cmd || *add_cmd || *warmup_cmd) {
+  if (*pack_cmd || *add_cmd || *warmup_cmd || *extract_cmd) {
     interrupt.emplace();
+    extract.cancel = interrupt->token();
     pack.options.cancel = interrupt->token();
     add.options.cancel = interrupt->token();
     warmup.cancel = interrupt->token();
@@ -512,7 +546,7 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   } else if (*umount_cmd) {
     s = RunUmount(umount_point, lazy);
   } else if (*ls_cmd) {
-    s = RunLs(store_path, path, long_format, recursive, out);
+    s = RunLs(store_path, path, long_format, recursive, out, json);
   } else if (*cat_cmd) {
     s = RunCat(store_path, path, out);
   } else if (*info_cmd) {
@@ -520,11 +554,13 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   } else if (*stats_cmd) {
     s = RunStats(stats_point, stats_json, out, stats_prometheus);
   } else if (*verify_cmd) {
-    s = RunVerify(store_path, quiet, out, err);
+    s = RunVerify(store_path, quiet, out, err, json);
   } else if (*warmup_cmd) {
     s = RunWarmup(warmup, out, err);
+  } else if (*extract_cmd) {
+    s = RunExtract(extract, out, err);
   } else if (*cache_ls_cmd) {
-    s = RunCacheLs(cache_dir, out);
+    s = RunCacheLs(cache_dir, out, json);
   } else if (*cache_gc_cmd) {
     s = RunCacheGc(cache_dir, keep_days, dry_run, out);
   }

@@ -106,8 +106,10 @@ int MountHelperMain(const std::string& program, const std::vector<std::string>& 
 Status RunMount(const MountConfig& config);
 Status RunUmount(const std::string& mountpoint, bool lazy);
 
+// `json`: one JSON object per entry and line (docs/usage.md, "JSON output"), whatever
+// `long_format`.
 Status RunLs(const std::string& store, const std::string& path, bool long_format, bool recursive,
-             std::ostream& out);
+             std::ostream& out, bool json = false);
 Status RunCat(const std::string& store, const std::string& path, std::ostream& out);
 // `path`: the directory whose tensor view availability is reported.
 Status RunInfo(const std::string& store, const std::string& path, bool json, std::ostream& out);
@@ -121,6 +123,7 @@ struct WarmupCommand {
   std::vector<std::string> paths;  // inside the mount (default: all of it)
   int threads = 8;                 // -j: files read at once (runs of consecutive files each)
   bool quiet = false;
+  bool json = false;  // the summary as one JSON object (docs/usage.md, "JSON output")
   const std::atomic<bool>* cancel = nullptr;  // set: stop, keeping what was read
 };
 // dsfs warmup MOUNTPOINT [PATH...]: reads the files of PATHs (default: all) through the live
@@ -133,12 +136,35 @@ Status RunWarmup(const WarmupCommand& cmd, std::ostream& out, std::ostream& err)
 // ~/.cache/dsfs.
 std::string DefaultCacheDir();
 // dsfs cache ls [DIR]: the S3 disk caches in DIR (default DefaultCacheDir()).
-Status RunCacheLs(const std::string& dir, std::ostream& out);
+// `json`: one JSON object (docs/usage.md, "JSON output").
+Status RunCacheLs(const std::string& dir, std::ostream& out, bool json = false);
 // dsfs cache gc [DIR] [--keep-days N] [-n]: see GcS3Caches.
 Status RunCacheGc(const std::string& dir, int keep_days, bool dry_run, std::ostream& out);
 
+struct ExtractCommand {
+  std::string store;
+  std::string dest = "-";          // a directory (made if missing), or "-": a tar stream on `out`
+  std::vector<std::string> paths;  // inside the store (default: all of it)
+  std::string view = "original";   // the view written out (fs/views.h: bmp, npy, bmp-256, ...)
+  bool force = false;              // write into a non-empty directory, adding only
+  bool quiet = false;
+  // Into a DIR: 1, the walk writes; 2, the writes on a thread of their own (measured no faster
+  // on 2 busy CPUs: bench/results/extract).
+  int threads = 1;
+  const std::atomic<bool>* cancel = nullptr;  // set: stop
+};
+// dsfs extract STORE [DIR|-] [PATH...]: the tree (or PATHs, with their parents) written into
+// DIR or as a pax tar stream on `out`, with modes, mtimes, symlinks (as links) and empty
+// directories; never writes outside DIR, refuses a non-empty DIR unless `force`, and then never
+// replaces what is there. An entry that cannot be read or written is named on `err` and left
+// out, the rest written: then Corruption. A progress line on a terminal (stderr); a summary
+// line on `out` for a DIR unless `quiet`.
+Status RunExtract(const ExtractCommand& cmd, std::ostream& out, std::ostream& err);
+
 // Checks every payload; lists the damaged files on `out`, a progress line on `err` when it is a
 // terminal (not `quiet`), "verified N files" unless `quiet`. Corruption if any is damaged.
-Status RunVerify(const std::string& store, bool quiet, std::ostream& out, std::ostream& err);
+// `json`: instead, one JSON object on `out` (docs/usage.md, "JSON output"), also when damaged.
+Status RunVerify(const std::string& store, bool quiet, std::ostream& out, std::ostream& err,
+                 bool json = false);
 
 }  // namespace dsfs

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The progress of dsfs pack, add, convert and verify (tools/progress.h) as a user sees it: on a
+# The progress of dsfs pack, add, convert, verify and extract (tools/progress.h) as a user sees it: on a
 # terminal (a pty from util-linux's script) a line redrawn in place with the rate and the time
 # left, then the summary; elsewhere the summary line alone and nothing on stderr; with -q nothing.
 # Usage: progress_tty_test.sh DSFS_BINARY
@@ -31,11 +31,14 @@ check "convert on a tty: the summary" "$tmp/convert.tty" 'converted .* records, 
 on_tty "'$dsfs' verify '$tmp/s.db'" "$tmp/verify.tty"
 check "verify on a tty: a redrawn line" "$tmp/verify.tty" $'\r''verifying [0-9]+/201 files.* left'
 check "verify on a tty: the summary" "$tmp/verify.tty" 'verified 201 files .*: all OK'
+on_tty "'$dsfs' extract '$tmp/s.db' '$tmp/x'" "$tmp/extract.tty"
+check "extract on a tty: a redrawn line" "$tmp/extract.tty" $'\r''extracting [0-9]+/201 files'
+check "extract on a tty: the summary" "$tmp/extract.tty" 'extracted 201 files .* into '
 # -q (of the command or of dsfs, before or after the command) on a terminal: nothing at all.
 for cmd in "pack -q -f '$tmp/src' '$tmp/s.db'" "-q pack -f '$tmp/src' '$tmp/s.db'" \
            "pack -f '$tmp/src' '$tmp/s.db' --quiet" "add -q '$tmp/s.db' '$tmp/more'" \
            "convert -q -f '$tmp/s.db' '$tmp/r.db' --backend rocksdb" "verify -q '$tmp/s.db'" \
-           "-q verify '$tmp/s.db'"; do
+           "-q verify '$tmp/s.db'" "extract -q '$tmp/s.db' '$tmp/xq'"; do
   on_tty "'$dsfs' $cmd" "$tmp/quiet.tty"
   if [[ -s $tmp/quiet.tty ]]; then echo "FAILED: dsfs $cmd printed:"; cat -A "$tmp/quiet.tty"; fail=1
   else echo "ok: dsfs $cmd on a tty: nothing printed"; fi

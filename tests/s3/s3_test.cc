@@ -275,6 +275,22 @@ TEST(S3StoreTest, PushThenReadEveryFileAlikeAndPushRules) {
                              {"not found", "NoSuchBucket"}));
 }
 
+// dsfs extract reads a store in S3 as it reads a local one (the same opener).
+TEST(S3StoreTest, ExtractWritesTheTreeOfAStoreInS3) {
+  SKIP_WITHOUT_CEPH();
+  PackedTree tree;
+  const std::string url = "s3://" + NewBucket() + "/sets/extract";
+  CommandResult r = Dsfs({"push", "-q", tree.store, url});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const std::string out = tree.dir / "out";
+  r = Dsfs({"extract", "-q", url, out});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(TreeListing(out), TreeListing(tree.src));
+  r = Dsfs({"extract", url, "-", "d1/f1"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find(ReadFile(tree.src + "/d1/f1")), std::string::npos) << "not in the tar";
+}
+
 TEST(S3StoreTest, ConvertToS3AndAChangedStoreReplacesTheOld) {
   SKIP_WITHOUT_CEPH();
   PackedTree one(20, 1), two(30, 2);

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/support/hostile_s3.h"
 #include "tests/support/mount_util.h"
 #include "tests/support/test_util.h"
@@ -142,6 +144,21 @@ TEST_P(S3WarmupTest, WarmupThenAnEpochMakesNoGet) {
   w = Dsfs({"warmup", mp, "d1", mp + "/big"});
   ASSERT_EQ(w.exit_code, 0) << Describe(w);
   EXPECT_NE(w.out.find(", 0 S3 GETs"), std::string::npos) << w.out;
+  // The same summary as one JSON object (docs/usage.md, "JSON output").
+  w = Dsfs({"warmup", "--json", mp, "d1"});
+  ASSERT_EQ(w.exit_code, 0) << Describe(w);
+  ASSERT_EQ(LineCount(w.out), 1) << w.out;
+  const auto j = nlohmann::ordered_json::parse(w.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << w.out;
+  std::vector<std::string> keys;
+  for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
+  EXPECT_EQ(keys, (std::vector<std::string>{"bytes_cached", "files_read", "files", "failed",
+                                            "seconds", "bytes_per_s", "s3_gets", "interrupted"}));
+  EXPECT_GT(j["files"].get<uint64_t>(), 0u) << w.out;
+  EXPECT_EQ(j["files_read"], j["files"]) << w.out;
+  EXPECT_EQ(j["failed"], 0) << w.out;
+  EXPECT_EQ(j["s3_gets"], 0) << w.out;
+  EXPECT_EQ(j["interrupted"], false) << w.out;
   guard.Release();
 
   MountGuard again(dir_ / "mp");

@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -13,11 +15,27 @@
 #include "backend/rocksdb_kv.h"
 #include "backend/s3/s3_kv.h"
 #include "backend/store_files.h"
+#include "common/path.h"
 #include "s3/url.h"
 
 namespace dsfs {
 
 bool IsRemoteStore(std::string_view source) { return IsS3Url(source); }
+
+Status CheckUrlScheme(const std::string& path, std::string_view accepted) {
+  const size_t sep = path.find("://");
+  if (sep == std::string::npos || sep == 0 || IsRemoteStore(path)) return Status::OK();
+  const std::string scheme = path.substr(0, sep);
+  const bool is_scheme =
+      std::isalpha(static_cast<unsigned char>(scheme[0])) &&
+      std::all_of(scheme.begin(), scheme.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
+      });
+  struct stat st;
+  if (!is_scheme || ::lstat(path.c_str(), &st) == 0) return Status::OK();  // a local path
+  return Status::InvalidArgument(PrintableName(path) + ": URL scheme '" + PrintableName(scheme) +
+                                 "' is not supported: " + std::string(accepted));
+}
 
 Status DetectBackend(const std::string& path, std::string* backend) {
   if (IsS3Url(path)) {

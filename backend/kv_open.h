@@ -82,6 +82,12 @@ uint64_t StoreBytes(const std::string& path);
 // form).
 bool IsRemoteStore(std::string_view source);
 
+// OK unless `path` is a URL (SCHEME://...) of another scheme than s3:// and no local path of
+// that name exists: then InvalidArgument "PATH: URL scheme 'SCHEME' is not supported: " +
+// `accepted` (what the caller takes), rather than a file looked for and not found.
+Status CheckUrlScheme(const std::string& path, std::string_view accepted);
+inline constexpr std::string_view kStoreSources = "a store is a local path or s3://BUCKET/PREFIX";
+
 // Opens the store at `path` read-only, detecting its backend from what is on disk.
 // NotFound if nothing is there; InvalidArgument ("not a dsfs store") if it is not a known backend.
 // An LMDB store's tree is checked before it is served (in a child process: a damaged tree

@@ -230,26 +230,10 @@ std::string DefaultCacheDir() {
   return std::string(home && home[0] == '/' ? home : "/root") + "/.cache/dsfs";
 }
 
-// A URL of another scheme than s3:// is refused by name, as the CLI refuses it
-// (tools/commands.cc CheckStoreScheme), rather than looked for as a local path.
-void CheckScheme(const std::string& path) {
-  const size_t sep = path.find("://");
-  if (sep == std::string::npos || sep == 0 || IsRemoteStore(path)) return;
-  const std::string scheme = path.substr(0, sep);
-  const bool is_scheme =
-      std::isalpha(static_cast<unsigned char>(scheme[0])) &&
-      std::all_of(scheme.begin(), scheme.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
-      });
-  struct stat st;
-  if (!is_scheme || ::lstat(path.c_str(), &st) == 0) return;  // a local path
-  throw OptionError{PrintableName(path) + ": URL scheme '" + PrintableName(scheme) +
-                    "' is not supported: a store is a local path or s3://BUCKET/PREFIX"};
-}
 
 OpenConfig ParseConfig(const std::string& path, const std::map<std::string, std::string>& options) {
   if (path.empty()) throw OptionError{"no store path given"};
-  CheckScheme(path);
+  if (Status s = CheckUrlScheme(path, kStoreSources); !s.ok()) throw OptionError{s.message()};
   OpenConfig c;
   c.path = path;
   for (const auto& [key, value] : options) ApplyOption(key, value, &c);

@@ -19,8 +19,8 @@ BUILD=(
 )
 # The tests and benchmarks: GoogleTest, the FUSE tools, a real Ceph gateway, systemd-analyze,
 # man, the reference filesystems (squashfs, EROFS), the datasets and Python with torch, clang
-# for the fuzzers and sanitizer builds, clang-format (the format check), openssl (the
-# credential tests' self-signed CA).
+# for the fuzzers and sanitizer builds, clang-format (the format check), zsh and fish (their
+# completions' test), openssl (the credential tests' self-signed CA).
 TEST=(
   libgtest-dev libgmock-dev
   fuse3 lmdb-utils
@@ -32,6 +32,7 @@ TEST=(
   psmisc procps util-linux mount
   openssl
   clang-14 libclang-rt-14-dev llvm-14 clang-format
+  zsh fish
 )
 case ${1:-} in
   "") PKGS=("${BUILD[@]}" "${TEST[@]}") ;;

@@ -344,7 +344,7 @@ Status ParseMountHelperArgs(const std::vector<std::string>& args, MountHelperArg
 
 Status RunMount(const MountConfig& config_in) {
   MountConfig config = config_in;
-  DSFS_RETURN_IF_ERROR(CheckStoreScheme(config.store_path));
+  DSFS_RETURN_IF_ERROR(CheckUrlScheme(config.store_path, kStoreSources));
   if (!config.log_file.empty()) DSFS_RETURN_IF_ERROR(LogToFile(config.log_file));
   if (!config.log_level.empty()) SetLogLevel(config.log_level);
   if (IsRemoteStore(config.store_path)) {

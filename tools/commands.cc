@@ -183,21 +183,6 @@ const char* kHelperUsage =
 
 }  // namespace
 
-Status CheckStoreScheme(const std::string& store) {
-  const size_t sep = store.find("://");
-  if (sep == std::string::npos || sep == 0 || IsRemoteStore(store)) return Status::OK();
-  const std::string scheme = store.substr(0, sep);
-  const bool is_scheme =
-      std::isalpha(static_cast<unsigned char>(scheme[0])) &&
-      std::all_of(scheme.begin(), scheme.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
-      });
-  struct stat st;
-  if (!is_scheme || ::lstat(store.c_str(), &st) == 0) return Status::OK();  // a local path
-  return Status::InvalidArgument(PrintableName(store) + ": URL scheme '" + PrintableName(scheme) +
-                                 "' is not supported: a store is a local path or "
-                                 "s3://BUCKET/PREFIX");
-}
 
 int MountHelperMain(const std::string& program, const std::vector<std::string>& args,
                     std::ostream& out, std::ostream& err) {
@@ -259,7 +244,10 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       "pack",
       "pack SRC (a directory, a tar/cpio/zip archive, or - for an archive on stdin) into "
       "a new store DST");
-  pack_cmd->add_option("SRC", pack.src, "source directory, archive file, or -")->required();
+  pack_cmd->add_option("SRC", pack.src,
+                       "source directory, archive file, - (stdin), an archive at s3://BUCKET/KEY or "
+                       "http(s)://URL, or the objects under s3://BUCKET/PREFIX/ (docs/pack-sources.md)")
+      ->required();
   pack_cmd->add_option("DST", pack.dst, "the store to create (a file; a directory with rocksdb)")
       ->required();
   pack_cmd->add_flag("-f,--force", pack.force,
@@ -325,7 +313,11 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   std::vector<std::string> mount_opts;
   auto* mount_cmd = app.add_subcommand("mount", "mount STORE read-only at MOUNTPOINT");
   mount_cmd->add_option("STORE", mount.store_path, kStoreHelp)->required();
-  mount_cmd->add_option("MOUNTPOINT", mount.mountpoint, "an existing directory")->required();
+  mount_cmd
+      ->add_option("MOUNTPOINT", mount.mountpoint,
+                   "an existing directory, or /dev/fd/N: a /dev/fuse descriptor a privileged "
+                   "parent mounted (docs/containers.md)")
+      ->required();
   mount_cmd->add_flag("-f,--foreground", mount.foreground, "stay in the foreground");
   // Each -o list is split by ParseMountOptions, which skips empty items (CLI11's own splitting
   // turned "-o ,,," into a missing argument).
@@ -499,9 +491,13 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
                              : *add_cmd                                      ? &add.store
                              : *convert_cmd                                  ? &convert.src
                              : *push_cmd                                     ? &push.src
-                             : *pack_cmd && !IsRemotePackSource(pack.src)    ? &pack.src
                                                                              : nullptr;
-  if (store) s = CheckStoreScheme(*store);
+  if (store) s = CheckUrlScheme(*store, kStoreSources);
+  if (*pack_cmd && !IsRemotePackSource(pack.src)) {
+    s = CheckUrlScheme(pack.src,
+                       "a source is a directory, an archive file, -, s3://BUCKET/KEY, "
+                       "s3://BUCKET/PREFIX/ or an http(s):// URL of an archive");
+  }
   if (!s.ok()) {
     err << "dsfs: error: " << Printable(s.message()) << "\n";
     return 1;

@@ -70,10 +70,6 @@ Status RunPush(const PushCommand& cmd, std::ostream& out, std::ostream& err);
 inline constexpr const char* kSizeSyntax =
     "a size is bytes, or a number with K, M, G or T: 4096, 64K, 256KiB, 1M, 8G";
 
-// InvalidArgument if `store` is a URL of a scheme dsfs does not read (https://, gs://, ...)
-// and no such local path exists: a store is a local path or s3://BUCKET/PREFIX.
-Status CheckStoreScheme(const std::string& store);
-
 // Parses a mount option list ("threads=2,allow_other,...") into `config`: the one place where
 // -o options are understood. InvalidArgument names an unknown or malformed option.
 Status ParseMountOptions(const std::string& list, MountConfig* config);

@@ -469,16 +469,16 @@ TEST(CliUsageTest, UnsupportedUrlSchemesAreNamed) {
   EXPECT_EQ(MountHelperMain("mount.fuse.dsfs", {"https://x/s.db", dir.path()}, out, err), 32);
   EXPECT_NE(err.str().find("URL scheme 'https' is not supported"), std::string::npos) << err.str();
   // Not a scheme, or a local path that is there after all: opened as ever.
-  EXPECT_TRUE(CheckStoreScheme("s3://bucket/prefix").ok());
-  EXPECT_TRUE(CheckStoreScheme(dir / "a://b").ok());
-  EXPECT_TRUE(CheckStoreScheme("relative/a://b").ok());
-  EXPECT_TRUE(CheckStoreScheme("://x").ok());
+  EXPECT_TRUE(CheckUrlScheme("s3://bucket/prefix", kStoreSources).ok());
+  EXPECT_TRUE(CheckUrlScheme(dir / "a://b", kStoreSources).ok());
+  EXPECT_TRUE(CheckUrlScheme("relative/a://b", kStoreSources).ok());
+  EXPECT_TRUE(CheckUrlScheme("://x", kStoreSources).ok());
   ASSERT_TRUE(std::filesystem::create_directories(dir / "x:"));
   WriteFile(dir / "x:/s.db", "x");
   const auto cwd = std::filesystem::current_path();
   std::filesystem::current_path(dir.path());
-  EXPECT_TRUE(CheckStoreScheme("x://s.db").ok());
-  EXPECT_FALSE(CheckStoreScheme("x://t.db").ok());
+  EXPECT_TRUE(CheckUrlScheme("x://s.db", kStoreSources).ok());
+  EXPECT_FALSE(CheckUrlScheme("x://t.db", kStoreSources).ok());
   std::filesystem::current_path(cwd);
 }
 

@@ -1,7 +1,7 @@
 #include "backend/kv.h"
 
-#include <sys/mman.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>

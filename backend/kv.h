@@ -9,8 +9,8 @@
 // Backends: "lmdb" (one file), "rocksdb" (a directory) and "s3" (objects under
 // s3://BUCKET/PREFIX, backend/s3/s3_kv.h; read-only once written). Readers detect the backend
 // from what is on disk (or the s3:// of the source); writers are created by name: both by the
-// opener, backend/kv_open.h, which also holds their options. Store files (replace, move into place, temporaries):
-// backend/store_files.h.
+// opener, backend/kv_open.h, which also holds their options. Store files (replace, move into place,
+// temporaries): backend/store_files.h.
 #pragma once
 
 #include <chrono>

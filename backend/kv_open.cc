@@ -78,7 +78,9 @@ Status NewKvWriter(const std::string& path, std::string_view backend,
                    const KvWriterOptions& options, std::unique_ptr<KvWriter>* writer) {
   if (IsS3Url(path) || backend == "s3") {
     if (!IsS3Url(path) || backend != "s3") {
-      return Status::InvalidArgument(path + ": the s3 backend writes to s3://BUCKET/PREFIX, and an s3:// destination takes only the s3 backend");
+      return Status::InvalidArgument(path +
+                                     ": the s3 backend writes to s3://BUCKET/PREFIX, and an s3:// "
+                                     "destination takes only the s3 backend");
     }
     return NewS3Writer(path, options, S3WriterOptions{}, writer);
   }
@@ -110,7 +112,9 @@ Status NewKvWriter(const std::string& path, std::string_view backend,
 
 Status NewKvUpdater(const std::string& path_in, std::unique_ptr<KvWriter>* writer) {
   if (IsS3Url(path_in)) {
-    return Status::NotSupported(path_in + ": a store in S3 is not updated in place (add to the local store, then push it again)");
+    return Status::NotSupported(
+        path_in +
+        ": a store in S3 is not updated in place (add to the local store, then push it again)");
   }
   // Through a symlink, the store it names is updated (an LMDB update renames its new version
   // over the store: over the link, it would replace the link and leave the store as it was).

@@ -65,7 +65,7 @@ class LmdbReader final : public KvReader {
   LmdbReader(MDB_env* env, MDB_dbi dbi, std::string path)
       : env_(env), dbi_(dbi), path_(std::move(path)) {}
   ~LmdbReader() override {
-    watch_.reset();  // no callback runs from here on
+    watch_.reset();    // no callback runs from here on
     threads_.Clear();  // their transactions, before the environment
     mdb_env_close(env_);
   }
@@ -277,13 +277,13 @@ class LmdbReader final : public KvReader {
   std::string path_;
   void* map_addr_ = nullptr;  // the file's mapping, for ReleaseCachedMemory
   size_t map_len_ = 0;
-  uint64_t file_bytes_ = 0;                       // the file's size when opened
-  int fd_ = -1;                                   // LMDB's descriptor of the file
-  std::string meta_;                              // its meta pages when opened (empty: unread)
-  std::atomic<bool> replaced_{false};             // its meta pages changed: no more reads
-  std::atomic<bool> announced_{false};            // the change has been logged
-  std::unique_ptr<FileWatch> watch_;              // of the file and the mapping; set by LocateMap
-  PerThread<Thread> threads_;  // every thread's state, closed at the end
+  uint64_t file_bytes_ = 0;             // the file's size when opened
+  int fd_ = -1;                         // LMDB's descriptor of the file
+  std::string meta_;                    // its meta pages when opened (empty: unread)
+  std::atomic<bool> replaced_{false};   // its meta pages changed: no more reads
+  std::atomic<bool> announced_{false};  // the change has been logged
+  std::unique_ptr<FileWatch> watch_;    // of the file and the mapping; set by LocateMap
+  PerThread<Thread> threads_;           // every thread's state, closed at the end
 };
 
 }  // namespace
@@ -539,8 +539,8 @@ Status LockForUpdate(const std::string& path, UniqueFd* lock, struct stat* st) {
       return Status::FromErrno(errno, "locking " + path);
     }
     struct stat now;
-    if (::fstat(fd.get(), st) == 0 && ::stat(path.c_str(), &now) == 0 &&
-        st->st_ino == now.st_ino && st->st_dev == now.st_dev) {
+    if (::fstat(fd.get(), st) == 0 && ::stat(path.c_str(), &now) == 0 && st->st_ino == now.st_ino &&
+        st->st_dev == now.st_dev) {
       *lock = std::move(fd);
       return Status::OK();
     }

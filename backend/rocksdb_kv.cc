@@ -102,8 +102,7 @@ struct SlicePin : PinnedValue::Pin {
 
 class RocksdbReader final : public KvReader {
  public:
-  RocksdbReader(rocksdb::DB* db, std::string path)
-      : db_(db), path_(std::move(path)) {
+  RocksdbReader(rocksdb::DB* db, std::string path) : db_(db), path_(std::move(path)) {
     // dsfs checks every record it reads (xxh3 per payload record and metadata segment), but a
     // damaged block must be refused before RocksDB parses it: it asserts (aborts the daemon)
     // on malformed block entries (found by tests/unit/corruption_test.cc).
@@ -134,8 +133,8 @@ class RocksdbReader final : public KvReader {
         continue;
       }
       Table* raw = t.get();
-      t->watch =
-          FileWatch::Start(t->fd.get(), nullptr, 0, [this, raw](FileWatch::Event) { OnChange(*raw); });
+      t->watch = FileWatch::Start(t->fd.get(), nullptr, 0,
+                                  [this, raw](FileWatch::Event) { OnChange(*raw); });
       tables_.push_back(std::move(t));
     }
   }
@@ -159,8 +158,9 @@ class RocksdbReader final : public KvReader {
     DSFS_RETURN_IF_ERROR(iterators_.Get(
         [this](std::unique_ptr<rocksdb::Iterator>* made) {
           made->reset(db_->NewIterator(ro_));
-          return (*made)->status().ok() ? Status::OK()
-                                        : FromRocks((*made)->status(), path_, "opening an iterator");
+          return (*made)->status().ok()
+                     ? Status::OK()
+                     : FromRocks((*made)->status(), path_, "opening an iterator");
         },
         &it));
     it->Seek(rocksdb::Slice(key.data(), key.size()));
@@ -207,8 +207,8 @@ class RocksdbReader final : public KvReader {
   struct Table {
     std::string path;
     UniqueFd fd;
-    uint64_t bytes = 0;  // its size when opened
-    std::string head;    // its first kHeadBytes when opened
+    uint64_t bytes = 0;                // its size when opened
+    std::string head;                  // its first kHeadBytes when opened
     std::unique_ptr<FileWatch> watch;  // declared after fd: stops before fd closes
   };
 

@@ -1,7 +1,7 @@
 // WorkerGroup: a queue of jobs and the threads that run them, named and at a nice value of
 // their own (as DwarFS's worker_group). The one worker pool of dsfs: the request workers of a
-// mount (fuse/fuse_ops.h: decoders and fetchers), the prefetcher (fs/prefetcher.h), the image read-ahead
-// (kernel/erofs_readahead.h) and pack's compressor (pack/compressor.h).
+// mount (fuse/fuse_ops.h: decoders and fetchers), the prefetcher (fs/prefetcher.h), the image
+// read-ahead (kernel/erofs_readahead.h) and pack's compressor (pack/compressor.h).
 //
 // Thread safety: Add, WaitIdle and pending from any number of threads; Stop (and the
 // destructor) from one, once no more Add calls that matter can come (later ones return false).

@@ -210,8 +210,8 @@ Status Image::Layout() {
   // inode's place.
   std::vector<std::pair<uint32_t, uint32_t>> parents;  // (child directory, its parent)
   first_slot_byte_ = options_.packed ? kFirstPackedSlotByte : kFirstSlotByte;
-  uint64_t cur = first_slot_byte_;                     // next free metadata byte
-  uint64_t data = 0;                                   // next free data block
+  uint64_t cur = first_slot_byte_;  // next free metadata byte
+  uint64_t data = 0;                // next free data block
   uint64_t children = 0;
   bool ranges_sorted = true;
   uint64_t last_first = 0;
@@ -292,9 +292,8 @@ Status Image::Layout() {
     if (dirs_[i].child_count) by_first_child_.push_back(i);
   }
   if (!ranges_sorted) {
-    std::sort(by_first_child_.begin(), by_first_child_.end(), [&](uint32_t a, uint32_t b) {
-      return dirs_[a].first_child < dirs_[b].first_child;
-    });
+    std::sort(by_first_child_.begin(), by_first_child_.end(),
+              [&](uint32_t a, uint32_t b) { return dirs_[a].first_child < dirs_[b].first_child; });
   }
 
   // ".." of each directory. Breadth-first numbering finds the directories in inode order.
@@ -310,9 +309,8 @@ Status Image::Layout() {
   return Status::OK();
 }
 
-Status Image::LayoutDir(uint32_t ino, const ImageInode& attr,
-                        const std::vector<uint8_t>& name_len, Dir* dir,
-                        std::vector<std::pair<uint32_t, uint32_t>>* parents) {
+Status Image::LayoutDir(uint32_t ino, const ImageInode& attr, const std::vector<uint8_t>& name_len,
+                        Dir* dir, std::vector<std::pair<uint32_t, uint32_t>>* parents) {
   const uint32_t n = inode_count_;
   dir->first_child = attr.first_child;
   dir->child_count = attr.child_count;
@@ -627,7 +625,8 @@ void Image::ForEachChildData(uint32_t dir,
   if (!d) return;
   for (uint32_t i = d->first_child; i < d->first_child + d->child_count; ++i) {
     const uint64_t first = blk_[i], end = blk_[i + 1];
-    if (end > first) fn((uint64_t{meta_blocks_} + first) * kBlockBytes, (end - first) * kBlockBytes);
+    if (end > first)
+      fn((uint64_t{meta_blocks_} + first) * kBlockBytes, (end - first) * kBlockBytes);
   }
 }
 
@@ -773,8 +772,8 @@ void Image::WritePackedMeta(uint32_t block, char* dst) const {
 Status Image::PackedRange(uint64_t offset, size_t len, char* dst) const {
   while (len > 0) {
     const uint64_t block = offset / kBlockBytes;
-    const size_t e = static_cast<size_t>(
-        std::upper_bound(ext_blk_.begin(), ext_blk_.end(), block) - ext_blk_.begin() - 1);
+    const size_t e = static_cast<size_t>(std::upper_bound(ext_blk_.begin(), ext_blk_.end(), block) -
+                                         ext_blk_.begin() - 1);
     if (e >= ext_frame_.size()) return Status::InvalidArgument("EROFS image read past its end");
     const uint64_t start = uint64_t{ext_blk_[e]} * kBlockBytes;
     const uint64_t end = uint64_t{ext_blk_[e + 1]} * kBlockBytes;

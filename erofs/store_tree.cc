@@ -48,11 +48,9 @@ Status StoreTree::ReadData(uint32_t ino, uint64_t offset, size_t len, char* dst)
     return Status::InvalidArgument("EROFS image: read past the end of a file");
   }
   ReadBuffer buf;
-  return CopyFromReads(
-      [&](uint64_t off, size_t n, std::string_view* out) {
-        return store_->Read(rec, off, n, &buf, out);
-      },
-      offset, len, dst, "store file");
+  return CopyFromReads([&](uint64_t off, size_t n,
+                           std::string_view* out) { return store_->Read(rec, off, n, &buf, out); },
+                       offset, len, dst, "store file");
 }
 
 Status StorePacked::Open(const Store* store, std::unique_ptr<StorePacked>* out) {
@@ -67,7 +65,8 @@ Status StorePacked::Open(const Store* store, std::unique_ptr<StorePacked>* out) 
 
 Status StorePacked::ForEachExtent(
     const std::function<Status(uint64_t decoded, uint32_t frame)>& fn) const {
-  for (const Store::KernelGroup& g : groups_) DSFS_RETURN_IF_ERROR(fn(g.records_bytes, g.frame_bytes));
+  for (const Store::KernelGroup& g : groups_)
+    DSFS_RETURN_IF_ERROR(fn(g.records_bytes, g.frame_bytes));
   return Status::OK();
 }
 

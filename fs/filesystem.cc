@@ -77,7 +77,8 @@ Status Filesystem::Attr(uint64_t ino, struct stat* st) const {
   if (kind == kControl) return ControlAttr(ino, st);
   View v;
   const bool view = InodeSpace::ViewOfKind(kind, &v);
-  if (!view && (kind < kTensorFileKind || kind >= kControl)) return Status::NotFound("no such inode");
+  if (!view && (kind < kTensorFileKind || kind >= kControl))
+    return Status::NotFound("no such inode");
   InodeRecord rec;
   if (!view) {
     std::shared_ptr<const TensorIndex> t;
@@ -277,7 +278,9 @@ Status Filesystem::ReadIno(uint64_t ino, uint64_t offset, uint64_t size, ReadBuf
   }
   DSFS_RETURN_IF_ERROR(store_->GetInode(Number(ino), rec));
   if (Renders(v, *rec)) return ReadImageView(v, Number(ino), *rec, offset, size, buf, out);
-  if (v != View::kOriginal && IsReg(*rec) && rec->image == static_cast<uint8_t>(ImageKind::kUnsupported)) NoteServedAsIs(Number(ino));
+  if (v != View::kOriginal && IsReg(*rec) &&
+      rec->image == static_cast<uint8_t>(ImageKind::kUnsupported))
+    NoteServedAsIs(Number(ino));
   if (v.kind != View::kOriginal && v.kind != View::kTensor && IsDecodableImage(*rec)) {
     NoteTooLargeToRender(Number(ino), *rec);
   }

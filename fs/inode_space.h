@@ -29,8 +29,7 @@ class InodeSpace {
   static constexpr uint32_t kResized = 1 << 16;
 
   // The space of a mount whose root shows view `root_view`.
-  explicit InodeSpace(View root_view = View::kOriginal)
-      : root_(Make(root_view, 1)) {}
+  explicit InodeSpace(View root_view = View::kOriginal) : root_(Make(root_view, 1)) {}
 
   static uint32_t Kind(uint64_t ino) { return static_cast<uint32_t>(ino >> 32); }
   static uint32_t Number(uint64_t ino) { return static_cast<uint32_t>(ino); }

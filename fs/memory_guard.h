@@ -39,7 +39,7 @@ namespace dsfs {
 struct MemoryWatch {
   enum class Kind { kNone, kCgroupV1, kCgroupV2, kPhysical };
   Kind kind = Kind::kNone;
-  std::string dir;  // the cgroup's directory (cgroup kinds), "/proc" (kPhysical)
+  std::string dir;             // the cgroup's directory (cgroup kinds), "/proc" (kPhysical)
   std::string proc = "/proc";  // where meminfo is read (cgroup v1: the kernel's share below)
   // The watch for `limit` (from its source: the file the limit was read from names the cgroup).
   // `root` prefixes every path, as in FindMemoryLimit (tests).

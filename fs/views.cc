@@ -46,11 +46,10 @@ Status ParseView(std::string_view name, View* v) {
       *v = View(kind, n);
       return Status::OK();
     }
-    return Status::InvalidArgument("unknown view '" + std::string(name) + "' (" +
-                                   std::string(prefix) + "N takes N from " +
-                                   std::to_string(kMinResize) + " to " +
-                                   std::to_string(kMaxResize) +
-                                   ", in decimal without leading zeros)");
+    return Status::InvalidArgument(
+        "unknown view '" + std::string(name) + "' (" + std::string(prefix) + "N takes N from " +
+        std::to_string(kMinResize) + " to " + std::to_string(kMaxResize) +
+        ", in decimal without leading zeros)");
   }
   return Status::InvalidArgument("unknown view '" + std::string(name) +
                                  "' (choose original, bmp, npy, tensor, bmp-N or jpeg-N)");
@@ -75,7 +74,8 @@ bool ViewEncodes(View v, const InodeRecord& rec, uint64_t max_render_bytes) {
 
 uint64_t ViewFileBytes(View v, const InodeRecord& rec, uint64_t max_render_bytes) {
   if (!ViewRenders(v, rec, max_render_bytes)) return rec.size;
-  if (v.kind == View::kNpy) return ImageNpyHeader(rec).size() + uint64_t{rec.width} * rec.height * 3;
+  if (v.kind == View::kNpy)
+    return ImageNpyHeader(rec).size() + uint64_t{rec.width} * rec.height * 3;
   uint32_t w, h;
   ViewImageSize(v, rec, &w, &h);
   return BmpBytes(w, h);  // bmp, bmp-N, and jpeg-N's images at or below N

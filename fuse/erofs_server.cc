@@ -1,5 +1,6 @@
 #include "fuse/erofs_server.h"
 
+#include <fuse_lowlevel.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -12,8 +13,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <fuse_lowlevel.h>
 
 #include "common/log.h"
 #include "fuse/fuse_session.h"
@@ -292,7 +291,8 @@ int ErofsServer::StoreImage(uint64_t offset, std::string_view data) {
 
 Status ErofsServer::Start(const std::string& dir) {
   dir_ = dir;
-  FuseArgs args("dsfs-image", options_.session.fsname.empty() ? "dsfs-image" : options_.session.fsname,
+  FuseArgs args("dsfs-image",
+                options_.session.fsname.empty() ? "dsfs-image" : options_.session.fsname,
                 /*allow_other=*/false, options_.session.debug);
   static const fuse_lowlevel_ops ops = ErofsServerOps::Make();
   se_ = fuse_session_new(args.get(), &ops, sizeof(ops), this);
@@ -314,11 +314,12 @@ Status ErofsServer::Start(const std::string& dir) {
     (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), options_.session.nice);
     // Before the session threads exist (they read fetchers_ without a lock).
     if (options_.fetch_threads > 0) {
-      fetchers_ = std::make_unique<WorkerGroup>("dsfs-img-fetch", options_.fetch_threads,
-                                                WorkerGroup::kKeepNice,
-                                                WorkerGroup::OnStop::kAbandon);
+      fetchers_ =
+          std::make_unique<WorkerGroup>("dsfs-img-fetch", options_.fetch_threads,
+                                        WorkerGroup::kKeepNice, WorkerGroup::OnStop::kAbandon);
     }
-    if (int rc = ServeFuseSession(se_, transport_.get(), options_.session.threads, "image "); rc != 0) {
+    if (int rc = ServeFuseSession(se_, transport_.get(), options_.session.threads, "image ");
+        rc != 0) {
       Log()->debug("image FUSE session loop returned {}", rc);
     }
     ended_.store(true);

@@ -9,9 +9,9 @@
 //
 // Reads of the image come from EROFS through the image's page cache (or from a loop device with
 // direct I/O): up to 1 MiB (the session's max_pages), answered in one go; each read served is
-// told to options.on_read (the kernel path's readahead, kernel/erofs_readahead.h). A read that fails (a
-// damaged record under it) is answered EIO whole when the image is read through its page cache:
-// a short reply would tell the kernel the image ends there, and the kernel reads each page a
+// told to options.on_read (the kernel path's readahead, kernel/erofs_readahead.h). A read that
+// fails (a damaged record under it) is answered EIO whole when the image is read through its page
+// cache: a short reply would tell the kernel the image ends there, and the kernel reads each page a
 // reader waits for again alone, so only the damaged file's pages fail. For a loop device it
 // answers the bytes before the first failing 4 KiB block, or EIO if that block is the first.
 // With options.fetch_threads > 0 (a store in object storage) every read of the image is served
@@ -39,7 +39,6 @@
 struct fuse_session;
 
 namespace dsfs {
-
 
 struct ErofsServerOptions {
   // The tree's session options (a first read of a file waits on one image read, as a classic

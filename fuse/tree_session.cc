@@ -36,8 +36,8 @@ bool IsFuseFdPath(std::string_view path, int* fd) {
 
 TreeSession::TreeSession(std::unique_ptr<State> state) : s_(std::move(state)) {}
 
-Status TreeSession::Mount(Filesystem* fs, const std::string& mountpoint,
-                          const FuseOptions& options, std::unique_ptr<TreeSession>* out) {
+Status TreeSession::Mount(Filesystem* fs, const std::string& mountpoint, const FuseOptions& options,
+                          std::unique_ptr<TreeSession>* out) {
   auto st = std::make_unique<State>(State{FuseContext{fs, options}});
   FuseArgs args("dsfs", options.session.fsname.empty() ? "dsfs" : options.session.fsname,
                 options.allow_other, options.session.debug);

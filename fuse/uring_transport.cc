@@ -431,7 +431,8 @@ TransportInfo FuseTransport::info() const { return impl_->Info(); }
 
 std::unique_ptr<FuseTransport> CreateTransportOrClassic(fuse_session* se,
                                                         const TransportOptions& options,
-                                                        std::string_view who, std::string* classic) {
+                                                        std::string_view who,
+                                                        std::string* classic) {
   std::unique_ptr<FuseTransport> transport;
   Status s = FuseTransport::Create(se, options, &transport);
   if (s.ok()) return transport;

@@ -148,7 +148,6 @@ std::unique_ptr<FuseTransport> CreateTransportOrClassic(fuse_session* se,
                                                         std::string_view who, std::string* classic);
 // Serves `se` until it is unmounted: over `transport`, else libfuse's classic loop of `threads`
 // threads. Returns the classic loop's status (0 over the transport, whose failure is logged).
-int ServeFuseSession(fuse_session* se, FuseTransport* transport, int threads,
-                     std::string_view who);
+int ServeFuseSession(fuse_session* se, FuseTransport* transport, int threads, std::string_view who);
 
 }  // namespace dsfs

@@ -86,8 +86,7 @@ void ErofsReadahead::StoreDir(uint32_t dir) {
       int rc = store_(offset + done, std::string_view(buf.data(), n));
       if (rc != 0) {
         failures_.fetch_add(1, std::memory_order_relaxed);
-        Log()->debug("storing the image at {} (+{}) in the page cache: {}", offset + done, n,
-                     -rc);
+        Log()->debug("storing the image at {} (+{}) in the page cache: {}", offset + done, n, -rc);
         return;
       }
       bytes_.fetch_add(n, std::memory_order_relaxed);

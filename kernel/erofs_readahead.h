@@ -59,7 +59,7 @@ class ErofsReadahead {
   const erofs::Image* image_;
   const uint64_t budget_;
   const StoreFn store_;
-  std::mutex mu_;  // guards seen_
+  std::mutex mu_;                      // guards seen_
   std::unordered_set<uint32_t> seen_;  // directories queued once
   std::atomic<uint64_t> reserved_{0}, dirs_{0}, bytes_{0}, failures_{0}, skipped_{0};
   // Last: destroyed first, so no job runs on what the members above held. Null: no budget.

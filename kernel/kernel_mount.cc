@@ -204,8 +204,7 @@ bool CompressedImageFits(const erofs::Image& image, const MemoryLimit& limit) {
     if (std::strcmp(fit, "always") == 0) return true;
     if (std::strcmp(fit, "never") == 0) return false;
   }
-  return image.packed_bytes() + image.size_bytes() +
-             kKernelBytesPerInode * image.inode_count() <=
+  return image.packed_bytes() + image.size_bytes() + kKernelBytesPerInode * image.inode_count() <=
          limit.bytes;
 }
 
@@ -415,7 +414,8 @@ Status KernelMount::Mount(Filesystem* fs, ByteCache* cache, const std::string& m
     if (err != 0 && err != ENOTBLK) {
       err = ::mount(image_path.c_str(), target.c_str(), "erofs", flags, nullptr) == 0 ? 0 : errno;
     }
-    if (err == ENOTBLK) Log()->info("-o kernel: EROFS here reads block devices only: a loop device");
+    if (err == ENOTBLK)
+      Log()->info("-o kernel: EROFS here reads block devices only: a loop device");
   }
   if (options.loop || err == ENOTBLK) {
     server.SetPageCacheReader(false);
@@ -446,11 +446,11 @@ Status KernelMount::Mount(Filesystem* fs, ByteCache* cache, const std::string& m
   // Into the image's page cache, which neither EROFS with directio nor a loop device with
   // direct I/O ever reads: there the pushed pages would only be charged to the limit.
   if (loop.empty() && !km->directio_.load() && options.readahead_bytes > 0) {
-    km->readahead_ = std::make_unique<ErofsReadahead>(
-        km->image_.get(), options.readahead_bytes,
-        [&server](uint64_t offset, std::string_view data) {
-          return server.StoreImage(offset, data);
-        });
+    km->readahead_ =
+        std::make_unique<ErofsReadahead>(km->image_.get(), options.readahead_bytes,
+                                         [&server](uint64_t offset, std::string_view data) {
+                                           return server.StoreImage(offset, data);
+                                         });
     km->readahead_on_.store(true, std::memory_order_release);
     // EROFS read the superblock's block during mount(2), before the readahead was on: with
     // the root's inode and, inline, its entries, which no request will ask for again.
@@ -496,8 +496,8 @@ void KernelMount::Finish() {
   } else if (server.ended() && server.open_images() > 0) {
     // The private mount went away under the loop device (not by us): EROFS reads fail from
     // here on, and `dsfs umount` clears the rest.
-    Log()->warn("{}: the image mount {} is gone; clear the mount with: dsfs umount {}",
-                mountpoint_, dir_, mountpoint_);
+    Log()->warn("{}: the image mount {} is gone; clear the mount with: dsfs umount {}", mountpoint_,
+                dir_, mountpoint_);
   } else if (!server.ended()) {
     // After a signal: the loop device clears once EROFS lets go (at once unless busy).
     if (!WaitFor([&] { return server.open_images() == 0 || server.ended(); }, milliseconds(2000)) &&
@@ -592,9 +592,10 @@ Status UnmountKernel(const std::string& mountpoint, bool lazy, bool* handled) {
   for (const MountEntry& e : Mounts()) {
     if (e.fstype == "erofs" &&
         (e.source == image || (!loop.empty() && LoopDeviceName(e.source) == loop))) {
-      Log()->warn("{}: unmounted, but its daemon still runs: the same EROFS is still mounted "
-                  "at {}",
-                  mountpoint, e.mountpoint);
+      Log()->warn(
+          "{}: unmounted, but its daemon still runs: the same EROFS is still mounted "
+          "at {}",
+          mountpoint, e.mountpoint);
       return Status::OK();
     }
   }

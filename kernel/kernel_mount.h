@@ -21,8 +21,8 @@
 
 #include <atomic>
 #include <functional>
-#include <nlohmann/json.hpp>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "cache/byte_cache.h"
@@ -110,8 +110,8 @@ class KernelMount {
   std::unique_ptr<erofs::StorePacked> packed_;  // a compressed image's packed inode
   std::unique_ptr<erofs::Image> image_;
   double layout_s_ = 0;
-  std::string dir_;   // the private mount's directory
-  std::string loop_;  // "loopN" when EROFS reads a loop device
+  std::string dir_;                    // the private mount's directory
+  std::string loop_;                   // "loopN" when EROFS reads a loop device
   std::atomic<bool> directio_{false};  // EROFS reads the image file with direct I/O
   std::atomic<bool> serving_{false};   // EROFS is mounted on the image
   int events_[2] = {-1, -1};           // 'c': the image was let go of; 'e': the session ended
@@ -126,8 +126,8 @@ class KernelMount {
 // `dsfs umount` of a -o kernel mount: if `mountpoint` carries EROFS over an image file of a
 // dsfs image mount (directly or through a loop device), sets *handled and tears the layers down
 // in order: EROFS (lazily with `lazy`), the loop device if any (explicitly if it did not clear
-// itself), the private mount (also when its daemon is dead), its directory; then waits (bounded) for the
-// daemon. Also clears what a crashed -o kernel mount of `mountpoint` left in /run/dsfs when
+// itself), the private mount (also when its daemon is dead), its directory; then waits (bounded)
+// for the daemon. Also clears what a crashed -o kernel mount of `mountpoint` left in /run/dsfs when
 // EROFS is already gone. Any other EROFS mount: *handled, InvalidArgument. Anything else:
 // *handled = false, nothing done.
 Status UnmountKernel(const std::string& mountpoint, bool lazy, bool* handled);

@@ -65,16 +65,19 @@ constexpr Row kTable[] = {
      "Blocks evicted from the disk cache of a store in object storage."},
     {"backend.remote_gets", "dsfs_s3_get_requests_total", C,
      "GET requests to object storage (the S3 tier)."},
-    {"backend.remote_get_bytes", "dsfs_s3_get_bytes_total", C, "Bytes fetched from object storage."},
+    {"backend.remote_get_bytes", "dsfs_s3_get_bytes_total", C,
+     "Bytes fetched from object storage."},
     {"backend.remote_retries", "dsfs_s3_retries_total", C, "Requests to object storage retried."},
     {"backend.remote_failures", "dsfs_s3_failures_total", C,
      "Requests to object storage that failed for good."},
     {"decompress.chunks", "dsfs_chunks_decompressed_total", C, "Chunks decompressed."},
     {"decompress.seconds", "dsfs_decompress_seconds_total", C, "Seconds spent decompressing."},
     {"views.images_decoded", "dsfs_images_decoded_total", C, "Images decoded by the views."},
-    {"views.decode_seconds", "dsfs_image_decode_seconds_total", C, "Seconds spent decoding images."},
+    {"views.decode_seconds", "dsfs_image_decode_seconds_total", C,
+     "Seconds spent decoding images."},
     {"views.images_resized", "dsfs_images_resized_total", C, "Images resized by the views."},
-    {"views.resize_seconds", "dsfs_image_resize_seconds_total", C, "Seconds spent resizing images."},
+    {"views.resize_seconds", "dsfs_image_resize_seconds_total", C,
+     "Seconds spent resizing images."},
     {"push.files", "dsfs_push_files_total", C, "Files pushed into the page cache."},
     {"push.bytes", "dsfs_push_bytes_total", C, "Bytes pushed into the page cache."},
     {"push.budget_bytes", "dsfs_push_budget_bytes", G, "Budget of the pushes into the page cache."},
@@ -100,8 +103,13 @@ constexpr Row kTable[] = {
      "Bytes answered to reads of the EROFS image."},
     {"kernel.image_read_errors", "dsfs_kernel_image_read_errors_total", C,
      "Reads of the EROFS image that failed."},
-    {"kernel.image_read_latency", "dsfs_kernel_image_read_duration_seconds", H,
-     "Time per read of the EROFS image.", {}, {}, 1e-6},
+    {"kernel.image_read_latency",
+     "dsfs_kernel_image_read_duration_seconds",
+     H,
+     "Time per read of the EROFS image.",
+     {},
+     {},
+     1e-6},
     {"kernel.readahead.bytes", "dsfs_kernel_readahead_bytes_total", C,
      "Bytes read ahead into the image's page cache."},
 };
@@ -143,11 +151,16 @@ std::string Escape(std::string_view s) {
     const char c = s[i];
     char32_t cp;
     const size_t n = Utf8CodePoint(s.substr(i), &cp);
-    if (n == 0) out += "\xEF\xBF\xBD";
-    else if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out.append(s.substr(i, n));
+    if (n == 0)
+      out += "\xEF\xBF\xBD";
+    else if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out.append(s.substr(i, n));
     i += n == 0 ? 1 : n;
   }
   return out;
@@ -166,7 +179,8 @@ void Histogram(std::string* out, std::string_view name, const std::string& label
     cumulative += b.get<uint64_t>();
     const bool last = i + 1 == buckets->size();
     const std::string le =
-        last ? "+Inf" : Number(static_cast<double>(LatencyHistogram::BoundUs(static_cast<int>(i))) * scale);
+        last ? "+Inf"
+             : Number(static_cast<double>(LatencyHistogram::BoundUs(static_cast<int>(i))) * scale);
     *out += std::string(name) + "_bucket{" + labels + ",le=\"" + le + "\"} " +
             std::to_string(cumulative) + "\n";
     ++i;
@@ -192,12 +206,12 @@ std::string PrometheusText(const nlohmann::ordered_json& stats, const std::strin
       if (row.value == "*") {
         if (!v->is_object()) continue;
         for (auto it = v->begin(); it != v->end(); ++it) {
-          members.emplace_back(base + "," + std::string(row.label) + "=\"" + Escape(it.key()) + "\"",
-                               &*it);
+          members.emplace_back(
+              base + "," + std::string(row.label) + "=\"" + Escape(it.key()) + "\"", &*it);
         }
       } else if (!row.label.empty()) {
-        members.emplace_back(
-            base + "," + std::string(row.label) + "=\"" + Escape(row.value) + "\"", v);
+        members.emplace_back(base + "," + std::string(row.label) + "=\"" + Escape(row.value) + "\"",
+                             v);
       } else {
         members.emplace_back(base, v);
       }
@@ -222,7 +236,8 @@ std::string PrometheusText(const nlohmann::ordered_json& stats, const std::strin
 
 Status MetricsFile::Check(const std::string& path, const std::string& mountpoint) {
   const std::string what = "mount option metrics_file=" + path;
-  if (path.empty() || path[0] != '/') return Status::InvalidArgument(what + ": not an absolute path");
+  if (path.empty() || path[0] != '/')
+    return Status::InvalidArgument(what + ": not an absolute path");
   if (path.back() == '/') return Status::InvalidArgument(what + ": names a directory");
   // What is there already is replaced, and removed at unmount: only a metrics file of dsfs's
   // (or an empty file), never a store, a config file, a device or what a link points to.
@@ -232,9 +247,8 @@ Status MetricsFile::Check(const std::string& path, const std::string& mountpoint
     if (S_ISLNK(st.st_mode)) return Status::InvalidArgument(what + ": is a symbolic link");
     if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(what + ": is not a regular file");
     std::string head;
-    if (st.st_size > 0 &&
-        !(ReadSmallRegularFile(path, &head, sizeof(kMetricsFileStart) - 1) &&
-          head == kMetricsFileStart)) {
+    if (st.st_size > 0 && !(ReadSmallRegularFile(path, &head, sizeof(kMetricsFileStart) - 1) &&
+                            head == kMetricsFileStart)) {
       return Status::InvalidArgument(what + ": holds something else than dsfs's metrics (" +
                                      "it would be replaced): remove it or name another file");
     }

@@ -1,7 +1,5 @@
 #include "mount/mount.h"
-#include "mount/metrics.h"
 
-#include <csignal>
 #include <dirent.h>
 #include <fcntl.h>
 #include <malloc.h>
@@ -18,6 +16,7 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -31,6 +30,7 @@
 #include "common/system.h"
 #include "common/units.h"
 #include "kernel/kernel_mount.h"
+#include "mount/metrics.h"
 
 namespace dsfs {
 namespace {
@@ -260,7 +260,8 @@ Status CheckFuseFd(const std::string& path, int fd, unsigned* connection) {
     // The daemon's standard streams become /dev/null once it serves.
     return Status::InvalidArgument("mountpoint " + path +
                                    ": a standard stream; pass the /dev/fuse descriptor as 3 or "
-                                   "above" + how);
+                                   "above" +
+                                   how);
   }
   if (::fcntl(fd, F_GETFD) < 0) {
     return Status::InvalidArgument("mountpoint " + path + ": descriptor " + std::to_string(fd) +
@@ -330,7 +331,8 @@ Status MountOnFd(MountConfig config, int fd) {
   config.fuse.parent_mounted = true;
   if (!at.empty()) config.mountpoint = at;
   int no_lock = -1;
-  return ServeInDaemon(config, &no_lock, [] {}, fd);
+  return ServeInDaemon(
+      config, &no_lock, [] {}, fd);
 }
 
 }  // namespace
@@ -367,7 +369,8 @@ Status CheckMountpoint(const std::string& mountpoint) {
     if (KernelStatsPath(mountpoint, &stats) && ::access(stats.c_str(), R_OK) != 0) {
       return Status::Busy("mountpoint " + mountpoint +
                           " is a dead -o kernel mount (its daemon is gone); clear it with: "
-                          "dsfs umount " + mountpoint);
+                          "dsfs umount " +
+                          mountpoint);
     }
     return Status::Busy("mountpoint " + mountpoint + " is already mounted");
   }
@@ -418,7 +421,8 @@ Status MountStore(const MountConfig& config_in) {
       if (n > 0 && real[0] == '/') config.mountpoint.assign(real, static_cast<size_t>(n));
     }
   }
-  return ServeInDaemon(config, &lock_fd, [&] { unlock(); }, -1);
+  return ServeInDaemon(
+      config, &lock_fd, [&] { unlock(); }, -1);
 }
 
 namespace {

@@ -15,8 +15,8 @@ namespace dsfs {
 struct MountConfig {
   std::string store_path;
   std::string mountpoint;
-  bool foreground = false;  // serve in this process; otherwise fork a daemon
-  bool kernel = false;      // -o kernel: the tree served by EROFS (kernel/kernel_mount.h)
+  bool foreground = false;   // serve in this process; otherwise fork a daemon
+  bool kernel = false;       // -o kernel: the tree served by EROFS (kernel/kernel_mount.h)
   bool kernel_loop = false;  // -o kernel=loop: EROFS over a loop device, never over the file
   // RAM cache of decompressed chunks; kDefaultCache = an eighth of the memory limit
   // (common/memory_limit.h: the cgroup's, else physical memory).

@@ -22,8 +22,8 @@
 #include "fs/prefetcher.h"
 #include "mount/metrics.h"
 #include "mount/own_mount.h"
-#include "mount/stats.h"
 #include "mount/service.h"
+#include "mount/stats.h"
 
 namespace dsfs {
 
@@ -131,16 +131,17 @@ Status ServeFuseWith(Filesystem* fs, ByteCache* cache, const std::string& mountp
   int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Every request handed over owes a reply: one still queued when the pool goes runs then
   // (a decode) or is answered EIO (a fetch, its `abandon`).
-  auto decoders = std::make_unique<WorkerGroup>("dsfs-decode", std::min(options.session.threads, cores),
-                                                WorkerGroup::kKeepNice, WorkerGroup::OnStop::kAbandon);
+  auto decoders =
+      std::make_unique<WorkerGroup>("dsfs-decode", std::min(options.session.threads, cores),
+                                    WorkerGroup::kKeepNice, WorkerGroup::OnStop::kAbandon);
   // On a store in object storage, requests that may fetch (what they need is not in memory)
   // wait on the network, not on a core: more threads than cores, bounded, so a stalled
   // endpoint holds these and never the request threads, and slow fetches do not starve
   // decodes either. A local store has none (its requests never ask).
   std::unique_ptr<WorkerGroup> fetchers;
   if (fs->store().remote()) {
-    fetchers = std::make_unique<WorkerGroup>("dsfs-fetch", kRemoteFetchThreads, WorkerGroup::kKeepNice,
-                                             WorkerGroup::OnStop::kAbandon);
+    fetchers = std::make_unique<WorkerGroup>("dsfs-fetch", kRemoteFetchThreads,
+                                             WorkerGroup::kKeepNice, WorkerGroup::OnStop::kAbandon);
   }
   session->SetWorkers(decoders.get(), fetchers.get());
   const int rc = session->Serve();

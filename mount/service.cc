@@ -16,7 +16,6 @@
 namespace dsfs {
 namespace {
 
-
 // The write end of the running monitor's self-pipe, for the signal handler (-1: none).
 std::atomic<int> g_wake_fd{-1};
 struct sigaction g_old_hup;

@@ -15,7 +15,8 @@ MountStats::~MountStats() { fs_->SetStatsSource(nullptr); }
 nlohmann::ordered_json MountStats::Object() const {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   // The kernel path first: `dsfs stats` of a -o kernel mount opens with what serves it.
-  if (const KernelMount* km = kernel_.load(std::memory_order_acquire)) j["kernel"] = km->StatsObject();
+  if (const KernelMount* km = kernel_.load(std::memory_order_acquire))
+    j["kernel"] = km->StatsObject();
   // Then the tree's own counters: its members follow.
   nlohmann::ordered_json tree = fs_->StatsObject();
   for (auto& [key, value] : tree.items()) j[key] = std::move(value);

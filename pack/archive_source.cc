@@ -93,8 +93,8 @@ Status OpenArchiveInput(struct archive* a, const std::string& src, GzInput* in,
 // batch being filled (payload ids counted from 0, in archive order).
 class EntryReader {
  public:
-  EntryReader(struct archive* a, std::string name, const PackOptions& options,
-              TreeBuilder* tree, PackProgress* prog)
+  EntryReader(struct archive* a, std::string name, const PackOptions& options, TreeBuilder* tree,
+              PackProgress* prog)
       : a_(a),
         name_(std::move(name)),
         options_(options),
@@ -133,8 +133,8 @@ class EntryReader {
     }
     switch (link_source != UINT32_MAX ? AE_IFREG : archive_entry_filetype(e)) {
       case AE_IFDIR:
-        tree_->node(tree_->Dir(path_, mtime_s_)).SetTimes(S_IFDIR | (mode_ & 07777), mtime_s_,
-                                                           mtime_ns_);
+        tree_->node(tree_->Dir(path_, mtime_s_))
+            .SetTimes(S_IFDIR | (mode_ & 07777), mtime_s_, mtime_ns_);
         return Status::OK();
       case AE_IFLNK:
         return Symlink(archive_entry_symlink(e));

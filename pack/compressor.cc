@@ -76,9 +76,8 @@ size_t BatchesInFlight(int threads, uint64_t pipeline_bytes) {
   return static_cast<size_t>(std::clamp<uint64_t>(pipeline_bytes / per_batch, 2, most));
 }
 
-OrderedCompressor::OrderedCompressor(int threads, int level,
-                                     std::shared_ptr<const Dictionary> dict, size_t max_in_flight,
-                                     bool predecode, uint32_t chunk_bytes,
+OrderedCompressor::OrderedCompressor(int threads, int level, std::shared_ptr<const Dictionary> dict,
+                                     size_t max_in_flight, bool predecode, uint32_t chunk_bytes,
                                      GroupSizing groups)
     : groups_(groups),
       level_(level),

@@ -1,7 +1,8 @@
 // Internal to pack/: the compression side of a pack. Sources cut file contents into chunks and
 // gather them into batches; worker threads cut each batch into solid groups and compress them
-// (and decode the images in it) and hand the batches back in submission order; the dictionary is trained on small files
-// (dir_source samples the tree; HeldTraining trains on the first files of a stream).
+// (and decode the images in it) and hand the batches back in submission order; the dictionary is
+// trained on small files (dir_source samples the tree; HeldTraining trains on the first files of a
+// stream).
 #pragma once
 
 #include <chrono>
@@ -88,8 +89,7 @@ class OrderedCompressor {
   // groups cut by `groups`; with `predecode`, images' pixels are stored as records of at most
   // `chunk_bytes`.
   OrderedCompressor(int threads, int level, std::shared_ptr<const Dictionary> dict,
-                    size_t max_in_flight, bool predecode, uint32_t chunk_bytes,
-                    GroupSizing groups);
+                    size_t max_in_flight, bool predecode, uint32_t chunk_bytes, GroupSizing groups);
   // Aborts and joins the workers.
   ~OrderedCompressor();
 

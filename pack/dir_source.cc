@@ -129,9 +129,8 @@ Status ReadSource(const std::string& path, uint64_t size, uint64_t offset, uint6
 
 }  // namespace
 
-Status Walk(const std::string& src, const std::string& store_path,
-            const std::atomic<bool>* cancel, DirTree* tree,
-            const std::function<void(uint64_t)>& tick) {
+Status Walk(const std::string& src, const std::string& store_path, const std::atomic<bool>* cancel,
+            DirTree* tree, const std::function<void(uint64_t)>& tick) {
   const StoreToSkip store(store_path);
   struct stat st;
   // SRC itself may be a symlink to the tree (as tar and mksquashfs take it); links inside it
@@ -320,8 +319,8 @@ Status CompressFiles(PackRun* run, DirTree* tree, const std::vector<uint32_t>& f
       });
 }
 
-Status TrainOnSamples(const DirTree& tree, const std::vector<uint32_t>& files,
-                      uint32_t dict_bytes, std::string* dict) {
+Status TrainOnSamples(const DirTree& tree, const std::vector<uint32_t>& files, uint32_t dict_bytes,
+                      std::string* dict) {
   dict->clear();
   if (dict_bytes == 0) return Status::OK();
   std::vector<uint32_t> small;

@@ -42,9 +42,8 @@ struct DirTree {
 // PackOptions::store_path). `tick` (may be empty) gets the entry count after each directory.
 // InvalidArgument for a tree deeper than kMaxTreeDepth directories; "interrupted" once
 // *cancel is set (checked between directories); errors name the path involved.
-Status Walk(const std::string& src, const std::string& store_path,
-            const std::atomic<bool>* cancel, DirTree* tree,
-            const std::function<void(uint64_t)>& tick);
+Status Walk(const std::string& src, const std::string& store_path, const std::atomic<bool>* cancel,
+            DirTree* tree, const std::function<void(uint64_t)>& tick);
 
 // Walk, as a phase of `run` ("scanning", with progress and the time it took logged).
 Status Scan(PackRun* run, const std::string& src, const PackOptions& options, DirTree* tree);
@@ -57,8 +56,8 @@ std::vector<uint32_t> AssignPayloadIds(DirTree* tree, uint32_t chunk_bytes, uint
 
 // Trains a `dict_bytes` dictionary (0: none, *dict empty) on small files among `files`,
 // spread evenly over the tree.
-Status TrainOnSamples(const DirTree& tree, const std::vector<uint32_t>& files,
-                      uint32_t dict_bytes, std::string* dict);
+Status TrainOnSamples(const DirTree& tree, const std::vector<uint32_t>& files, uint32_t dict_bytes,
+                      std::string* dict);
 
 // Reads, compresses (with `dict`) and writes the contents of `files` of `tree`, whose payload
 // ids (AssignPayloadIds) continue from where `run` is, and records what became of each image

@@ -194,8 +194,7 @@ Status PackRun::Finish(const std::vector<InodeRecord>& inodes, const std::string
   DSFS_RETURN_IF_ERROR(writer_->Put(kLayoutKey, layout.Serialize()));
   // The tables in compressed segments (store/segments.h), at kMinMetadataLevel at least.
   MetadataRecords meta;
-  DSFS_RETURN_IF_ERROR(EncodeMetadata(inodes, inode_bytes, layout, names,
-                                      options_.segment_bytes,
+  DSFS_RETURN_IF_ERROR(EncodeMetadata(inodes, inode_bytes, layout, names, options_.segment_bytes,
                                       std::max(options_.zstd_level, kMinMetadataLevel), threads_,
                                       &meta));
   std::string().swap(inode_bytes);

@@ -1,8 +1,8 @@
 // Internal to pack/: one pack or add from start to commit. The source's producer (on a thread
 // of its own) feeds an OrderedCompressor, which cuts the records into solid groups that fill
 // the backend's pages (KvWriter::value_sizing); the calling thread writes the groups in
-// payload-id order, reports progress, and at the end writes the metadata tables, dictionary and header and
-// commits.
+// payload-id order, reports progress, and at the end writes the metadata tables, dictionary and
+// header and commits.
 //
 // Thread safety: a PackRun is used by the thread that made it; only the producer passed to
 // Compress runs elsewhere (and must not touch the PackRun but for Report, see below).

@@ -25,13 +25,13 @@ namespace dsfs {
 
 struct PackOptions {
   int zstd_level = 9;
-  uint32_t dict_bytes = 112640;       // zstd's customary 110 KiB; 0 = none; else 1 KiB-16 MiB
-  uint32_t chunk_bytes = 256 << 10;   // large files are split into independently read chunks
+  uint32_t dict_bytes = 112640;        // zstd's customary 110 KiB; 0 = none; else 1 KiB-16 MiB
+  uint32_t chunk_bytes = 256 << 10;    // large files are split into independently read chunks
   uint32_t segment_bytes = 128 << 10;  // metadata segment size (raw; each stored compressed)
   // Raw bytes of small files compressed together in one solid group (store/format.h): larger
   // groups compress better, smaller ones cost less to read one file from; squashfs's 128 KiB.
   uint32_t group_bytes = 128 << 10;
-  int threads = 0;                    // compression threads; 0 = one per core
+  int threads = 0;  // compression threads; 0 = one per core
   // Also store every image's decoded pixels (compressed), so the views never decode.
   bool predecode = false;
   // The store being written, where it may lie inside the source directory: it and its

@@ -143,9 +143,8 @@ struct OpenConfig {
 // The mount's options that only a mount has: refused by name rather than ignored.
 bool IsMountOnlyOption(std::string_view key) {
   static const std::string_view kMountOnly[] = {
-      "threads", "transport", "push",     "preload",       "timeout",        "zero_open",
-      "nice",    "kernel",    "allow_other", "debug",      "metrics_file",   "status_interval",
-      "log_file", "ro"};
+      "threads", "transport",   "push",  "preload",      "timeout",         "zero_open", "nice",
+      "kernel",  "allow_other", "debug", "metrics_file", "status_interval", "log_file",  "ro"};
   for (std::string_view k : kMountOnly) {
     if (key == k) return true;
   }
@@ -229,7 +228,6 @@ std::string DefaultCacheDir() {
   if (xdg && xdg[0] == '/') return std::string(xdg) + "/dsfs";
   return std::string(home && home[0] == '/' ? home : "/root") + "/.cache/dsfs";
 }
-
 
 OpenConfig ParseConfig(const std::string& path, const std::map<std::string, std::string>& options) {
   if (path.empty()) throw OptionError{"no store path given"};
@@ -508,8 +506,9 @@ class PyStore {
         throw py::error_already_set();  // e.g. numpy's "ndarray is not C-contiguous"
       }
       PyErr_Clear();
-      throw py::type_error(std::string("readinto() argument must be read-write bytes-like object, not ") +
-                           Py_TYPE(target.ptr())->tp_name);
+      throw py::type_error(
+          std::string("readinto() argument must be read-write bytes-like object, not ") +
+          Py_TYPE(target.ptr())->tp_name);
     }
     std::unique_ptr<Py_buffer, void (*)(Py_buffer*)> release_view(&view, PyBuffer_Release);
     char* dst = static_cast<char*>(view.buf);
@@ -535,7 +534,8 @@ class PyStore {
   // memory limit); applies to the store reopened after a fork too.
   void ShareCache(int64_t n) {
     if (n < 1 || n > 65536) {
-      throw OptionError{"share_cache(" + std::to_string(n) + "): n is a count of processes, 1 to 65536"};
+      throw OptionError{"share_cache(" + std::to_string(n) +
+                        "): n is a count of processes, 1 to 65536"};
     }
     py::gil_scoped_release release;
     StoreLock lock(&mu_);
@@ -610,7 +610,8 @@ class PyStore {
         Raise(s, whole);
       }
       if (S_ISLNK(st->st_mode) && (!last || follow || trailing_slash)) {
-        if (++*hops > kMaxSymlinkHops) RaiseErrno(ELOOP, "Too many levels of symbolic links", whole);
+        if (++*hops > kMaxSymlinkHops)
+          RaiseErrno(ELOOP, "Too many levels of symbolic links", whole);
         std::string_view target;
         s = fs.ReadLink(st->st_ino, &target);
         if (!s.ok()) Raise(s, whole);
@@ -708,7 +709,9 @@ PYBIND11_MODULE(_dsfs, m) {
   py::class_<PyStore>(m, "_Store")
       .def(py::init<py::handle, const std::map<std::string, std::string>&>(), py::arg("path"),
            py::arg("options"))
-      .def_property_readonly("path", [](py::handle self) { return Self(self).path(); }, "The store's path or s3:// URL, as given to Store().")
+      .def_property_readonly(
+          "path", [](py::handle self) { return Self(self).path(); },
+          "The store's path or s3:// URL, as given to Store().")
       .def_property_readonly("_options", [](py::handle self) { return Self(self).options(); })
       .def("_stat", Method(&PyStore::Stat), py::arg("path"), py::arg("follow_symlinks"))
       .def("_scandir", Method(&PyStore::ScanDir), py::arg("path"))
@@ -725,7 +728,8 @@ PYBIND11_MODULE(_dsfs, m) {
       .def("_open", Method(&PyStore::OpenFile), py::arg("path"))
       .def("_pixels", Method(&PyStore::PixelsPath), py::arg("path"), py::arg("keep") = false)
       .def("_read_at", Method(&PyStore::ReadAt), py::arg("ino"), py::arg("offset"), py::arg("size"))
-      .def("_readinto_at", Method(&PyStore::ReadInto), py::arg("ino"), py::arg("offset"), py::arg("buffer"))
+      .def("_readinto_at", Method(&PyStore::ReadInto), py::arg("ino"), py::arg("offset"),
+           py::arg("buffer"))
       .def("share_cache", Method(&PyStore::ShareCache), py::arg("n"),
            "share_cache(n)\n\nGives this process 1/n of the RAM cache's budget (n processes "
            "reading one store inside one memory limit, e.g. DataLoader workers; "

@@ -129,7 +129,7 @@ class S3Client {
   AwsSettings settings_;
   RetryPolicy policy_;
   std::string sigv4_;  // "aws:amz:REGION:s3"
-  std::mutex mu_;        // guards idle_
+  std::mutex mu_;      // guards idle_
   std::vector<void*> idle_;
   Counters counters_;
 };

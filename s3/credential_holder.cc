@@ -100,10 +100,11 @@ bool CredentialHolder::FetchLocked() {
     }
     if (fresh.expiration_s != 0 && fresh.expiration_s - now < kShortLifetimeS && !short_warned_) {
       short_warned_ = true;
-      Log()->warn("S3 credentials from {}: the keys received live only {} s by this host's "
-                  "clock (until {}): they are fetched again every few seconds (is this host's "
-                  "clock ahead of the source's?)",
-                  source_, fresh.expiration_s - now, FormatIso8601(fresh.expiration_s));
+      Log()->warn(
+          "S3 credentials from {}: the keys received live only {} s by this host's "
+          "clock (until {}): they are fetched again every few seconds (is this host's "
+          "clock ahead of the source's?)",
+          source_, fresh.expiration_s - now, FormatIso8601(fresh.expiration_s));
     }
     Log()->debug("S3 credentials from {}: refreshed, valid until {}", source_,
                  fresh.expiration_s ? FormatIso8601(fresh.expiration_s) : std::string("no expiry"));
@@ -117,9 +118,10 @@ bool CredentialHolder::FetchLocked() {
   ++failed_;
   const int64_t exp = current_ ? current_->expiration_s : 0;
   if (!failing_) {
-    Log()->warn("S3 credentials from {}: refresh failed ({}); keeping the current ones until "
-                "they expire at {}",
-                source_, s.message(), exp ? FormatIso8601(exp) : std::string("?"));
+    Log()->warn(
+        "S3 credentials from {}: refresh failed ({}); keeping the current ones until "
+        "they expire at {}",
+        source_, s.message(), exp ? FormatIso8601(exp) : std::string("?"));
     failing_ = true;
   }
   next_s_ = now + RetryAfterFailureS(exp ? exp - now : 0);
@@ -161,10 +163,11 @@ std::shared_ptr<const AwsCredentials> CredentialHolder::RefreshNow(
     if (now - forced_s_ < kForcedRefreshEveryS) {
       if (now - refused_warned_s_ >= 60) {
         refused_warned_s_ = now;
-        Log()->warn("S3 credentials from {}: S3 refuses the keys fetched {} s ago as expired "
-                    "(is S3's clock ahead of this host's, or was the session revoked?); "
-                    "fetching again at most every {} s",
-                    source_, now - fetched_s_, kForcedRefreshEveryS);
+        Log()->warn(
+            "S3 credentials from {}: S3 refuses the keys fetched {} s ago as expired "
+            "(is S3's clock ahead of this host's, or was the session revoked?); "
+            "fetching again at most every {} s",
+            source_, now - fetched_s_, kForcedRefreshEveryS);
       }
       return current_;
     }

@@ -64,7 +64,8 @@ class CredentialHolder {
 
   // After `used` was refused as expired: fetches now unless a newer snapshot than `used` has
   // arrived, and returns the current one (perhaps still `used` if the fetch failed).
-  std::shared_ptr<const AwsCredentials> RefreshNow(const std::shared_ptr<const AwsCredentials>& used);
+  std::shared_ptr<const AwsCredentials> RefreshNow(
+      const std::shared_ptr<const AwsCredentials>& used);
   static constexpr int64_t kForcedRefreshEveryS = 5;
   // Keys living less than this are refreshed every few seconds: logged once (warn).
   static constexpr int64_t kShortLifetimeS = 60;
@@ -89,14 +90,14 @@ class CredentialHolder {
   std::unique_ptr<CredentialProvider> provider_;  // null: fixed
   std::shared_ptr<const AwsCredentials> initial_;
   Clock clock_;
-  std::mutex fetch_mu_;  // one fetch at a time
+  std::mutex fetch_mu_;    // one fetch at a time
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
   std::shared_ptr<const AwsCredentials> current_;
   int64_t fetched_s_ = 0;
   int64_t next_s_ = 0;  // when the refresher fetches next
   bool failing_ = false;
-  int64_t forced_s_ = INT64_MIN / 2;   // the last fetch RefreshNow made
+  int64_t forced_s_ = INT64_MIN / 2;  // the last fetch RefreshNow made
   int64_t refused_warned_s_ = INT64_MIN / 2;
   bool short_warned_ = false;  // keys that lived under kShortLifetimeS were logged
   bool stop_ = false;

@@ -96,7 +96,8 @@ Status ParseIso8601(std::string_view text, int64_t* unix_s) {
   if (pos < text.size() && text[pos] == '.') {
     ++pos;
     size_t digits = 0;
-    while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos]))) ++pos, ++digits;
+    while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos])))
+      ++pos, ++digits;
     if (digits == 0) return bad();
   }
   std::string_view zone = text.substr(pos);
@@ -145,9 +146,9 @@ Status ParseStsCredentials(std::string_view xml, AwsCredentials* out) {
     XmlText(error, "Message", &message);
     if (code.size() > 64) code.resize(64);
     if (message.size() > 300) message.resize(300);
-    return Status::IOError("STS refused: " +
-                           (code.empty() ? "unknown error" : PrintableName(code)) +
-                           (message.empty() ? "" : " (" + PrintableName(message) + ")"));
+    return Status::IOError(
+        "STS refused: " + (code.empty() ? "unknown error" : PrintableName(code)) +
+        (message.empty() ? "" : " (" + PrintableName(message) + ")"));
   }
   std::string_view creds;
   if (!XmlElement(xml, "Credentials", &creds)) {
@@ -156,9 +157,8 @@ Status ParseStsCredentials(std::string_view xml, AwsCredentials* out) {
   AwsCredentials c;
   std::string expiration;
   if (!XmlText(creds, "AccessKeyId", &c.access_key_id) || c.access_key_id.empty() ||
-      !XmlText(creds, "SecretAccessKey", &c.secret_access_key) ||
-      c.secret_access_key.empty() || !XmlText(creds, "SessionToken", &c.session_token) ||
-      c.session_token.empty()) {
+      !XmlText(creds, "SecretAccessKey", &c.secret_access_key) || c.secret_access_key.empty() ||
+      !XmlText(creds, "SessionToken", &c.session_token) || c.session_token.empty()) {
     return Status::IOError(
         "STS answer lacks AccessKeyId, SecretAccessKey or SessionToken in <Credentials>");
   }

@@ -53,12 +53,12 @@ Status ReadCredentialFile(const std::string& path, size_t max_bytes, const std::
   }
   const int err = errno;
   if (err == ENOENT) return Status::NotFound(name + ": no such file");
-  return Status::IOError(name + ": " + (err == EINVAL ? std::string("not a regular file")
-                                                      : std::string(std::strerror(err))));
+  return Status::IOError(
+      name + ": " +
+      (err == EINVAL ? std::string("not a regular file") : std::string(std::strerror(err))));
 }
 
 namespace {
-
 
 std::string TrimBlank(std::string s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
@@ -79,10 +79,9 @@ std::string StsEndpoint(const std::string& region) {
 
 std::string SessionName(std::string configured) {
   if (!configured.empty()) return configured;
-  return "dsfs-" + std::to_string(
-                       std::chrono::duration_cast<std::chrono::seconds>(
-                           std::chrono::system_clock::now().time_since_epoch())
-                           .count());
+  return "dsfs-" + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                      std::chrono::system_clock::now().time_since_epoch())
+                                      .count());
 }
 
 // POSTs an STS action and parses its <Credentials>.
@@ -190,8 +189,8 @@ class AssumeRoleProvider : public CredentialProvider {
     std::string form = "Action=AssumeRole";
     if (!duration_s_.empty()) form += "&DurationSeconds=" + FormEncode(duration_s_);
     if (!external_id_.empty()) form += "&ExternalId=" + FormEncode(external_id_);
-    form += "&RoleArn=" + FormEncode(role_arn_) + "&RoleSessionName=" +
-            FormEncode(session_name_) + "&Version=2011-06-15";
+    form += "&RoleArn=" + FormEncode(role_arn_) + "&RoleSessionName=" + FormEncode(session_name_) +
+            "&Version=2011-06-15";
     return StsCall(opt_, form, &source, "S3 credentials (" + Name() + ")", out);
   }
   std::string Name() const override {
@@ -206,8 +205,9 @@ class AssumeRoleProvider : public CredentialProvider {
 };
 
 // In the child of fork(): only async-signal-safe calls. The command leads a process group of
-// its own (killed whole once it has answered or timed out), reads /dev/null, writes `out_fd`, and inherits no other
-// descriptor of ours (the daemon's sockets, its FUSE device) nor our blocked signals.
+// its own (killed whole once it has answered or timed out), reads /dev/null, writes `out_fd`, and
+// inherits no other descriptor of ours (the daemon's sockets, its FUSE device) nor our blocked
+// signals.
 [[noreturn]] void ExecCommand(const char* command, int out_fd) {
   ::setpgid(0, 0);
   sigset_t none;
@@ -327,9 +327,9 @@ class ProcessProvider : public CredentialProvider {
     if (!s.ok()) return Status::IOError("S3 credentials (" + Name() + "): " + s.message());
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
       return Status::IOError("S3 credentials (" + Name() + "): the command " +
-                             (WIFEXITED(st) ? "exited with status " +
-                                                  std::to_string(WEXITSTATUS(st))
-                                            : std::string("was killed by a signal")));
+                             (WIFEXITED(st)
+                                  ? "exited with status " + std::to_string(WEXITSTATUS(st))
+                                  : std::string("was killed by a signal")));
     }
     return ParseCredentialsJson(text, "S3 credentials (" + Name() + ")", out);
   }
@@ -394,7 +394,8 @@ Status CheckContainerUrl(const std::string& url, std::string* use) {
   UrlPart(u.get(), CURLUPART_SCHEME, &scheme);
   UrlPart(u.get(), CURLUPART_HOST, &host);
   if (scheme != "http" && scheme != "https") return refused("scheme " + PrintableName(scheme));
-  if (UrlPart(u.get(), CURLUPART_USER, &ignored) || UrlPart(u.get(), CURLUPART_PASSWORD, &ignored) ||
+  if (UrlPart(u.get(), CURLUPART_USER, &ignored) ||
+      UrlPart(u.get(), CURLUPART_PASSWORD, &ignored) ||
       UrlPart(u.get(), CURLUPART_OPTIONS, &ignored)) {
     return refused("it has user info before the host " + PrintableName(host));
   }
@@ -436,8 +437,8 @@ class ContainerProvider : public CredentialProvider {
     if (!token.empty()) req.headers.push_back("Authorization: " + token);
     long status = 0;
     std::string body;
-    DSFS_RETURN_IF_ERROR(CredentialHttp(req, &status, &body).WithContext("S3 credentials (" +
-                                                                          Name() + ")"));
+    DSFS_RETURN_IF_ERROR(
+        CredentialHttp(req, &status, &body).WithContext("S3 credentials (" + Name() + ")"));
     if (status != 200) {
       return Status::IOError("S3 credentials (" + Name() + "): HTTP " + std::to_string(status));
     }
@@ -563,8 +564,8 @@ Status ProfileProvider(const CredentialChainOptions& opt, const std::string& nam
     const std::string credential_source = Get(p, "credential_source");
     const std::string token_file = Get(p, "web_identity_token_file");
     if (!token_file.empty()) {
-      *out = std::make_unique<WebIdentityProvider>(opt, token_file, role,
-                                                   Get(p, "role_session_name"));
+      *out =
+          std::make_unique<WebIdentityProvider>(opt, token_file, role, Get(p, "role_session_name"));
       return Status::OK();
     }
     if (!source_profile.empty()) {
@@ -693,8 +694,8 @@ Status ResolveCredentialChain(const CredentialChainOptions& opt,
       return Status::InvalidArgument(
           "S3 credentials: none found (no AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, no "
           "AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN, no credentials in profile [" +
-          profile + "] of " + HomeFile("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials") +
-          " or " + HomeFile("AWS_CONFIG_FILE", ".aws/config") +
+          profile + "] of " + HomeFile("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials") + " or " +
+          HomeFile("AWS_CONFIG_FILE", ".aws/config") +
           ", no AWS_CONTAINER_CREDENTIALS_*_URI, and EC2 instance metadata: " + s.message() +
           "); for a public bucket, -o s3_anonymous");
     }
@@ -702,8 +703,8 @@ Status ResolveCredentialChain(const CredentialChainOptions& opt,
       return Status::InvalidArgument(
           "S3 credentials: none found (no AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, no "
           "AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN, no credentials in profile [" +
-          profile + "] of " + HomeFile("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials") +
-          " or " + HomeFile("AWS_CONFIG_FILE", ".aws/config") +
+          profile + "] of " + HomeFile("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials") + " or " +
+          HomeFile("AWS_CONFIG_FILE", ".aws/config") +
           ", no AWS_CONTAINER_CREDENTIALS_*_URI, EC2 instance metadata disabled); for a public "
           "bucket, -o s3_anonymous");
     }

@@ -52,5 +52,4 @@ struct AwsLoadOptions {
 // source's error if a configured source fails.
 [[nodiscard]] Status LoadAwsSettings(AwsSettings* settings, const AwsLoadOptions& options = {});
 
-
 }  // namespace dsfs

@@ -1,14 +1,14 @@
 #define ZSTD_STATIC_LINKING_ONLY  // magicless frames (ZSTD_c_format), stable since zstd 1.3
 #include "store/codec.h"
 
-#include "common/coding.h"
-
 #include <xxhash.h>
 #include <zdict.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+
+#include "common/coding.h"
 
 namespace dsfs {
 
@@ -88,7 +88,8 @@ void PayloadEncoder::SetMaxBlockBytes(uint32_t bytes) {
   if (bytes != 0) bytes = std::clamp<uint32_t>(bytes, 1 << 10, ZSTD_BLOCKSIZE_MAX);
   block_bytes_ = bytes;
   ZSTD_CCtx_setParameter(cctx_, ZSTD_c_maxBlockSize, static_cast<int>(bytes));
-  if (frame_cctx_) ZSTD_CCtx_setParameter(frame_cctx_, ZSTD_c_maxBlockSize, static_cast<int>(bytes));
+  if (frame_cctx_)
+    ZSTD_CCtx_setParameter(frame_cctx_, ZSTD_c_maxBlockSize, static_cast<int>(bytes));
 }
 
 Status PayloadEncoder::EncodeKernelGroup(std::string_view content, std::string* out) {
@@ -117,8 +118,8 @@ Status PayloadEncoder::EncodeKernelGroup(std::string_view content, std::string* 
   out->resize(start + sizeof(PayloadHeader) + index_bytes + bound);
   char* dst = out->data() + start + sizeof(PayloadHeader);
   std::memcpy(dst, content.data(), index_bytes);
-  const size_t n = ZSTD_compress2(frame_cctx_, dst + index_bytes, bound, records.data(),
-                                  records.size());
+  const size_t n =
+      ZSTD_compress2(frame_cctx_, dst + index_bytes, bound, records.data(), records.size());
   if (ZSTD_isError(n)) return Status::IOError(std::string("zstd: ") + ZSTD_getErrorName(n));
   out->resize(start + sizeof(PayloadHeader) + index_bytes + n);
   SealRecord(Codec::kZstdFrame, static_cast<uint32_t>(content.size()), out->data() + start,

@@ -175,18 +175,10 @@ void InodeLayout::Encode(const InodeRecord& r, char* dst) const {
   std::memset(p, 0, record_bytes_);
   uint64_t mode_index = static_cast<uint64_t>(
       std::lower_bound(modes_.begin(), modes_.end(), r.mode) - modes_.begin());
-  const uint64_t v[kFields] = {r.size,
-                               r.data,
-                               r.name_off,
-                               r.name_len,
-                               MtimeOffset(r.mtime_s, min_mtime_s_),
-                               r.mtime_ns,
-                               mode_index,
-                               r.parent,
-                               r.image,
-                               r.width,
-                               r.height,
-                               r.pixels};
+  const uint64_t v[kFields] = {
+      r.size,     r.data,     r.name_off, r.name_len, MtimeOffset(r.mtime_s, min_mtime_s_),
+      r.mtime_ns, mode_index, r.parent,   r.image,    r.width,
+      r.height,   r.pixels};
   for (int f = 0; f < kFields; ++f) PutBits(p, offset_[f], bits_[f], v[f]);
 }
 
@@ -206,8 +198,7 @@ uint64_t GetField(const char* rec, uint32_t bit, int width) {
 void SetField(char* rec, uint32_t bit, int width, uint64_t value) {
   auto* q = reinterpret_cast<unsigned char*>(rec) + bit / 8;
   const unsigned __int128 m = static_cast<unsigned __int128>(WidthMask(width)) << (bit % 8);
-  const unsigned __int128 v = static_cast<unsigned __int128>(value & WidthMask(width))
-                              << (bit % 8);
+  const unsigned __int128 v = static_cast<unsigned __int128>(value & WidthMask(width)) << (bit % 8);
   for (int i = 0, n = static_cast<int>((bit % 8 + width + 7) / 8); i < n; ++i) {
     q[i] = static_cast<unsigned char>((q[i] & ~static_cast<unsigned char>(m >> (8 * i))) |
                                       static_cast<unsigned char>(v >> (8 * i)));

@@ -17,11 +17,11 @@
 // standard zstd frame of its records (Codec::kZstdFrame): every file's bytes are one range of
 // the concatenated records, and the kernel can decode a group itself (docs/kernel.md). A pack
 // without a dictionary writes it; a version 5 store has no dictionary.
-// Version 4 made payload groups solid (above). Version 3 stores the metadata tables in compressed segments, read lazily (version 2 and 1
-// stores kept them raw, as "I" and "N" with per-segment checksums in "I.sum" and "N.sum";
-// they are still read, see CheckedTable). Version 2 added the image fields of inode records
-// (kind, size in pixels, pixel records); version 1 stores are read as stores without image
-// information.
+// Version 4 made payload groups solid (above). Version 3 stores the metadata tables in compressed
+// segments, read lazily (version 2 and 1 stores kept them raw, as "I" and "N" with per-segment
+// checksums in "I.sum" and "N.sum"; they are still read, see CheckedTable). Version 2 added the
+// image fields of inode records (kind, size in pixels, pixel records); version 1 stores are read as
+// stores without image information.
 //
 // File contents are payload records, one per chunk of chunk_bytes, numbered by payload id.
 // Consecutive records are stored together in groups, keyed by the id of their last record.

@@ -77,7 +77,8 @@ std::string SegmentIndex::Serialize() const {
 
 Status SegmentIndex::Parse(std::string_view bytes, SegmentIndex* index) {
   if (bytes.size() < kIndexHeaderBytes + 8) return Status::Corruption("segment index too short");
-  if (XXH3_64bits(bytes.data(), bytes.size() - 8) != DecodeFixed64(bytes.data() + bytes.size() - 8)) {
+  if (XXH3_64bits(bytes.data(), bytes.size() - 8) !=
+      DecodeFixed64(bytes.data() + bytes.size() - 8)) {
     return Status::Corruption("segment index checksum mismatch");
   }
   SegmentIndex ix;
@@ -170,7 +171,8 @@ Status CompressSegments(std::string_view raw, const std::vector<uint64_t>& ends,
     }
     ZSTD_freeCCtx(cctx);
   };
-  const int t = static_cast<int>(std::clamp<size_t>(n, 1, static_cast<size_t>(std::max(1, threads))));
+  const int t =
+      static_cast<int>(std::clamp<size_t>(n, 1, static_cast<size_t>(std::max(1, threads))));
   std::vector<std::thread> pool;
   for (int i = 1; i < t; ++i) pool.emplace_back(work);
   work();
@@ -268,8 +270,7 @@ Status DecodeSegment(std::string_view what, const SegmentEntry& e, std::string_v
 }
 
 Status SegmentedTable::Init(std::string name, char space, std::vector<SegmentEntry> entries,
-                            KvReader* kv, ByteCache* cache, uint64_t serial,
-                            InodeCoding inodes) {
+                            KvReader* kv, ByteCache* cache, uint64_t serial, InodeCoding inodes) {
   name_ = std::move(name);
   inodes_ = inodes;
   space_ = space;
@@ -309,8 +310,8 @@ Status SegmentedTable::Load(uint64_t s, std::string* raw) const {
 }
 
 Status SegmentedTable::Get(uint64_t s, Segment* out) const {
-  const Segment* hit = space_ == kNameSegmentSpace ? t_name_ring.Find(serial_, s)
-                                                   : t_inode_ring.Find(serial_, s);
+  const Segment* hit =
+      space_ == kNameSegmentSpace ? t_name_ring.Find(serial_, s) : t_inode_ring.Find(serial_, s);
   if (hit) {
     *out = *hit;
     return Status::OK();

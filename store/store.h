@@ -282,8 +282,8 @@ inline bool IsLink(const InodeRecord& r) { return (r.mode & 0170000) == 0120000;
 // huge image gets it served as is, never a huge decode buffer or view file.
 inline bool IsDecodableImage(const InodeRecord& r) {
   const auto kind = static_cast<ImageKind>(r.image);
-  return IsReg(r) && (kind == ImageKind::kJpeg || kind == ImageKind::kPng) && r.width > 0 && r.height > 0 &&
-         r.width <= kMaxImageSide && r.height <= kMaxImageSide &&
+  return IsReg(r) && (kind == ImageKind::kJpeg || kind == ImageKind::kPng) && r.width > 0 &&
+         r.height > 0 && r.width <= kMaxImageSide && r.height <= kMaxImageSide &&
          uint64_t{r.width} * r.height <= kMaxImagePixels && r.size <= kMaxImageFileBytes;
 }
 

@@ -524,8 +524,7 @@ Status Store::KernelGroupOf(uint64_t last_id, ByteCache::Value* pin, PinnedValue
   return Status::OK();
 }
 
-Status Store::ReadKernelFrame(const KernelGroup& g, uint64_t offset, size_t len,
-                              char* dst) const {
+Status Store::ReadKernelFrame(const KernelGroup& g, uint64_t offset, size_t len, char* dst) const {
   ByteCache::Value pin;
   PinnedValue v;
   PayloadView p;

@@ -15,7 +15,8 @@ namespace {
 std::string FormatTime(time_t t) {
   struct tm tm;
   char buf[32];
-  if (::localtime_r(&t, &tm) == nullptr || std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M", &tm) == 0) {
+  if (::localtime_r(&t, &tm) == nullptr ||
+      std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M", &tm) == 0) {
     return "?";
   }
   return buf;
@@ -45,10 +46,14 @@ Status RunCacheLs(const std::string& dir_arg, std::ostream& out, bool json) {
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     uint64_t total = 0;
     for (const auto& c : caches) {
-      list.push_back({{"name", c.name}, {"url", c.meta.url}, {"endpoint", c.meta.endpoint},
-                      {"identity", c.meta.id}, {"bytes", c.bytes},
+      list.push_back({{"name", c.name},
+                      {"url", c.meta.url},
+                      {"endpoint", c.meta.endpoint},
+                      {"identity", c.meta.id},
+                      {"bytes", c.bytes},
                       {"last_use_unix_s", static_cast<int64_t>(c.last_use)},
-                      {"mounted", c.mounted}, {"stale_stores", c.stale.size()}});
+                      {"mounted", c.mounted},
+                      {"stale_stores", c.stale.size()}});
       total += c.bytes;
     }
     nlohmann::ordered_json j = {{"dir", dir}, {"caches", list}, {"total_bytes", total}};
@@ -57,10 +62,11 @@ Status RunCacheLs(const std::string& dir_arg, std::ostream& out, bool json) {
   }
   uint64_t total = 0;
   for (const auto& c : caches) {
-    out << c.name << "  " << (c.meta.url.empty() ? "(unknown: made before dsfs recorded it)" : c.meta.url)
+    out << c.name << "  "
+        << (c.meta.url.empty() ? "(unknown: made before dsfs recorded it)" : c.meta.url)
         << "\n  endpoint: " << (c.meta.endpoint.empty() ? "?" : c.meta.endpoint)
-        << "  identity: " << (c.meta.id.empty() ? "?" : c.meta.id)
-        << "\n  " << FormatBytes(c.bytes) << "  last used " << FormatTime(c.last_use) << "  "
+        << "  identity: " << (c.meta.id.empty() ? "?" : c.meta.id) << "\n  " << FormatBytes(c.bytes)
+        << "  last used " << FormatTime(c.last_use) << "  "
         << (c.mounted ? "mounted now" : "not mounted");
     if (!c.stale.empty()) out << "  " << c.stale.size() << " stale store(s) (pushed over since)";
     out << "\n";

@@ -7,7 +7,6 @@
 #include <cstring>
 #include <ctime>
 #include <functional>
-
 #include <nlohmann/json.hpp>
 
 #include "common/memory_limit.h"
@@ -105,8 +104,8 @@ Status Walk(const Store& store, uint32_t dir, const std::string& prefix, bool re
 }
 
 // Opens the store at `store_path` and finds `path` in it.
-Status OpenAt(const std::string& store_path, const std::string& path,
-              std::unique_ptr<Store>* store, uint32_t* ino, InodeRecord* rec) {
+Status OpenAt(const std::string& store_path, const std::string& path, std::unique_ptr<Store>* store,
+              uint32_t* ino, InodeRecord* rec) {
   DSFS_RETURN_IF_ERROR(OpenStore(store_path, store));
   return (*store)->LookupPath(path, ino, rec).WithContext(path);
 }
@@ -117,13 +116,14 @@ Status OpenAt(const std::string& store_path, const std::string& path,
 // and, for a symlink, "target" (docs/usage.md, "JSON output").
 Status LsJson(const Store& store, const InodeRecord& r, const std::string& path,
               std::ostream& out) {
-  nlohmann::ordered_json j = {
-      {"path", path},
-      {"type", IsDir(r) ? "directory" : IsLink(r) ? "symlink" : "file"},
-      {"mode", ModeText(r.mode)},
-      {"size", IsDir(r) ? 0 : r.size},
-      {"mtime_unix_s", r.mtime_s},
-      {"mtime_ns", r.mtime_ns}};
+  nlohmann::ordered_json j = {{"path", path},
+                              {"type", IsDir(r)    ? "directory"
+                                       : IsLink(r) ? "symlink"
+                                                   : "file"},
+                              {"mode", ModeText(r.mode)},
+                              {"size", IsDir(r) ? 0 : r.size},
+                              {"mtime_unix_s", r.mtime_s},
+                              {"mtime_ns", r.mtime_ns}};
   if (IsLink(r)) {
     std::string_view target;
     DSFS_RETURN_IF_ERROR(store.ReadLink(r, &target));
@@ -220,16 +220,27 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
     // Key order as written, one line as the stats file (fs/stats.h: bytes that are not UTF-8,
     // which a store path may hold, become U+FFFD rather than an invalid document).
     nlohmann::ordered_json j = {
-        {"store", store_path}, {"backend", store->backend_name()}, {"format_version", h.version},
-        {"created_unix_s", h.created_unix_s}, {"entries", h.inode_count},
-        {"files", h.file_count}, {"directories", h.dir_count}, {"symlinks", h.symlink_count},
-        {"file_bytes", h.file_bytes}, {"payload_records", h.payload_count},
-        {"payload_bytes", h.payload_bytes}, {"store_bytes", store_bytes},
-        {"ratio", std::round(ratio * 1e4) / 1e4}, {"zstd_level", h.zstd_level},
-        {"dictionary_bytes", h.dict_bytes}, {"chunk_bytes", h.chunk_bytes},
+        {"store", store_path},
+        {"backend", store->backend_name()},
+        {"format_version", h.version},
+        {"created_unix_s", h.created_unix_s},
+        {"entries", h.inode_count},
+        {"files", h.file_count},
+        {"directories", h.dir_count},
+        {"symlinks", h.symlink_count},
+        {"file_bytes", h.file_bytes},
+        {"payload_records", h.payload_count},
+        {"payload_bytes", h.payload_bytes},
+        {"store_bytes", store_bytes},
+        {"ratio", std::round(ratio * 1e4) / 1e4},
+        {"zstd_level", h.zstd_level},
+        {"dictionary_bytes", h.dict_bytes},
+        {"chunk_bytes", h.chunk_bytes},
         {"group_bytes", h.version >= kSolidFormatVersion ? h.group_bytes : 0},
-        {"images", h.image_count}, {"pixel_records", h.pixel_count},
-        {"pixel_bytes", h.pixel_bytes}, {"metadata_bytes", meta.stored_bytes},
+        {"images", h.image_count},
+        {"pixel_records", h.pixel_count},
+        {"pixel_bytes", h.pixel_bytes},
+        {"metadata_bytes", meta.stored_bytes},
         {"metadata_raw_bytes", meta.inode_bytes + meta.name_bytes},
         {"metadata_segments", meta.segments},
         {"memory_limit_bytes", ProcessMemoryLimit().bytes},
@@ -266,20 +277,18 @@ Status RunInfo(const std::string& store_path, const std::string& path, bool json
       "images:       %llu decodable by the views; decoded pixels stored: %s\n",
       store_path.c_str(), std::string(store->backend_name()).c_str(), h.version,
       TimeString(static_cast<int64_t>(h.created_unix_s)).c_str(), DsfsVersion(),
-      static_cast<unsigned long long>(h.inode_count),
-      static_cast<unsigned long long>(h.file_count), static_cast<unsigned long long>(h.dir_count),
+      static_cast<unsigned long long>(h.inode_count), static_cast<unsigned long long>(h.file_count),
+      static_cast<unsigned long long>(h.dir_count),
       static_cast<unsigned long long>(h.symlink_count), FormatBytes(h.file_bytes).c_str(),
       FormatBytes(store_bytes).c_str(), ratio, FormatBytes(h.payload_bytes).c_str(),
       static_cast<unsigned long long>(h.payload_count), FormatBytes(meta.stored_bytes).c_str(),
       FormatBytes(meta.inode_bytes + meta.name_bytes).c_str(),
       meta.segments ? (std::to_string(meta.segments) + " compressed segments").c_str()
                     : "stored raw",
-      h.zstd_level,
-      h.dict_bytes ? FormatBytes(h.dict_bytes).c_str() : "none",
+      h.zstd_level, h.dict_bytes ? FormatBytes(h.dict_bytes).c_str() : "none",
       FormatBytes(h.chunk_bytes).c_str(),
-      h.version >= kSolidFormatVersion
-          ? ("solid groups of " + FormatBytes(h.group_bytes)).c_str()
-          : "each file compressed alone",
+      h.version >= kSolidFormatVersion ? ("solid groups of " + FormatBytes(h.group_bytes)).c_str()
+                                       : "each file compressed alone",
       static_cast<unsigned long long>(h.image_count),
       h.pixel_count ? FormatBytes(h.pixel_bytes).c_str() : "no");
   out << buf;

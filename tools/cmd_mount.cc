@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -132,8 +132,8 @@ Status ParseOptionList(const std::string& list, MountConfig* config, SeenOptions
       DSFS_RETURN_IF_ERROR(ParseNumber(key, value, 1, 256, &n));
       config->fuse.session.threads = static_cast<int>(n);
     } else if (key == "transport") {
-      DSFS_RETURN_IF_ERROR(
-          ParseTransportMode(value, &config->fuse.session.transport).WithContext("mount option transport"));
+      DSFS_RETURN_IF_ERROR(ParseTransportMode(value, &config->fuse.session.transport)
+                               .WithContext("mount option transport"));
     } else if (key == "cache_size") {
       uint64_t bytes;
       DSFS_RETURN_IF_ERROR(ParseSizeOption(key, value, &bytes));

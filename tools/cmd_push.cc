@@ -5,8 +5,8 @@
 #include <chrono>
 
 #include "backend/kv_open.h"
-#include "s3/url.h"
 #include "common/units.h"
+#include "s3/url.h"
 #include "store/store.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
@@ -55,10 +55,9 @@ Status RunPush(const PushCommand& cmd, std::ostream& out, std::ostream& err) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out << "pushed " << cmd.src << " -> " << url.ToString() << ": " << records << " records, "
       << FormatBytes(bytes) << " in " << FormatDuration(s) << ", "
-      << FormatBytes(static_cast<uint64_t>(static_cast<double>(bytes) / std::max(s, 1e-3)))
-      << "/s" << (skipped_objects ? " (" + std::to_string(skipped_objects) +
-                                        " data objects already there)"
-                                  : "")
+      << FormatBytes(static_cast<uint64_t>(static_cast<double>(bytes) / std::max(s, 1e-3))) << "/s"
+      << (skipped_objects ? " (" + std::to_string(skipped_objects) + " data objects already there)"
+                          : "")
       << "\n";
   return Status::OK();
 }

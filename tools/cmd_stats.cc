@@ -4,11 +4,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <cerrno>
+#include <cstdlib>
 #include <functional>
 #include <iterator>
-
 #include <nlohmann/json.hpp>
 
 #include "common/mount_table.h"
@@ -45,9 +44,10 @@ bool Flatten(std::string_view text, std::vector<std::pair<std::string, std::stri
             walk(prefix.empty() ? key : prefix + "." + key, *it);
           }
         } else {
-          out->emplace_back(prefix, v.is_string() ? v.get<std::string>()
-                                                  : v.dump(-1, ' ', false,
-                                                           nlohmann::ordered_json::error_handler_t::replace));
+          out->emplace_back(prefix, v.is_string()
+                                        ? v.get<std::string>()
+                                        : v.dump(-1, ' ', false,
+                                                 nlohmann::ordered_json::error_handler_t::replace));
         }
       };
   walk("", doc);
@@ -56,8 +56,7 @@ bool Flatten(std::string_view text, std::vector<std::pair<std::string, std::stri
 
 }  // namespace
 
-Status RunStats(const std::string& mountpoint_arg, bool json, std::ostream& out,
-                bool prometheus) {
+Status RunStats(const std::string& mountpoint_arg, bool json, std::ostream& out, bool prometheus) {
   // A symbolic link to the mountpoint names the mount too (-o kernel mounts are found by
   // their path in the mount table). A dead mount does not resolve (ENOTCONN): kept as given.
   std::string mountpoint = mountpoint_arg;

@@ -14,16 +14,15 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "common/path.h"
 #include "common/system.h"
@@ -136,8 +135,8 @@ Status RunWarmup(const WarmupCommand& cmd, std::ostream& out, std::ostream& err)
       return Status::InvalidArgument(p + ": a path inside the mount may not hold '..'");
     }
     const std::string path = AbsolutePath(!p.empty() && p[0] == '/' ? p
-                                          : p.empty()                ? mountpoint
-                                                                     : mountpoint + "/" + p);
+                                          : p.empty()               ? mountpoint
+                                                                    : mountpoint + "/" + p);
     if (path != mountpoint && path.rfind(mountpoint + "/", 0) != 0) {
       return Status::InvalidArgument(p + ": not inside the mount " + mountpoint);
     }
@@ -251,10 +250,14 @@ Status RunWarmup(const WarmupCommand& cmd, std::ostream& out, std::ostream& err)
     // (null for a local store), "interrupted"}: on `out`, also when interrupted.
     const int64_t gets_after = gets_before >= 0 ? RemoteGets(mountpoint) : -1;
     nlohmann::ordered_json j = {
-        {"bytes_cached", bytes_done.load()}, {"files_read", files_done.load()},
-        {"files", files.size()}, {"failed", failed}, {"seconds", StatsSeconds(seconds)},
+        {"bytes_cached", bytes_done.load()},
+        {"files_read", files_done.load()},
+        {"files", files.size()},
+        {"failed", failed},
+        {"seconds", StatsSeconds(seconds)},
         {"bytes_per_s", seconds > 0 ? static_cast<uint64_t>(bytes_done.load() / seconds) : 0},
-        {"s3_gets", nullptr}, {"interrupted", interrupted}};
+        {"s3_gets", nullptr},
+        {"interrupted", interrupted}};
     if (gets_after >= 0) j["s3_gets"] = gets_after - gets_before;
     out << OneLineJson(j) << "\n";
   } else if (!cmd.quiet || interrupted) {

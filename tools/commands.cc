@@ -183,7 +183,6 @@ const char* kHelperUsage =
 
 }  // namespace
 
-
 int MountHelperMain(const std::string& program, const std::vector<std::string>& args,
                     std::ostream& out, std::ostream& err) {
   MountHelperArgs h;
@@ -244,9 +243,10 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       "pack",
       "pack SRC (a directory, a tar/cpio/zip archive, or - for an archive on stdin) into "
       "a new store DST");
-  pack_cmd->add_option("SRC", pack.src,
-                       "source directory, archive file, - (stdin), an archive at s3://BUCKET/KEY or "
-                       "http(s)://URL, or the objects under s3://BUCKET/PREFIX/ (docs/pack-sources.md)")
+  pack_cmd
+      ->add_option("SRC", pack.src,
+                   "source directory, archive file, - (stdin), an archive at s3://BUCKET/KEY or "
+                   "http(s)://URL, or the objects under s3://BUCKET/PREFIX/ (docs/pack-sources.md)")
       ->required();
   pack_cmd->add_option("DST", pack.dst, "the store to create (a file; a directory with rocksdb)")
       ->required();
@@ -263,8 +263,9 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   pack_cmd->add_option("--chunk-size", chunk_size, "large files are stored in chunks of this size")
       ->transform(size_validator)
       ->capture_default_str();
-  pack_cmd->add_option("--group-size", group_size,
-                       "small files are compressed together in groups of this size (1K-4M)")
+  pack_cmd
+      ->add_option("--group-size", group_size,
+                   "small files are compressed together in groups of this size (1K-4M)")
       ->transform(size_validator)
       ->capture_default_str();
   pack_cmd->add_option("-j,--threads", pack.options.threads, "compression threads (0 = all cores)")
@@ -291,7 +292,9 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       "convert", "copy store SRC into a new store DST of another backend (no recompression)");
   convert_cmd->add_option("SRC", convert.src, "existing store")->required();
   convert_cmd->add_option("DST", convert.dst, "store to create")->required();
-  convert_cmd->add_option("--backend", convert.backend, "lmdb, rocksdb or s3 (DST s3://BUCKET/PREFIX)")->required();
+  convert_cmd
+      ->add_option("--backend", convert.backend, "lmdb, rocksdb or s3 (DST s3://BUCKET/PREFIX)")
+      ->required();
   convert_cmd->add_flag("-f,--force", convert.force,
                         "replace DST if it is a dsfs store or an empty directory");
   convert_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
@@ -359,13 +362,15 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       "write the tree of STORE (or its PATHs) into directory DIR, or as a pax tar stream to "
       "stdout (DIR -, the default)");
   extract_cmd->add_option("STORE", extract.store, kStoreHelp)->required();
-  extract_cmd->add_option("DIR", extract.dest,
-                          "the directory to write into (made if missing), or - for a tar "
-                          "stream on stdout")
+  extract_cmd
+      ->add_option("DIR", extract.dest,
+                   "the directory to write into (made if missing), or - for a tar "
+                   "stream on stdout")
       ->capture_default_str();
   extract_cmd->add_option("PATH", extract.paths, "files or directories inside the store");
-  extract_cmd->add_option("--view", extract.view,
-                          "the view written out: original, bmp, npy, tensor, bmp-N, jpeg-N")
+  extract_cmd
+      ->add_option("--view", extract.view,
+                   "the view written out: original, bmp, npy, tensor, bmp-N, jpeg-N")
       ->capture_default_str();
   extract_cmd->add_flag("-f,--force", extract.force,
                         "write into a non-empty DIR: adds what is missing, replaces nothing");
@@ -422,15 +427,17 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
       "[--keep-days N] [-n]: frees what no mount uses. See docs/s3.md.");
   auto* cache_ls_cmd = cache_cmd->add_subcommand(
       "ls", "list the stores cached in DIR: URL, endpoint, identity, size, last use, mounted");
-  cache_ls_cmd->add_option("DIR", cache_dir, "a cache_dir (default: $XDG_CACHE_HOME/dsfs or "
-                                             "~/.cache/dsfs)");
+  cache_ls_cmd->add_option("DIR", cache_dir,
+                           "a cache_dir (default: $XDG_CACHE_HOME/dsfs or "
+                           "~/.cache/dsfs)");
   cache_ls_cmd->add_flag("--json", json, "one JSON object");
   auto* cache_gc_cmd = cache_cmd->add_subcommand(
       "gc",
       "remove the caches in DIR no mount uses that were not used within --keep-days days, "
       "and stores pushed over since");
-  cache_gc_cmd->add_option("DIR", cache_dir, "a cache_dir (default: $XDG_CACHE_HOME/dsfs or "
-                                             "~/.cache/dsfs)");
+  cache_gc_cmd->add_option("DIR", cache_dir,
+                           "a cache_dir (default: $XDG_CACHE_HOME/dsfs or "
+                           "~/.cache/dsfs)");
   cache_gc_cmd->add_option("--keep-days", keep_days, "keep caches used within this many days")
       ->capture_default_str()
       ->check(CLI::Range(0, 36500));

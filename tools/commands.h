@@ -87,7 +87,7 @@ struct MountHelperArgs {
   bool fake = false;     // -f: parse and check, mount nothing
   bool verbose = false;  // -v: log at info level
   bool help = false;
-  bool version = false;  // -V, --version
+  bool version = false;              // -V, --version
   std::vector<std::string> ignored;  // generic options skipped ("rw" among them)
   bool asked_rw = false;             // "rw" or -w (fstab's "defaults"): read-only all the same
 };

@@ -65,8 +65,7 @@ void ProgressLine::Update(const PackProgress& p) {
   auto now = std::chrono::steady_clock::now();
   bool rated = std::strcmp(p.phase, "compressing") == 0 || std::strcmp(p.phase, "copying") == 0 ||
                std::strcmp(p.phase, "pushing") == 0 || std::strcmp(p.phase, "finishing") == 0 ||
-               std::strcmp(p.phase, "verifying") == 0 ||
-               std::strcmp(p.phase, "warming") == 0;
+               std::strcmp(p.phase, "verifying") == 0 || std::strcmp(p.phase, "warming") == 0;
   if (rated && !measuring_) {
     // From the update before (the end of training, which starts the compression), else now.
     measuring_ = true;

@@ -23,9 +23,12 @@ bool IsHex16(std::string_view s) {
            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
          });
 }
-bool IsCacheName(std::string_view s) { return s.size() == 19 && s.substr(0, 3) == "s3-" && IsHex16(s.substr(3)); }
+bool IsCacheName(std::string_view s) {
+  return s.size() == 19 && s.substr(0, 3) == "s3-" && IsHex16(s.substr(3));
+}
 bool IsObjectFileName(std::string_view s) {
-  return s.size() == 6 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  return s.size() == 6 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 // The other names a cache directory of dsfs's holds (S3CacheRoot's and this file's).
 bool IsCacheFileName(std::string_view s) {
@@ -89,8 +92,7 @@ uint64_t UnlinkOwnFile(int dir_fd, const std::string& name) {
   if (!fd) return 0;
   struct stat st;
   if (::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() &&
-      ::unlinkat(dir_fd, name.c_str(), 0) == 0 && ::fstat(fd.get(), &st) == 0 &&
-      st.st_nlink == 0) {
+      ::unlinkat(dir_fd, name.c_str(), 0) == 0 && ::fstat(fd.get(), &st) == 0 && st.st_nlink == 0) {
     return Allocated(st);
   }
   return 0;
@@ -203,8 +205,7 @@ Status LockS3CacheForMount(int dir_fd, const std::string& dir_path, int* lock_fd
   }
   struct stat st;
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    return Status::IOError(dir_path + "/" + kS3CacheLockName +
-                           ": not a regular file (remove it)");
+    return Status::IOError(dir_path + "/" + kS3CacheLockName + ": not a regular file (remove it)");
   }
   // A gc holds it only while it removes the cache: short.
   while (::flock(fd.get(), LOCK_SH) != 0) {

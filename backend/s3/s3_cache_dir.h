@@ -47,8 +47,8 @@ void WriteS3CacheMeta(int dir_fd, const S3CacheMeta& meta);
 
 // One cache of a cache_dir, as `dsfs cache ls` shows it.
 struct S3CacheEntry {
-  std::string name;  // s3-HASH
-  S3CacheMeta meta;  // empty fields if the cache has no (readable) meta file
+  std::string name;                // s3-HASH
+  S3CacheMeta meta;                // empty fields if the cache has no (readable) meta file
   uint64_t bytes = 0;              // disk space its files take (allocated blocks)
   uint64_t freeable_bytes = 0;     // what removing them frees: not a hard-linked file's blocks
   time_t last_use = 0;             // mtime of meta (else of the directory)
@@ -69,8 +69,8 @@ struct S3CacheGcOptions {
 // What gc did with one cache.
 struct S3CacheGcResult {
   std::string name;
-  std::string action;  // "removed", "removed stale stores", "kept", "in use", "left"
-  std::string why;     // one phrase: "unused for 41 days", "mounted now", ...
+  std::string action;        // "removed", "removed stale stores", "kept", "in use", "left"
+  std::string why;           // one phrase: "unused for 41 days", "mounted now", ...
   uint64_t freed_bytes = 0;  // blocks really freed (would be, with dry_run): a file with
                              // another hard link frees none
 };

@@ -11,8 +11,8 @@
 // the same store again finds its data objects already there and skips them (a resumed push);
 // a changed store gets new objects, and caches keyed by ID never serve stale bytes.
 //
-// The index's format: backend/s3/s3_kv_index.h. The disk cache (KvReaderOptions::cache_dir), what it
-// trusts and how it evicts: backend/s3/s3_kv_cache.h. Values are fetched in whole blocks of
+// The index's format: backend/s3/s3_kv_index.h. The disk cache (KvReaderOptions::cache_dir), what
+// it trusts and how it evicts: backend/s3/s3_kv_cache.h. Values are fetched in whole blocks of
 // kS3BlockBytes (adjacent values coalesced into one GET).
 #pragma once
 

@@ -211,7 +211,8 @@ void S3CacheRoot::WriteIndex(std::string_view bytes) const {
   const std::string tmp = "index.tmp-" + std::to_string(::getpid());
   const int dir = fd_.get();
   ::unlinkat(dir, tmp.c_str(), 0);
-  UniqueFd fd(::openat(dir, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  UniqueFd fd(
+      ::openat(dir, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd) return;
   const bool ok = WriteAll(fd.get(), bytes);
   fd.reset();
@@ -225,7 +226,8 @@ void S3CacheRoot::RemoveOtherStores(const std::string& keep_id) const {
     if (!IsStoreId(name) || name == keep_id) return;
     if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) return;
     {
-      const UniqueFd sub(::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      const UniqueFd sub(
+          ::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (!sub) return;
       ForEachEntry(sub.get(), [&](const std::string& file) {
         struct stat fst;

@@ -21,6 +21,8 @@
 // Thread safety: Read and Write may be called from any number of threads at once.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstdint>
 #include <list>
@@ -28,7 +30,6 @@
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <sys/types.h>
 #include <unordered_map>
 #include <vector>
 

@@ -127,8 +127,10 @@ Status ParseS3Index(const std::string& name, std::string_view bytes, S3Index* in
   }
   if (bytes.size() > kS3MaxIndexBytes) return bad("larger than any index");
   const uint64_t id = DecodeFixed64(bytes.data() + 16);
-  const uint64_t objects = DecodeFixed64(bytes.data() + 24), entries = DecodeFixed64(bytes.data() + 32);
-  const uint64_t raw = DecodeFixed64(bytes.data() + 40), sum = DecodeFixed64(bytes.data() + kSumOffset);
+  const uint64_t objects = DecodeFixed64(bytes.data() + 24),
+                 entries = DecodeFixed64(bytes.data() + 32);
+  const uint64_t raw = DecodeFixed64(bytes.data() + 40),
+                 sum = DecodeFixed64(bytes.data() + kSumOffset);
   std::string_view body = bytes.substr(kIndexHeaderBytes);
   if (S3IndexChecksum(bytes) != sum) return bad("checksum");
   // Version 2's header is outside its checksum: its counts are only trusted as far as the

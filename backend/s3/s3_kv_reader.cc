@@ -337,7 +337,8 @@ class S3Reader : public KvReader {
       out->assign(e.length, '\0');
       const uint64_t vb = e.offset, ve = e.offset + e.length;
       const uint64_t mb = std::max(vb, fbegin), me = std::min(ve, fend);
-      if (mb < me) std::memcpy(out->data() + (mb - vb), flight->bytes.data() + (mb - fbegin), me - mb);
+      if (mb < me)
+        std::memcpy(out->data() + (mb - vb), flight->bytes.data() + (mb - fbegin), me - mb);
       if (vb < std::min(ve, fbegin) &&
           !disk_->ReadRaw(e.object, vb, std::min(ve, fbegin) - vb, out->data())) {
         return false;
@@ -450,7 +451,7 @@ class S3Reader : public KvReader {
   struct Flight {
     std::mutex mu;
     std::condition_variable cv;
-    bool done = false;  // guarded by mu; status and bytes are set before it, read after
+    bool done = false;     // guarded by mu; status and bytes are set before it, read after
     bool on_disk = false;  // the blocks were on disk after all: read them there
     Status status;
     std::string bytes;

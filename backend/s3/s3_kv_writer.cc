@@ -157,8 +157,9 @@ Status NewS3Writer(const std::string& url_text, const KvWriterOptions& options,
   DSFS_RETURN_IF_ERROR(ParseS3Url(url_text, &url));
   AwsSettings settings;
   DSFS_RETURN_IF_ERROR(LoadAwsSettings(&settings));
-  auto w = std::make_unique<S3Writer>(std::make_unique<S3Client>(settings, S3Client::RetryPolicy::For(0, 0)),
-                                      url, options, s3_options);
+  auto w = std::make_unique<S3Writer>(
+      std::make_unique<S3Client>(settings, S3Client::RetryPolicy::For(0, 0)), url, options,
+      s3_options);
   DSFS_RETURN_IF_ERROR(w->Begin());
   *writer = std::move(w);
   return Status::OK();

@@ -80,8 +80,9 @@ std::string file_name(std::uint64_t i) {
 
 // The bytes of file i.
 void content(const Options& o, std::uint64_t i, std::vector<unsigned char>* out) {
-  static const unsigned char kHeader[20] = {0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10, 'J',  'F',  'I',  'F',
-                                            0x00, 0x01, 0x01, 0x00, 0x00, 0x01, 0x00, 0x01, 0x00, 0x00};
+  static const unsigned char kHeader[20] = {0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10, 'J',
+                                            'F',  'I',  'F',  0x00, 0x01, 0x01, 0x00,
+                                            0x00, 0x01, 0x00, 0x01, 0x00, 0x00};
   Rng r{o.seed * 0x100000001B3ull ^ i};
   std::size_t size = 100 + r.next() % 501;
   out->assign(kHeader, kHeader + sizeof kHeader);
@@ -91,9 +92,15 @@ void content(const Options& o, std::uint64_t i, std::vector<unsigned char>* out)
     for (std::size_t k = 0; k < len && out->size() < size; ++k) {
       std::uint64_t v = r.next();
       switch (kind) {
-        case 0: out->push_back(static_cast<unsigned char>(i >> 3)); break;         // a run
-        case 1: out->push_back(static_cast<unsigned char>("0123456789abcdef"[v & 15])); break;
-        default: out->push_back(static_cast<unsigned char>(v)); break;               // noise
+        case 0:
+          out->push_back(static_cast<unsigned char>(i >> 3));
+          break;  // a run
+        case 1:
+          out->push_back(static_cast<unsigned char>("0123456789abcdef"[v & 15]));
+          break;
+        default:
+          out->push_back(static_cast<unsigned char>(v));
+          break;  // noise
       }
     }
   }
@@ -239,16 +246,26 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) usage(("missing value after " + a).c_str());
       return argv[++i];
     };
-    if (a == "--files") o.files = number(value());
-    else if (a == "--classes") o.classes = number(value());
-    else if (a == "--seed") o.seed = number(value());
-    else if (a == "--prefix") o.prefix = value();
-    else if (a == "--tree") o.tree = value();
-    else if (a == "--empty") o.empty = true;
-    else if (a == "--list") o.list = number(value());
-    else if (a == "--list-seed") o.list_seed = number(value());
-    else if (a == "-h" || a == "--help") usage(nullptr);
-    else usage(("unknown argument " + a).c_str());
+    if (a == "--files")
+      o.files = number(value());
+    else if (a == "--classes")
+      o.classes = number(value());
+    else if (a == "--seed")
+      o.seed = number(value());
+    else if (a == "--prefix")
+      o.prefix = value();
+    else if (a == "--tree")
+      o.tree = value();
+    else if (a == "--empty")
+      o.empty = true;
+    else if (a == "--list")
+      o.list = number(value());
+    else if (a == "--list-seed")
+      o.list_seed = number(value());
+    else if (a == "-h" || a == "--help")
+      usage(nullptr);
+    else
+      usage(("unknown argument " + a).c_str());
   }
   if (o.files == 0 || o.classes == 0) usage("--files and --classes must be > 0");
   if (o.list) return write_list(o);

@@ -87,23 +87,39 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) usage(("missing value after " + a).c_str());
       return argv[++i];
     };
-    if (a == "--list") o.list = value();
-    else if (a == "--write-list") o.write_list = value();
-    else if (a == "--seq") o.seq = value();
-    else if (a == "--threads" || a == "-t") o.threads = static_cast<unsigned>(parse_size(value()));
-    else if (a == "--passes") o.passes = static_cast<unsigned>(parse_size(value()));
-    else if (a == "--seed") o.seed = parse_size(value());
-    else if (a == "--limit") o.limit = parse_size(value());
-    else if (a == "--block") o.block = parse_size(value());
-    else if (a == "--stat") o.stat_only = true;
-    else if (a == "--no-shuffle") o.no_shuffle = true;
-    else if (a == "--label") o.label = value();
-    else if (a == "-h" || a == "--help") usage(nullptr);
-    else if (!a.empty() && a[0] == '-') usage(("unknown option " + a).c_str());
-    else if (o.root.empty()) o.root = a;
-    else usage("more than one ROOT");
+    if (a == "--list")
+      o.list = value();
+    else if (a == "--write-list")
+      o.write_list = value();
+    else if (a == "--seq")
+      o.seq = value();
+    else if (a == "--threads" || a == "-t")
+      o.threads = static_cast<unsigned>(parse_size(value()));
+    else if (a == "--passes")
+      o.passes = static_cast<unsigned>(parse_size(value()));
+    else if (a == "--seed")
+      o.seed = parse_size(value());
+    else if (a == "--limit")
+      o.limit = parse_size(value());
+    else if (a == "--block")
+      o.block = parse_size(value());
+    else if (a == "--stat")
+      o.stat_only = true;
+    else if (a == "--no-shuffle")
+      o.no_shuffle = true;
+    else if (a == "--label")
+      o.label = value();
+    else if (a == "-h" || a == "--help")
+      usage(nullptr);
+    else if (!a.empty() && a[0] == '-')
+      usage(("unknown option " + a).c_str());
+    else if (o.root.empty())
+      o.root = a;
+    else
+      usage("more than one ROOT");
   }
-  if (o.threads == 0 || o.passes == 0 || o.block == 0) usage("--threads, --passes and --block must be > 0");
+  if (o.threads == 0 || o.passes == 0 || o.block == 0)
+    usage("--threads, --passes and --block must be > 0");
   if (o.seq.empty() && o.root.empty()) usage("no ROOT");
   return o;
 }
@@ -112,10 +128,18 @@ std::string json_escape(const std::string& s) {
   std::string r;
   for (char c : s) {
     switch (c) {
-      case '"': r += "\\\""; break;
-      case '\\': r += "\\\\"; break;
-      case '\n': r += "\\n"; break;
-      case '\t': r += "\\t"; break;
+      case '"':
+        r += "\\\"";
+        break;
+      case '\\':
+        r += "\\\\";
+        break;
+      case '\n':
+        r += "\\n";
+        break;
+      case '\t':
+        r += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -136,7 +160,8 @@ std::vector<std::string> walk(const std::string& root) {
   std::error_code ec;
   fs::recursive_directory_iterator it(root, fs::directory_options::none, ec), end;
   if (ec) {
-    std::fprintf(stderr, "dsfs-readbench: cannot walk %s: %s\n", root.c_str(), ec.message().c_str());
+    std::fprintf(stderr, "dsfs-readbench: cannot walk %s: %s\n", root.c_str(),
+                 ec.message().c_str());
     std::exit(1);
   }
   const fs::path base(root);
@@ -194,7 +219,8 @@ PassResult run_pass(const std::vector<std::string>& paths, unsigned threads, boo
     auto fail = [&](const std::string& path, const char* what, int e) {
       ++errors;
       std::lock_guard<std::mutex> lock(err_mu);
-      if (first_error.empty()) first_error = std::string(what) + " " + path + ": " + std::strerror(e);
+      if (first_error.empty())
+        first_error = std::string(what) + " " + path + ": " + std::strerror(e);
     };
     ready.fetch_add(1);
     while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
@@ -204,23 +230,35 @@ PassResult run_pass(const std::vector<std::string>& paths, unsigned threads, boo
       const std::string& p = paths[i];
       if (stat_only) {
         struct stat st;
-        if (::lstat(p.c_str(), &st) != 0) { fail(p, "lstat", errno); continue; }
+        if (::lstat(p.c_str(), &st) != 0) {
+          fail(p, "lstat", errno);
+          continue;
+        }
         ++files;
         continue;
       }
       int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) { fail(p, "open", errno); continue; }
+      if (fd < 0) {
+        fail(p, "open", errno);
+        continue;
+      }
       bool ok = true;
       for (;;) {
         ssize_t n = ::read(fd, buf.data(), buf.size());
-        if (n > 0) { bytes += static_cast<std::uint64_t>(n); continue; }
+        if (n > 0) {
+          bytes += static_cast<std::uint64_t>(n);
+          continue;
+        }
         if (n == 0) break;
         if (errno == EINTR) continue;
         fail(p, "read", errno);
         ok = false;
         break;
       }
-      if (::close(fd) != 0 && ok) { fail(p, "close", errno); ok = false; }
+      if (::close(fd) != 0 && ok) {
+        fail(p, "close", errno);
+        ok = false;
+      }
       if (ok) ++files;
     }
     total_bytes += bytes;
@@ -249,12 +287,14 @@ void print_result(const char* mode, const Options& o, const std::string& target,
   double el = r.elapsed > 0 ? r.elapsed : 1e-9;
   std::printf("{\"mode\":\"%s\",", mode);
   if (!o.label.empty()) std::printf("\"label\":\"%s\",", json_escape(o.label).c_str());
-  std::printf("\"root\":\"%s\",\"threads\":%u,\"pass\":%u,\"files\":%llu,\"bytes\":%llu,"
-              "\"elapsed_s\":%.6f,\"files_per_s\":%.1f,\"mb_per_s\":%.3f,\"errors\":%llu",
-              json_escape(target).c_str(), threads, pass, static_cast<unsigned long long>(r.files),
-              static_cast<unsigned long long>(r.bytes), r.elapsed, static_cast<double>(r.files) / el,
-              static_cast<double>(r.bytes) / 1e6 / el, static_cast<unsigned long long>(r.errors));
-  if (!r.first_error.empty()) std::printf(",\"first_error\":\"%s\"", json_escape(r.first_error).c_str());
+  std::printf(
+      "\"root\":\"%s\",\"threads\":%u,\"pass\":%u,\"files\":%llu,\"bytes\":%llu,"
+      "\"elapsed_s\":%.6f,\"files_per_s\":%.1f,\"mb_per_s\":%.3f,\"errors\":%llu",
+      json_escape(target).c_str(), threads, pass, static_cast<unsigned long long>(r.files),
+      static_cast<unsigned long long>(r.bytes), r.elapsed, static_cast<double>(r.files) / el,
+      static_cast<double>(r.bytes) / 1e6 / el, static_cast<unsigned long long>(r.errors));
+  if (!r.first_error.empty())
+    std::printf(",\"first_error\":\"%s\"", json_escape(r.first_error).c_str());
   std::printf("}\n");
   std::fflush(stdout);
 }
@@ -272,7 +312,10 @@ int seq_read(const Options& o) {
     double t0 = now_s();
     for (;;) {
       ssize_t n = ::read(fd, buf.data(), buf.size());
-      if (n > 0) { r.bytes += static_cast<std::uint64_t>(n); continue; }
+      if (n > 0) {
+        r.bytes += static_cast<std::uint64_t>(n);
+        continue;
+      }
       if (n == 0) break;
       if (errno == EINTR) continue;
       r.errors = 1;
@@ -303,7 +346,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "dsfs-readbench: cannot write %s\n", o.write_list.c_str());
       return 1;
     }
-    std::fprintf(stderr, "dsfs-readbench: %zu files listed in %s\n", rel.size(), o.write_list.c_str());
+    std::fprintf(stderr, "dsfs-readbench: %zu files listed in %s\n", rel.size(),
+                 o.write_list.c_str());
     return 0;
   }
   if (rel.empty()) {

@@ -20,10 +20,10 @@
 //
 // A config is a transport (auto, uring, classic) with options: libfuse (ioctls answered by a
 // libfuse callback, not by the transport as dsfs has them answered), nodefer (rings without dsfs's
-// IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN), coop (COOP_TASKRUN), poll=US (busy-poll before sleeping), nopin (queue
-// threads not pinned to their CPUs). The configs take turns, round after round, so that each
-// sees the same background load; printed is the median per (target, busy processes, call) of
-// microseconds per call over all rounds.
+// IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN), coop (COOP_TASKRUN), poll=US (busy-poll before
+// sleeping), nopin (queue threads not pinned to their CPUs). The configs take turns, round after
+// round, so that each sees the same background load; printed is the median per (target, busy
+// processes, call) of microseconds per call over all rounds.
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <liburing.h>
@@ -389,11 +389,12 @@ int main(int argc, char** argv) {
     for (auto& c : a.configs) ok = ok && (c == "auto" || c == "uring" || c == "classic");
   }
   if (!ok) {
-    std::fprintf(stderr,
-                 "usage: %s [--seconds S] [--reps R] [--rounds N] [--busy 0,2]\n"
-                 "          [--configs classic,uring,uring:nodefer,uring:coop,uring:poll=20:nopin]\n"
-                 "          [--ext4-dir DIR] [--dsfs BINARY --store STORE --file /PATH]\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s [--seconds S] [--reps R] [--rounds N] [--busy 0,2]\n"
+        "          [--configs classic,uring,uring:nodefer,uring:coop,uring:poll=20:nopin]\n"
+        "          [--ext4-dir DIR] [--dsfs BINARY --store STORE --file /PATH]\n",
+        argv[0]);
     return 2;
   }
   if (::geteuid() != 0) {

@@ -22,7 +22,8 @@ bool ParseLayout(std::string_view list, dsfs::KvWriterOptions::RocksdbLayout* la
   for (std::string_view view : dsfs::SplitList(list, ',')) {
     std::string item(view);
     size_t eq = item.find('=');
-    std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    std::string key = item.substr(0, eq),
+                value = eq == std::string::npos ? "" : item.substr(eq + 1);
     char* rest = nullptr;
     unsigned long long n = std::strtoull(value.c_str(), &rest, 10);
     bool number = !value.empty() && rest && *rest == '\0';
@@ -44,7 +45,9 @@ bool ParseLayout(std::string_view list, dsfs::KvWriterOptions::RocksdbLayout* la
 
 int main(int argc, char** argv) {
   if (argc < 3 || argc > 4) {
-    std::fprintf(stderr, "usage: dsfs-tuned-pack SRC DST [block_size=N,bloom_bits=N,compression=zstd|none]\n");
+    std::fprintf(
+        stderr,
+        "usage: dsfs-tuned-pack SRC DST [block_size=N,bloom_bits=N,compression=zstd|none]\n");
     return 2;
   }
   dsfs::KvWriterOptions wo;

@@ -244,7 +244,7 @@ TEST(ErofsImageTest, InodeBytesServeTheirDirectoryAndChildrenMetaHoldsThem) {
   EXPECT_LE(off, image->nid(3) * 32);
   EXPECT_GE(off + len, image->nid(42) * 32 + 32 + 1000);
   EXPECT_LE(off + len, uint64_t{image->meta_blocks()} * 4096);
-  EXPECT_GE(len, 40u * 1000);  // all 40 files are inline: their bytes are in there
+  EXPECT_GE(len, 40u * 1000);          // all 40 files are inline: their bytes are in there
   image->ChildrenMeta(2, &off, &len);  // a file: none
   EXPECT_EQ(len, 0u);
 }

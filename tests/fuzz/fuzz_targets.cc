@@ -177,8 +177,8 @@ void RepairChecksums(MemTable* table) {
       const uint64_t room = (ix.size() - kHead - 8) / kEntry;
       for (uint64_t i = 0; i < room && i < ni + nn && ni <= room; ++i) {
         const bool inode = i < ni;
-        auto seg = d.find(SegmentKey(inode ? kInodeSegmentSpace : kNameSegmentSpace,
-                                     inode ? i : i - ni));
+        auto seg =
+            d.find(SegmentKey(inode ? kInodeSegmentSpace : kNameSegmentSpace, inode ? i : i - ni));
         if (seg == d.end() || seg->second.empty()) continue;
         char* e = ix.data() + kHead + kEntry * i;
         uint32_t stored = static_cast<uint32_t>(seg->second.size());

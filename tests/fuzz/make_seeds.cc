@@ -10,12 +10,12 @@
 #include <iostream>
 #include <string>
 
-#include "tests/support/fakes/mem_store.h"
+#include "pack/packer.h"
 #include "store/codec.h"
 #include "store/format.h"
 #include "store/segments.h"
-#include "pack/packer.h"
 #include "tests/fuzz/fuzz_targets.h"
+#include "tests/support/fakes/mem_store.h"
 
 namespace fs = std::filesystem;
 
@@ -108,9 +108,9 @@ int main(int argc, char** argv) {
       return 1;
     }
     uint16_t n = static_cast<uint16_t>(layout.size());
-    Put(corpus / "record" / "layout",
-        std::string(1, '\1') + std::string(reinterpret_cast<const char*>(&n), 2) + layout +
-            inode_bytes.substr(0, 256));
+    Put(corpus / "record" / "layout", std::string(1, '\1') +
+                                          std::string(reinterpret_cast<const char*>(&n), 2) +
+                                          layout + inode_bytes.substr(0, 256));
     // Solid groups: the group record itself (a payload record), and its index and records
     // decompressed (the group harness).
     std::shared_ptr<dsfs::Dictionary> dict;

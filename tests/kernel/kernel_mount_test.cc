@@ -91,7 +91,8 @@ TEST_F(KernelMountTest, TreeEqualsTheSourceAndUmountTearsDownEveryLayer) {
   ASSERT_TRUE(ParseExposition(r.out, &e, &error)) << error << "\n" << r.out;
   double v = 0;
   EXPECT_TRUE(e.Find("dsfs_kernel_image_reads_total",
-                     {{"mountpoint", std::filesystem::canonical(mp_).string()}}, &v)) << r.out;
+                     {{"mountpoint", std::filesystem::canonical(mp_).string()}}, &v))
+      << r.out;
   EXPECT_GT(v, 0);
   EXPECT_TRUE(e.Find("dsfs_kernel_image_read_duration_seconds_count", {}, &v)) << r.out;
   EXPECT_GT(v, 0);
@@ -104,7 +105,8 @@ TEST_F(KernelMountTest, TreeEqualsTheSourceAndUmountTearsDownEveryLayer) {
                e.Find("dsfs_kernel_image_reads_total", {}, &v) && v > 0;
       },
       milliseconds(30000)))
-      << error << "\n" << text;
+      << error << "\n"
+      << text;
 
   r = Dsfs({"umount", mp_});
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
@@ -291,8 +293,7 @@ TEST_F(KernelMountTest, TinyFilesAreInlineAfterTheirInodes) {
   if (LoopBackingUnderTest()) {
     EXPECT_GT(KernelStat(mp_, "kernel.image_bytes"), 400u * 4096);
   } else {
-    EXPECT_LT(KernelStat(mp_, "kernel.image_bytes"), 150u * 4096)
-        << Describe(Dsfs({"stats", mp_}));
+    EXPECT_LT(KernelStat(mp_, "kernel.image_bytes"), 150u * 4096) << Describe(Dsfs({"stats", mp_}));
   }
   EXPECT_EQ(KernelStat(mp_, "kernel.image_read_errors"), 0u);
 }

@@ -85,9 +85,8 @@ struct FloorTree {
     manifest = dir / "manifest";
     WriteFile(dir / "make_tree.py", kMakeTree);
     WriteFile(dir / "reader.py", kReader);
-    made =
-        RunCommand({"/usr/bin/python3", dir / "make_tree.py", src, manifest,
-                    std::to_string(kFiles)}, 120);
+    made = RunCommand(
+        {"/usr/bin/python3", dir / "make_tree.py", src, manifest, std::to_string(kFiles)}, 120);
     if (made.exit_code == 0) made = Dsfs({"pack", "-q", "--backend", "lmdb", src, store}, 300);
   }
   TempDir dir;
@@ -159,8 +158,8 @@ class MountMemoryFloorTest : public ::testing::Test {
     char state = 0;
     pid_t ppid;
     ASSERT_TRUE(ProcStat(daemon, &ppid, &state)) << "the daemon is gone\n" << why;
-    std::printf("%s at 48 MiB: %s; daemon VmHWM %llu kB, RssAnon %llu kB; cgroup peak %s", name.c_str(),
-                read.out.substr(0, read.out.find('\n')).c_str(),
+    std::printf("%s at 48 MiB: %s; daemon VmHWM %llu kB, RssAnon %llu kB; cgroup peak %s",
+                name.c_str(), read.out.substr(0, read.out.find('\n')).c_str(),
                 static_cast<unsigned long long>(ProcStatusKb(daemon, "VmHWM")),
                 static_cast<unsigned long long>(ProcStatusKb(daemon, "RssAnon")),
                 ReadFile(cg.path() + "/memory.max_usage_in_bytes").c_str());

@@ -81,9 +81,8 @@ struct PressureTree {
     manifest = dir / "manifest";
     WriteFile(dir / "make_tree.py", kMakeTree);
     WriteFile(dir / "reader.py", kReader);
-    made =
-        RunCommand({"/usr/bin/python3", dir / "make_tree.py", src, manifest,
-                    std::to_string(kFiles)}, 120);
+    made = RunCommand(
+        {"/usr/bin/python3", dir / "make_tree.py", src, manifest, std::to_string(kFiles)}, 120);
     if (made.exit_code == 0) made = Dsfs({"pack", src, store, "-q"}, 300);
     ::mkdir(mp.c_str(), 0755);
   }
@@ -139,9 +138,8 @@ TEST_P(MountMemoryPressureTest, EveryFileReadThriceInALimitBelowTheTree) {
     ASSERT_FALSE(guard.daemons().empty());
     const pid_t daemon = guard.daemons().front();
 
-    CommandResult read =
-        RunCommand(cg.Inside({"/usr/bin/python3", tree->dir / "reader.py", tree->mp,
-                              tree->manifest}), 300);
+    CommandResult read = RunCommand(
+        cg.Inside({"/usr/bin/python3", tree->dir / "reader.py", tree->mp, tree->manifest}), 300);
     // A failure says whether the kernel killed the daemon or it ended by itself (its log).
     const std::string why = Describe(read) + "\nOOM kills in " + cg.path() + ": " +
                             std::to_string(cg.OomKills()) + "\n--- daemon log ---\n" +

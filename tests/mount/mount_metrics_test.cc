@@ -30,8 +30,8 @@ TEST(MetricsMountTest, PrometheusTextAndMetricsFile) {
   }
   {
     MountGuard guard(s.mp);
-    CommandResult r = guard.MountBackground(
-        s.store, {"-o", "metrics_file=" + prom + ",status_interval=0.1"});
+    CommandResult r =
+        guard.MountBackground(s.store, {"-o", "metrics_file=" + prom + ",status_interval=0.1"});
     ASSERT_EQ(r.exit_code, 0) << Describe(r);
     std::string data, error;
     ASSERT_TRUE(ReadAll(s.mp + "/a.txt", &data, &error)) << error;
@@ -47,7 +47,8 @@ TEST(MetricsMountTest, PrometheusTextAndMetricsFile) {
                  e.Find("dsfs_requests_total", {{"op", "read"}}, &reads) && reads >= 1;
         },
         milliseconds(30000)))
-        << error << "\n" << text;
+        << error << "\n"
+        << text;
     ASSERT_TRUE(ParseExposition(text, &e, &error)) << error << "\n" << text;
     for (const auto& sample : e.samples) EXPECT_EQ(sample.labels.at("mountpoint"), mp);
     double v = 0;

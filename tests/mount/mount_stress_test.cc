@@ -75,8 +75,8 @@ void StressReader(const std::string& mp, const StressData& d, uint32_t seed,
     ::close(fd);
     return *got >= 0;
   };
-  static const char* kViews[] = {"",         "/.dsfs/bmp",  "/.dsfs/npy", "/.dsfs/tensor",
-                                 "/.dsfs/bmp-16", "/.dsfs/jpeg-16"};
+  static const char* kViews[] = {
+      "", "/.dsfs/bmp", "/.dsfs/npy", "/.dsfs/tensor", "/.dsfs/bmp-16", "/.dsfs/jpeg-16"};
   const uint32_t views = kernel ? 1 : 6;
   while (!stop.load(std::memory_order_relaxed)) {
     ++c->requests;

@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "s3/credentials.h"
 #include "s3/client.h"
+#include "s3/credentials.h"
 #include "tests/support/aws_services.h"
 #include "tests/support/mount_util.h"
 #include "tests/support/test_util.h"
@@ -41,20 +41,34 @@ class S3CredentialsTest : public ::testing::Test {
   }
   void SetUp() override {
     ASSERT_TRUE(server_->ok()) << server_->error();
-    for (const char* name :
-         {"lifetime", "web_token", "container_token", "sts_fail", "revoke_early", "expiration",
-          "sts_status", "imds_role"}) {
+    for (const char* name : {"lifetime", "web_token", "container_token", "sts_fail", "revoke_early",
+                             "expiration", "sts_status", "imds_role"}) {
       server_->Remove(name);
     }
     // Nothing of the machine's own AWS setup: only what each test sets.
-    for (const char* v :
-         {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-          "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_ROLE_SESSION_NAME",
-          "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-          "AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
-          "AWS_EC2_METADATA_SERVICE_ENDPOINT", "AWS_CA_BUNDLE", "AWS_ENDPOINT_URL_S3",
-          "AWS_REGION", "AWS_DEFAULT_REGION", "http_proxy", "https_proxy", "HTTPS_PROXY",
-          "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"}) {
+    for (const char* v : {"AWS_ACCESS_KEY_ID",
+                          "AWS_SECRET_ACCESS_KEY",
+                          "AWS_SESSION_TOKEN",
+                          "AWS_PROFILE",
+                          "AWS_WEB_IDENTITY_TOKEN_FILE",
+                          "AWS_ROLE_ARN",
+                          "AWS_ROLE_SESSION_NAME",
+                          "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                          "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                          "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+                          "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+                          "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+                          "AWS_CA_BUNDLE",
+                          "AWS_ENDPOINT_URL_S3",
+                          "AWS_REGION",
+                          "AWS_DEFAULT_REGION",
+                          "http_proxy",
+                          "https_proxy",
+                          "HTTPS_PROXY",
+                          "all_proxy",
+                          "ALL_PROXY",
+                          "no_proxy",
+                          "NO_PROXY"}) {
       env_.Set(v, nullptr);
     }
     env_.Set("AWS_EC2_METADATA_DISABLED", "true");
@@ -158,10 +172,10 @@ TEST_F(S3CredentialsTest, ProfileStaticKeysRoleFromSourceProfileAndCredentialPro
                 "\", \"SecretAccessKey\": \"" + kRootSecret +
                 "\", \"Expiration\": \"2099-01-01T00:00:00Z\"}'\n",
             0755);
-  WriteFile(*dir_ / "config", std::string("[profile role]\nrole_arn = ") + kRole +
-                                  "\nsource_profile = base\n[profile sso]\ncredential_process = " +
-                                  script + "\n[profile broken]\ncredential_process = " +
-                                  dir_->path() + "/no-such-tool\n");
+  WriteFile(*dir_ / "config",
+            std::string("[profile role]\nrole_arn = ") + kRole +
+                "\nsource_profile = base\n[profile sso]\ncredential_process = " + script +
+                "\n[profile broken]\ncredential_process = " + dir_->path() + "/no-such-tool\n");
   env_.Set("AWS_SHARED_CREDENTIALS_FILE", (*dir_ / "credentials").c_str());
   env_.Set("AWS_CONFIG_FILE", (*dir_ / "config").c_str());
   std::string source;
@@ -441,7 +455,8 @@ TEST_F(S3CredentialsTest, MountWithWebIdentityReadsEverythingAndLogsNoSecret) {
   SKIP_UNLESS_CAN_MOUNT();
   const std::string src = *dir_ / "src";
   for (int i = 0; i < 20; ++i) {
-    WriteFile(src + "/d" + std::to_string(i % 3) + "/f" + std::to_string(i), RandomBytes(3000 + i * 997, i));
+    WriteFile(src + "/d" + std::to_string(i % 3) + "/f" + std::to_string(i),
+              RandomBytes(3000 + i * 997, i));
   }
   const std::string store = *dir_ / "store.db";
   ASSERT_EQ(Dsfs({"pack", "-q", "--backend", "lmdb", src, store}).exit_code, 0);
@@ -472,7 +487,8 @@ TEST_F(S3CredentialsTest, MountWithWebIdentityReadsEverythingAndLogsNoSecret) {
   }
   CommandResult stats = Dsfs({"stats", mp});
   std::string cmdline;
-  if (!g.daemons().empty()) cmdline = ReadFile("/proc/" + std::to_string(g.daemons().front()) + "/cmdline");
+  if (!g.daemons().empty())
+    cmdline = ReadFile("/proc/" + std::to_string(g.daemons().front()) + "/cmdline");
   g.Release();
   const std::string text = ReadFile(log) + stats.out + stats.err + cmdline;
   EXPECT_FALSE(text.empty());

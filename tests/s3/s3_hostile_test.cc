@@ -1,5 +1,5 @@
-// The S3 backend against a hostile server (tests/support/hostile_s3.h): what a slow, endless, lying or
-// broken endpoint, and a planted or damaged disk cache, may cost a reader: an error line, an
+// The S3 backend against a hostile server (tests/support/hostile_s3.h): what a slow, endless, lying
+// or broken endpoint, and a planted or damaged disk cache, may cost a reader: an error line, an
 // EIO, a bounded wait; never a hang, a crash, unbounded memory or a file that is not dsfs's
 // touched.
 #include <fcntl.h>
@@ -16,10 +16,10 @@
 #include <optional>
 #include <thread>
 
-#include "s3/credentials.h"
-#include "s3/client.h"
-#include "backend/s3/s3_kv_index.h"
 #include "backend/s3/s3_kv.h"
+#include "backend/s3/s3_kv_index.h"
+#include "s3/client.h"
+#include "s3/credentials.h"
 #include "tests/support/hostile_s3.h"
 #include "tests/support/mount_util.h"
 #include "tests/support/test_util.h"

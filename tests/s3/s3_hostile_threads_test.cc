@@ -1,5 +1,5 @@
-// A mount of a store in object storage whose endpoint stalls (tests/support/hostile_s3.h): the requests
-// that fetch wait on fetch workers (common/worker_group.h), while the request threads keep
+// A mount of a store in object storage whose endpoint stalls (tests/support/hostile_s3.h): the
+// requests that fetch wait on fetch workers (common/worker_group.h), while the request threads keep
 // answering what is in memory, the stats file and files in the RAM cache, over the classic
 // /dev/fuse loop and over io_uring. Hang guards only (std::async with generous waits), no
 // timed assertion. Under -o kernel the image server's reads wait on its own fetch threads

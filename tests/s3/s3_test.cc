@@ -1,6 +1,6 @@
 // The S3 backend against a real S3 server: Ceph's RADOS Gateway, started once for this binary
-// by tests/support/ceph_rgw.sh (1 monitor, 1 memstore OSD, radosgw on 127.0.0.1) and stopped at the end
-// (a watchdog stops it too if this process dies). Skipped, saying why, where Ceph is missing.
+// by tests/support/ceph_rgw.sh (1 monitor, 1 memstore OSD, radosgw on 127.0.0.1) and stopped at the
+// end (a watchdog stops it too if this process dies). Skipped, saying why, where Ceph is missing.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -15,9 +15,9 @@
 #include <optional>
 #include <thread>
 
-#include "s3/credentials.h"
-#include "s3/client.h"
 #include "backend/s3/s3_kv.h"
+#include "s3/client.h"
+#include "s3/credentials.h"
 #include "tests/support/hostile_s3.h"
 #include "tests/support/mount_util.h"
 #include "tests/support/test_util.h"
@@ -169,10 +169,10 @@ TEST(S3ClientTest, WrongSecretIsAccessDeniedAndNotRetried) {
   EXPECT_EQ(c.counters().retries.load(), 0u);
 }
 
-// The real gateway behind a hostile relay (tests/support/hostile_s3.h): requests signed by dsfs (SigV4)
-// and checked by RGW, answers dripped, stalled or cut on the way back. A push and reads through
-// it work; wrong keys are one line, not retried, even through it; each fault ends within the
-// retry budget in one line, and reads recover with the network.
+// The real gateway behind a hostile relay (tests/support/hostile_s3.h): requests signed by dsfs
+// (SigV4) and checked by RGW, answers dripped, stalled or cut on the way back. A push and reads
+// through it work; wrong keys are one line, not retried, even through it; each fault ends within
+// the retry budget in one line, and reads recover with the network.
 TEST(S3StoreTest, ThroughAHostileNetworkSigV4AndAccessDeniedHoldAndFaultsEnd) {
   SKIP_WITHOUT_CEPH();
   PackedTree tree;
@@ -633,8 +633,8 @@ TEST(S3MountTest, OutageGivesEioAfterTheRetryBudgetCachedFilesServeAndReadsRecov
   StartRgw();
 }
 
-// A network namespace of this test with a relay (tests/support/netns_proxy.py) from its 127.0.0.1:8000
-// to the gateway: another node, 1 ms away each way. The delay is a `tc netem` on the
+// A network namespace of this test with a relay (tests/support/netns_proxy.py) from its
+// 127.0.0.1:8000 to the gateway: another node, 1 ms away each way. The delay is a `tc netem` on the
 // namespace's loopback, or, where the kernel has no netem, the relay's own delay line. No
 // address outside the namespace. Removed, and the relay ended by PID, at the end.
 class NetnsNode {

@@ -4,22 +4,21 @@
 // -o kernel; an interrupted warm-up run again finishes the job; gc never touches the cache of a
 // live mount and removes it once unmounted and unused. No timed assertion: hang guards only.
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <linux/magic.h>
 
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tests/support/hostile_s3.h"
 #include "tests/support/mount_util.h"
@@ -105,8 +104,8 @@ TEST_P(S3WarmupTest, WarmupThenAnEpochMakesNoGet) {
   EXPECT_TRUE(IsOneLineError(Dsfs({"warmup", mp, "d0/../../x"}), {"may not hold '..'"}));
   EXPECT_TRUE(IsOneLineError(Dsfs({"warmup", mp, dir_.path()}), {"not inside the mount"}));
   EXPECT_TRUE(IsOneLineError(Dsfs({"warmup", mp, "nosuch"}), {"no such file"}));
-  for (const std::string& through_link : {std::string("d0/out/"), std::string("d0/out/secret"),
-                                          mp + "/d0/out/secret"}) {
+  for (const std::string& through_link :
+       {std::string("d0/out/"), std::string("d0/out/secret"), mp + "/d0/out/secret"}) {
     EXPECT_TRUE(IsOneLineError(Dsfs({"warmup", mp, through_link}), {"not inside the mount"}))
         << through_link;
   }

@@ -8,9 +8,9 @@
 namespace dsfs::testing {
 
 AwsServices::AwsServices(const std::string& tls_cert, const std::string& tls_key)
-    : server_("aws_services.py", tls_cert.empty() ? std::vector<std::string>{}
-                                                  : std::vector<std::string>{"--tls", tls_cert,
-                                                                             tls_key}) {}
+    : server_("aws_services.py", tls_cert.empty()
+                                     ? std::vector<std::string>{}
+                                     : std::vector<std::string>{"--tls", tls_cert, tls_key}) {}
 
 int AwsServices::port() const { return std::stoi(endpoint().substr(endpoint().rfind(':') + 1)); }
 

@@ -1,14 +1,14 @@
 #include "tests/support/erofs_test_util.h"
 
-#include "store/codec.h"
-#include "store/format.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <iostream>
+
+#include "store/codec.h"
+#include "store/format.h"
 
 namespace dsfs::erofs::testing {
 namespace {
@@ -62,31 +62,31 @@ std::map<std::string, std::string> ListFake(const Node& root, const Compare& c) 
 std::map<std::string, std::string> ListDisk(const std::string& dir, const Compare& c,
                                             const Adjust& adjust) {
   std::map<std::string, std::string> out;
-  dsfs::testing::WalkTree(dir, [&](const std::string& rel, const struct stat& real,
-                                   const std::string& full) {
-    struct stat st = real;
-    if (adjust) adjust(&st);
-    std::string content;
-    const uint32_t type = st.st_mode & 0170000;
-    if (type == kLink) {
-      std::string target(st.st_size + 1, '\0');
-      ssize_t n = ::readlink(full.c_str(), target.data(), target.size());
-      EXPECT_EQ(n, st.st_size) << full;
-      target.resize(std::max<ssize_t>(n, 0));
-      content = ContentKey(target);
-    } else if (type == kReg) {
-      if (static_cast<uint64_t>(st.st_size) > kSparseThreshold) {
-        content = "sparse";
-      } else {
-        content = ContentKey(dsfs::testing::ReadFile(full));
-      }
-    }
-    if (!rel.empty() || c.root) {
-      out[rel] =
-          Describe(c, st.st_mode, st.st_uid, st.st_gid, st.st_mtim.tv_sec,
-                   static_cast<uint32_t>(st.st_mtim.tv_nsec), st.st_size, st.st_nlink, content);
-    }
-  });
+  dsfs::testing::WalkTree(
+      dir, [&](const std::string& rel, const struct stat& real, const std::string& full) {
+        struct stat st = real;
+        if (adjust) adjust(&st);
+        std::string content;
+        const uint32_t type = st.st_mode & 0170000;
+        if (type == kLink) {
+          std::string target(st.st_size + 1, '\0');
+          ssize_t n = ::readlink(full.c_str(), target.data(), target.size());
+          EXPECT_EQ(n, st.st_size) << full;
+          target.resize(std::max<ssize_t>(n, 0));
+          content = ContentKey(target);
+        } else if (type == kReg) {
+          if (static_cast<uint64_t>(st.st_size) > kSparseThreshold) {
+            content = "sparse";
+          } else {
+            content = ContentKey(dsfs::testing::ReadFile(full));
+          }
+        }
+        if (!rel.empty() || c.root) {
+          out[rel] =
+              Describe(c, st.st_mode, st.st_uid, st.st_gid, st.st_mtim.tv_sec,
+                       static_cast<uint32_t>(st.st_mtim.tv_nsec), st.st_size, st.st_nlink, content);
+        }
+      });
   return out;
 }
 

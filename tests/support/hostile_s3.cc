@@ -5,15 +5,14 @@
 #include <atomic>
 #include <fstream>
 
-#include "s3/credentials.h"
 #include "s3/client.h"
+#include "s3/credentials.h"
 
 namespace dsfs::testing {
 
 HostileS3::HostileS3(int relay_port)
-    : server_("hostile_s3.py", relay_port > 0
-                                   ? std::vector<std::string>{std::to_string(relay_port)}
-                                   : std::vector<std::string>{}) {
+    : server_("hostile_s3.py", relay_port > 0 ? std::vector<std::string>{std::to_string(relay_port)}
+                                              : std::vector<std::string>{}) {
   if (!server_.ok()) return;
   env_.Set("AWS_ENDPOINT_URL", endpoint().c_str());
   env_.Set("DSFS_S3_ATTEMPTS", "2");

@@ -91,10 +91,14 @@ bool Labels(std::string_view s, size_t* pos, std::map<std::string, std::string>*
       if (c == '\\') {
         if (i >= s.size()) break;
         const char e = s[i++];
-        if (e == '\\') value += '\\';
-        else if (e == '"') value += '"';
-        else if (e == 'n') value += '\n';
-        else return (*why = std::string("bad escape \\") + e + " in a label value", false);
+        if (e == '\\')
+          value += '\\';
+        else if (e == '"')
+          value += '"';
+        else if (e == 'n')
+          value += '\n';
+        else
+          return (*why = std::string("bad escape \\") + e + " in a label value", false);
       } else {
         value += c;
       }
@@ -120,8 +124,8 @@ struct HistogramSeries {
 
 }  // namespace
 
-bool PromExposition::Find(const std::string& name,
-                          const std::map<std::string, std::string>& want, double* value) const {
+bool PromExposition::Find(const std::string& name, const std::map<std::string, std::string>& want,
+                          double* value) const {
   for (const PromSample& s : samples) {
     if (s.name != name) continue;
     bool all = true;
@@ -140,10 +144,10 @@ bool PromExposition::Find(const std::string& name,
 bool ParseExposition(std::string_view text, PromExposition* out, std::string* error) {
   *out = PromExposition();
   if (!text.empty() && text.back() != '\n') return (*error = "no newline at the end", false);
-  std::set<std::string> sampled;         // families that have samples
-  std::set<std::string> done;            // families whose samples ended
-  std::string current;                   // the family of the samples being read
-  std::set<std::string> series;          // name + labels, seen
+  std::set<std::string> sampled;  // families that have samples
+  std::set<std::string> done;     // families whose samples ended
+  std::string current;            // the family of the samples being read
+  std::set<std::string> series;   // name + labels, seen
   // family -> labels without le -> its series
   std::map<std::string, std::map<std::map<std::string, std::string>, HistogramSeries>> hists;
   size_t line_no = 0;
@@ -168,7 +172,8 @@ bool ParseExposition(std::string_view text, PromExposition* out, std::string* er
         const std::string name(rest.substr(0, sp));
         const std::string arg(sp == std::string_view::npos ? "" : rest.substr(sp + 1));
         if (!MetricName(name)) return fail("bad metric name '" + name + "'");
-        if (sampled.count(name)) return fail((help ? "HELP" : "TYPE") + std::string(" of ") + name + " after its samples");
+        if (sampled.count(name))
+          return fail((help ? "HELP" : "TYPE") + std::string(" of ") + name + " after its samples");
         if (help) {
           if (!out->help.emplace(name, arg).second) return fail("second HELP of " + name);
         } else {
@@ -201,7 +206,8 @@ bool ParseExposition(std::string_view text, PromExposition* out, std::string* er
     }
     if (sp != std::string_view::npos) {
       double ts;
-      if (!Float(rest.substr(sp + 1), &ts) || rest.substr(sp + 1).find('.') != std::string_view::npos) {
+      if (!Float(rest.substr(sp + 1), &ts) ||
+          rest.substr(sp + 1).find('.') != std::string_view::npos) {
         return fail("bad timestamp");
       }
     }
@@ -231,8 +237,10 @@ bool ParseExposition(std::string_view text, PromExposition* out, std::string* er
         base.erase(le);
         h = &hists[family][base];
         if (!h->buckets.empty()) {
-          if (bound <= h->buckets.back().first) return fail("le bounds of " + family + " do not rise");
-          if (s.value < h->buckets.back().second) return fail("buckets of " + family + " are not cumulative");
+          if (bound <= h->buckets.back().first)
+            return fail("le bounds of " + family + " do not rise");
+          if (s.value < h->buckets.back().second)
+            return fail("buckets of " + family + " are not cumulative");
         }
         h->buckets.emplace_back(bound, s.value);
       } else if (s.name == family + "_sum") {

@@ -41,7 +41,9 @@ inline constexpr bool kSanitized = false;
 // Trials of a damage sweep: all of them in a normal build; an eighth (at least 1) under a
 // sanitizer, whose job there is to find a bad access on each path, not to cover more positions
 // (the fuzzers do that), and where each trial costs 5-20x (CI time, scripts/ci_hardening.sh).
-inline constexpr int SweepTrials(int trials) { return kSanitized ? std::max(1, trials / 8) : trials; }
+inline constexpr int SweepTrials(int trials) {
+  return kSanitized ? std::max(1, trials / 8) : trials;
+}
 
 // Sets environment variables for one scope and puts the old values back.
 class ScopedEnv {

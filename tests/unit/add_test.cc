@@ -269,10 +269,9 @@ TEST_P(AddTest, KilledAddLeavesTheOldStoreOrTheNewOne) {
     restore();
     auto t0 = std::chrono::steady_clock::now();
     int status = run_add(-1);
-    full_us = std::max<int64_t>(
-        full_us, std::chrono::duration_cast<std::chrono::microseconds>(
-                     std::chrono::steady_clock::now() - t0)
-                     .count());
+    full_us = std::max<int64_t>(full_us, std::chrono::duration_cast<std::chrono::microseconds>(
+                                             std::chrono::steady_clock::now() - t0)
+                                             .count());
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     ASSERT_TRUE(SameListing(Listing(), new_listing));
   }
@@ -363,8 +362,8 @@ TEST_P(AddTest, ThroughASymlinkUpdatesTheStoreItNames) {
 // add --replace of a directory by a file says what it replaced and removed.
 TEST_P(AddTest, ReplacingADirectorySaysWhatItRemoved) {
   WriteFile(dir_ / "clash/dog", "a file named like a directory");
-  testing::CommandResult r = testing::RunCommand(
-      {testing::DsfsBinary(), "add", "--replace", store_, dir_ / "clash"});
+  testing::CommandResult r =
+      testing::RunCommand({testing::DsfsBinary(), "add", "--replace", store_, dir_ / "clash"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("added 1 files"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("replaced 1 entries of the store, removing the 1 entries below them"),

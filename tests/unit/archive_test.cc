@@ -1,9 +1,9 @@
 // Packing from archives (PackArchive) gives the same tree as packing the directory.
 #include <archive.h>
 #include <archive_entry.h>
-#include <png.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <png.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -326,8 +326,8 @@ TEST_F(ArchiveTest, BadArchivesAreCleanErrors) {
 }
 
 TEST_F(ArchiveTest, CliPacksFromStdin) {
-  std::string cmd = "tar cf - -C " + (dir_ / "src") + " . | " + testing::DsfsBinary() +
-                    " pack - " + (dir_ / "s.db");
+  std::string cmd = "tar cf - -C " + (dir_ / "src") + " . | " + testing::DsfsBinary() + " pack - " +
+                    (dir_ / "s.db");
   auto r = RunCommand({"sh", "-c", cmd});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("packed 205 files"), std::string::npos) << r.out;

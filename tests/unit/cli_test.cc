@@ -12,9 +12,8 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "backend/kv_open.h"
 #include "common/log.h"
@@ -109,8 +108,8 @@ TEST_F(CliTest, AddConvertAndBackendErrorsAreOneLine) {
 }
 
 TEST_F(CliTest, PackPrintsOneSummaryLine) {
-  CliRun r = Dsfs({"pack", "--force", "--level", "3", "--dict-size", "8K", "--chunk-size",
-                   "64K", "-j", "1", dir_ / "src", store_});
+  CliRun r = Dsfs({"pack", "--force", "--level", "3", "--dict-size", "8K", "--chunk-size", "64K",
+                   "-j", "1", dir_ / "src", store_});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(LineCount(r.out), 1);
   EXPECT_NE(r.out.find("packed 103 files, 3 directories, 1 symlinks"), std::string::npos) << r.out;
@@ -122,8 +121,7 @@ TEST_F(CliTest, PackPrintsOneSummaryLine) {
 // -q, the subcommand's or dsfs's own, before or after the subcommand: nothing on success.
 TEST_F(CliTest, QuietPrintsNothingOnSuccess) {
   WriteFile(dir_ / "more/x.txt", "x");
-  for (const std::vector<std::string>& args :
-       std::vector<std::vector<std::string>>{
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"pack", "-q", "-f", dir_ / "src", store_},
            {"-q", "pack", "-f", dir_ / "src", store_},
            {"pack", "-f", dir_ / "src", store_, "--quiet"},
@@ -150,12 +148,12 @@ TEST_F(CliTest, QuietPrintsNothingOnSuccess) {
 // --log-level, -v and -q are taken after the subcommand as before it; what neither knows is
 // one usage error line.
 TEST_F(CliTest, GlobalOptionsAreTakenAfterTheSubcommand) {
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {"ls", store_, "--log-level", "debug"},
-           {"ls", store_, "/cat", "--log-level=info"},
-           {"--log-level", "error", "ls", store_},
-           {"ls", "-v", store_},
-           {"info", store_, "--verbose"}}) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"ls", store_, "--log-level", "debug"},
+                                             {"ls", store_, "/cat", "--log-level=info"},
+                                             {"--log-level", "error", "ls", store_},
+                                             {"ls", "-v", store_},
+                                             {"info", store_, "--verbose"}}) {
     CliRun r = Dsfs(args);
     EXPECT_EQ(r.code, 0) << args[0] << " " << args[1] << " " << args.back() << ": " << r.err;
     EXPECT_FALSE(r.out.empty());
@@ -579,7 +577,8 @@ TEST(MountOptionParseTest, RepeatedOptionsAreRefused) {
   EXPECT_TRUE(ParseMountOptions("ro,view=bmp,ro", &c).ok());
   MountConfig f;
   std::vector<std::string> ignored;
-  EXPECT_TRUE(ParseFstabMountOptions("ro,noatime,noatime,kernel,ro,nofail", false, &f, &ignored).ok());
+  EXPECT_TRUE(
+      ParseFstabMountOptions("ro,noatime,noatime,kernel,ro,nofail", false, &f, &ignored).ok());
   EXPECT_TRUE(f.kernel);
   // Sloppy: unknown options repeated are still skipped.
   MountConfig g;
@@ -758,11 +757,11 @@ TEST(CliUsageTest, RunningPackHoldsItsTemporaryLocked) {
   WriteFile(dir / "src/big", testing::RandomBytes(40 << 20, 5));
   for (const char* backend : {"lmdb", "rocksdb"}) {
     std::string dst = dir / (std::string(backend) + ".db");
-    auto sh = testing::RunCommand(
-        {"sh", "-c",
-         testing::DsfsBinary() + " pack -q -j 1 --level 19 --backend " + backend + " " +
-             (dir / "src") + " " + dst + " & P=$!; sleep 1; flock -n " + dst +
-             ".tmp-$P true; echo lock=$?; kill -INT $P; wait $P"});
+    auto sh = testing::RunCommand({"sh", "-c",
+                                   testing::DsfsBinary() + " pack -q -j 1 --level 19 --backend " +
+                                       backend + " " + (dir / "src") + " " + dst +
+                                       " & P=$!; sleep 1; flock -n " + dst +
+                                       ".tmp-$P true; echo lock=$?; kill -INT $P; wait $P"});
     EXPECT_NE(sh.out.find("lock=1"), std::string::npos) << backend << sh.out << sh.err;
   }
 }
@@ -911,7 +910,8 @@ TEST(CliUsageTest, HangupDuringPackLeavesNothing) {
   WriteFile(dir / "src/big", testing::RandomBytes(40 << 20, 5));
   // The pack must see SIGHUP as a session would send it, even when this test runs under nohup
   // (an ignored SIGHUP is inherited, and then the pack rightly runs on).
-  struct sigaction dfl {}, old {};
+  struct sigaction dfl {
+  }, old{};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
   ASSERT_EQ(::sigaction(SIGHUP, &dfl, &old), 0);
@@ -1243,21 +1243,21 @@ TEST(HelpTest, WhatTheUserTypedIsPrintedEscapedInErrors) {
   const std::string e = "x\033[31mR\nforged\a";
   const std::string mp = dir / "mnt";
   ::mkdir(mp.c_str(), 0755);
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {"ls", e},
-           {"ls", store, e},
-           {"cat", store, e},
-           {"info", store, e},
-           {"mount", "-o", e + "=1", store, mp},
-           {"mount", "-o", "cache_size=" + e, store, mp},
-           {"mount", "-o", "view=" + e, store, mp},
-           {"--log-level", e, "ls", store},
-           {"mount", store, e},
-           {"mount", "s3://" + e + "/x", mp},
-           {"cache", "ls", e},
-           {"pack", e, dir / "y.dsfs"},
-           {"umount", e},
-           {"stats", e}}) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"ls", e},
+                                             {"ls", store, e},
+                                             {"cat", store, e},
+                                             {"info", store, e},
+                                             {"mount", "-o", e + "=1", store, mp},
+                                             {"mount", "-o", "cache_size=" + e, store, mp},
+                                             {"mount", "-o", "view=" + e, store, mp},
+                                             {"--log-level", e, "ls", store},
+                                             {"mount", store, e},
+                                             {"mount", "s3://" + e + "/x", mp},
+                                             {"cache", "ls", e},
+                                             {"pack", e, dir / "y.dsfs"},
+                                             {"umount", e},
+                                             {"stats", e}}) {
     CliRun r = Dsfs(args);
     EXPECT_NE(r.code, 0) << Joined(args);
     EXPECT_EQ(LineCount(r.err), 1) << r.err;
@@ -1383,8 +1383,7 @@ TEST(ProgressTest, LineShowsRateAndTimeLeft) {
   p.phase = "finishing";
   p.files_done = 1000;
   p.bytes_done = p.bytes_total;
-  EXPECT_NE(FormatProgress(p, 0.0, 1000, p.bytes_total).find("100.0%  0s left"),
-            std::string::npos);
+  EXPECT_NE(FormatProgress(p, 0.0, 1000, p.bytes_total).find("100.0%  0s left"), std::string::npos);
   // Without a byte total (convert of an unknown size): from the files.
   PackProgress q;
   q.phase = "copying";

@@ -10,8 +10,8 @@
 
 #include <cerrno>
 #include <filesystem>
-#include <iostream>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <random>
 #include <set>

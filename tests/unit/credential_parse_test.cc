@@ -1,9 +1,10 @@
 // The credential chain's parts that need no server: the INI, STS XML and JSON parsers, ISO
 // 8601 times, the refresh rule, the refreshing holder (a fake provider and clock), and the S3
 // addressing rule. (The providers against real protocol servers: tests/s3/s3_credentials_test.cc.)
-#include <gtest/gtest.h>
+#include "s3/credential_parse.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -17,10 +18,8 @@
 
 #include "common/log.h"
 #include "common/system.h"
-
 #include "s3/addressing.h"
 #include "s3/credential_holder.h"
-#include "s3/credential_parse.h"
 #include "s3/credential_providers.h"
 #include "s3/xml.h"
 #include "tests/support/test_util.h"
@@ -89,8 +88,7 @@ TEST(CredentialParseTest, ServerWordsInMessagesArePrintable) {
       "\"Expiration\": \"\\u001b]0;title\\u0007\\nnext\"}",
       "process", &c);
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.ToString().find_first_of("\n\x1b\x07"), std::string::npos)
-      << Printable(s.ToString());
+  EXPECT_EQ(s.ToString().find_first_of("\n\x1b\x07"), std::string::npos) << Printable(s.ToString());
   int64_t t;
   s = ParseIso8601("\x1b[31m\r\n", &t);
   ASSERT_FALSE(s.ok());
@@ -142,8 +140,8 @@ TEST(CredentialParseTest, StsAnswersAndErrors) {
   EXPECT_EQ(s.message().find_first_of("\n\x1b"), std::string::npos) << s.ToString();
   EXPECT_NE(s.message().find("line1"), std::string::npos) << s.ToString();
   EXPECT_FALSE(ParseStsCredentials("<html>proxy</html>", &c).ok());
-  EXPECT_FALSE(ParseStsCredentials("<Credentials><AccessKeyId>A</AccessKeyId></Credentials>", &c)
-                   .ok());
+  EXPECT_FALSE(
+      ParseStsCredentials("<Credentials><AccessKeyId>A</AccessKeyId></Credentials>", &c).ok());
   // A secret never appears in a message, even when the answer is broken around it.
   s = ParseStsCredentials(
       "<Credentials><AccessKeyId>A</AccessKeyId><SecretAccessKey>TOPSECRET</SecretAccessKey>"
@@ -160,10 +158,9 @@ TEST(CredentialParseTest, JsonFromProcessContainerAndImds) {
                                    "p", &c)
                   .ok());
   EXPECT_EQ(c, (AwsCredentials{"AK", "S", "T", 1796379076}));
-  ASSERT_TRUE(
-      ParseCredentialsJson(R"({"Version": 1, "AccessKeyId": "AK", "SecretAccessKey": "S"})", "p",
-                           &c)
-          .ok());
+  ASSERT_TRUE(ParseCredentialsJson(R"({"Version": 1, "AccessKeyId": "AK", "SecretAccessKey": "S"})",
+                                   "p", &c)
+                  .ok());
   EXPECT_EQ(c, (AwsCredentials{"AK", "S", "", 0}));
   ASSERT_TRUE(ParseCredentialsJson(R"({"Code": "Success", "AccessKeyId": "AK",
       "SecretAccessKey": "S", "Token": "T", "Expiration": "2026-12-04T10:11:16Z"})",
@@ -219,7 +216,8 @@ TEST(CredentialHolderTest, RefreshesBeforeExpiryAndKeepsOldOnFailure) {
   auto provider = std::make_unique<FakeProvider>(&now, &fail, &fetches);
   AwsCredentials first;
   ASSERT_TRUE(provider->Fetch(&first).ok());
-  auto holder = CredentialHolder::Refreshing(std::move(provider), first, [&] { return now.load(); });
+  auto holder =
+      CredentialHolder::Refreshing(std::move(provider), first, [&] { return now.load(); });
   EXPECT_EQ(holder->Get()->access_key_id, "KEY1");
   // Readers always see one fetch's triple, whatever the refresher does meanwhile.
   std::atomic<bool> stop{false}, torn{false};
@@ -257,7 +255,8 @@ TEST(CredentialHolderTest, KeysThatArriveExpiredAreAFailedRefresh) {
   FakeProvider* fake = provider.get();
   AwsCredentials first;
   ASSERT_TRUE(provider->Fetch(&first).ok());
-  auto holder = CredentialHolder::Refreshing(std::move(provider), first, [&] { return now.load(); });
+  auto holder =
+      CredentialHolder::Refreshing(std::move(provider), first, [&] { return now.load(); });
   for (int64_t life : {-3600, 0, 1}) {
     fake->set_life(life);
     const int before = fetches.load();
@@ -285,7 +284,8 @@ TEST(CredentialHolderTest, RefreshNowFetchesOnceForManyCallers) {
   auto provider = std::make_unique<FakeProvider>(&now, &fail, &fetches);
   AwsCredentials first;
   ASSERT_TRUE(provider->Fetch(&first).ok());
-  auto holder = CredentialHolder::Refreshing(std::move(provider), first, [&] { return now.load(); });
+  auto holder =
+      CredentialHolder::Refreshing(std::move(provider), first, [&] { return now.load(); });
   auto used = holder->Get();
   std::vector<std::thread> threads;
   for (int i = 0; i < 8; ++i) {
@@ -307,7 +307,8 @@ TEST(CredentialHolderTest, KeysS3RefusesAtOnceAreFetchedAgainOnlyEveryFewSeconds
   auto provider = std::make_unique<FakeProvider>(&now, &fail, &fetches);
   AwsCredentials first;
   ASSERT_TRUE(provider->Fetch(&first).ok());
-  auto holder = CredentialHolder::Refreshing(std::move(provider), first, [&] { return now.load(); });
+  auto holder =
+      CredentialHolder::Refreshing(std::move(provider), first, [&] { return now.load(); });
   auto used = holder->Get();
   used = holder->RefreshNow(used);  // the first refusal: fetched at once
   EXPECT_EQ(used->access_key_id, "KEY2");
@@ -335,7 +336,8 @@ TEST(CredentialHolderTest, ShortLivedKeysAreLoggedOnceNamingTheClock) {
   fake->set_life(5);
   AwsCredentials first;
   ASSERT_TRUE(provider->Fetch(&first).ok());
-  auto holder = CredentialHolder::Refreshing(std::move(provider), first, [&] { return now.load(); });
+  auto holder =
+      CredentialHolder::Refreshing(std::move(provider), first, [&] { return now.load(); });
   for (int i = 1; i <= 3; ++i) {
     now = now + 5;
     ASSERT_TRUE(WaitUntil([&] { return holder->refreshes() == static_cast<uint64_t>(i); }, kWait));
@@ -399,8 +401,8 @@ TEST(ContainerCredentialsTest, FullUriHostIsMatchedExactly) {
     EXPECT_TRUE(s.ok()) << good << ": " << s.ToString();
   }
   // Numeric forms curl reads as 127.0.0.1 are taken as curl reads them, and asked so.
-  for (const char* loop : {"http://0x7f.1/c", "http://2130706433/c", "http://127.1/c",
-                           "http://%31%32%37.0.0.1/c"}) {
+  for (const char* loop :
+       {"http://0x7f.1/c", "http://2130706433/c", "http://127.1/c", "http://%31%32%37.0.0.1/c"}) {
     std::string use;
     ASSERT_TRUE(CheckContainerUrl(loop, &use).ok()) << loop;
     EXPECT_EQ(use, "http://127.0.0.1/c") << loop;
@@ -408,20 +410,43 @@ TEST(ContainerCredentialsTest, FullUriHostIsMatchedExactly) {
   std::string use;
   ASSERT_TRUE(CheckContainerUrl("http://127.0.0.1#@evil.example/", &use).ok());
   EXPECT_EQ(use.rfind("http://127.0.0.1/", 0), 0u) << use;
-  for (const char* bad :
-       {"http://127.evil.example:1/", "http://127.0.0.1@other.example/",
-        "http://localhost:1@other.example/", "http://169.254.170.2:@other.example/",
-        "http://169.254.170.2.evil.example/", "http://localhost.evil.example/",
-        "http://localhost./", "http://127.0.0.1%2eevil.example/", "http://127.0.0.1\\@evil/",
-        "https://user:pw@creds.example.com/", "http://@127.0.0.1/", "http://[::1]@evil/",
-        "http://[fd00:ec2::24]/", "http://192.0.2.1/creds", "http://169.254.169.254/",
-        "ftp://127.0.0.1/", "file:///etc/passwd", "http://[::1%25lo]/", "127.0.0.1/creds",
-        "http://[::ffff:192.0.2.1]/", "http://[::ffff:127.0.0.1]/", "http://localhost%2e/",
-        "http://%6cocalhost.evil.example/", "http://127.0.0.1./", "http://LOCALHOST./",
-        "http://169.254.170.2%40evil.example/", "http://127.0.0.1:80@evil.example/",
-        "http://[::1]%2f@evil.example/", "http://localhost%00.evil.example/",
-        "http://127.0.0.1%0a.evil.example/", "http://xn--localhost-/", "http://*.localhost/",
-        "http://a.localhost/", "http://0.0.0.0/", "http://[::]/", "http://169.254.170.3/", ""}) {
+  for (const char* bad : {"http://127.evil.example:1/",
+                          "http://127.0.0.1@other.example/",
+                          "http://localhost:1@other.example/",
+                          "http://169.254.170.2:@other.example/",
+                          "http://169.254.170.2.evil.example/",
+                          "http://localhost.evil.example/",
+                          "http://localhost./",
+                          "http://127.0.0.1%2eevil.example/",
+                          "http://127.0.0.1\\@evil/",
+                          "https://user:pw@creds.example.com/",
+                          "http://@127.0.0.1/",
+                          "http://[::1]@evil/",
+                          "http://[fd00:ec2::24]/",
+                          "http://192.0.2.1/creds",
+                          "http://169.254.169.254/",
+                          "ftp://127.0.0.1/",
+                          "file:///etc/passwd",
+                          "http://[::1%25lo]/",
+                          "127.0.0.1/creds",
+                          "http://[::ffff:192.0.2.1]/",
+                          "http://[::ffff:127.0.0.1]/",
+                          "http://localhost%2e/",
+                          "http://%6cocalhost.evil.example/",
+                          "http://127.0.0.1./",
+                          "http://LOCALHOST./",
+                          "http://169.254.170.2%40evil.example/",
+                          "http://127.0.0.1:80@evil.example/",
+                          "http://[::1]%2f@evil.example/",
+                          "http://localhost%00.evil.example/",
+                          "http://127.0.0.1%0a.evil.example/",
+                          "http://xn--localhost-/",
+                          "http://*.localhost/",
+                          "http://a.localhost/",
+                          "http://0.0.0.0/",
+                          "http://[::]/",
+                          "http://169.254.170.3/",
+                          ""}) {
     std::string use;
     Status s = CheckContainerUrl(bad, &use);
     EXPECT_FALSE(s.ok()) << bad << " accepted as " << use;
@@ -574,9 +599,9 @@ TEST_F(CredentialProcessTest, StdoutClosedThenSleepingIsCutAtTheDeadline) {
   std::string out;
   int st = 0;
   const auto start = std::chrono::steady_clock::now();
-  Status s = RunCredentialProcess(std::string("echo '") + kJson + "'; exec >&-; echo $$ > " +
-                                      pidfile + "; exec sleep 30",
-                                  1000, &out, &st);
+  Status s = RunCredentialProcess(
+      std::string("echo '") + kJson + "'; exec >&-; echo $$ > " + pidfile + "; exec sleep 30", 1000,
+      &out, &st);
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.ToString().find("within"), std::string::npos) << s.ToString();
@@ -589,8 +614,8 @@ TEST_F(CredentialProcessTest, TimeoutKillsTheWholeProcessGroup) {
   const std::string pidfile = dir_ / "pid";
   std::string out;
   int st = 0;
-  Status s = RunCredentialProcess("sleep 30 & echo $! > " + pidfile + "; sleep 30", 1000, &out,
-                                  &st);
+  Status s =
+      RunCredentialProcess("sleep 30 & echo $! > " + pidfile + "; sleep 30", 1000, &out, &st);
   EXPECT_FALSE(s.ok());
   const pid_t child = PidIn(pidfile);
   ASSERT_GT(child, 0);
@@ -602,9 +627,8 @@ TEST_F(CredentialProcessTest, ABackgroundChildHoldingStdoutDoesNotHoldTheAnswer)
   const std::string pidfile = dir_ / "pid";
   std::string out;
   int st = 0;
-  Status s = RunCredentialProcess(std::string("sleep 30 & echo $! > ") + pidfile + "; echo '" +
-                                      kJson + "'",
-                                  8000, &out, &st);
+  Status s = RunCredentialProcess(
+      std::string("sleep 30 & echo $! > ") + pidfile + "; echo '" + kJson + "'", 8000, &out, &st);
   const pid_t child = PidIn(pidfile);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);

@@ -211,8 +211,7 @@ TEST_F(FilesystemTest, StatsFileIsHiddenAndLive) {
   std::vector<std::string> keys;
   for (const auto& item : parsed.items()) keys.push_back(item.key());
   EXPECT_EQ(keys, (std::vector<std::string>{"uptime_s", "requests", "bytes_served", "read_errors",
-                                            "cache", "decompress", "views", "store",
-                                            "latency"}));
+                                            "cache", "decompress", "views", "store", "latency"}));
   EXPECT_EQ(parsed["requests"]["read"], 2);
   EXPECT_EQ(parsed["store"]["files"], 3);
   // Reads at an offset return the rest.

@@ -23,9 +23,10 @@ struct TargetInfo {
   const char* name;
   Target run;
 };
-constexpr TargetInfo kTargets[] = {
-    {"store", fuzz::FuzzStore}, {"image", fuzz::FuzzImage}, {"record", fuzz::FuzzRecord},
-    {"s3index", fuzz::FuzzS3Index}};
+constexpr TargetInfo kTargets[] = {{"store", fuzz::FuzzStore},
+                                   {"image", fuzz::FuzzImage},
+                                   {"record", fuzz::FuzzRecord},
+                                   {"s3index", fuzz::FuzzS3Index}};
 
 std::vector<stdfs::path> Inputs(const std::string& kind, const std::string& target) {
   std::vector<stdfs::path> out;

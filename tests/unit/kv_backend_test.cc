@@ -253,8 +253,9 @@ TEST_P(KvBackendTest, NoSpaceIsACleanErrorAndLeavesNothing) {
 }
 
 TEST(KvRocksdbLayoutTest, EveryLayoutIsAValidStoreReadLikeAnyOther) {
-  // bench/rocksdb_options_bench.py writes stores of other table layouts (bench/tools/tuned_pack.cc):
-  // each reads back, through the one reader dsfs has, exactly as it was written.
+  // bench/rocksdb_options_bench.py writes stores of other table layouts
+  // (bench/tools/tuned_pack.cc): each reads back, through the one reader dsfs has, exactly as it
+  // was written.
   std::vector<KvWriterOptions::RocksdbLayout> layouts(4);
   layouts[1].block_bytes = 16384;
   layouts[2].zstd_blocks = true;

@@ -62,9 +62,7 @@ class LimitsTest : public ::testing::Test {
       it = meta ? table_->data.erase(it) : std::next(it);
     }
     MetadataRecords meta;
-    ASSERT_TRUE(
-        EncodeMetadata(records, inodes, l, names_, h.segment_bytes, 3, 1, &meta)
-            .ok());
+    ASSERT_TRUE(EncodeMetadata(records, inodes, l, names_, h.segment_bytes, 3, 1, &meta).ok());
     for (auto& [k, v] : meta.records) table_->data[k] = v;
     h.inode_count = records.size();
     h.names_bytes = names_.size();

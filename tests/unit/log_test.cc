@@ -3,10 +3,9 @@
 #include "common/log.h"
 
 #include <gtest/gtest.h>
-
-#include <algorithm>
 #include <spdlog/sinks/ostream_sink.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>

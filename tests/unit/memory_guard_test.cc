@@ -175,9 +175,9 @@ TEST(MemoryGuardPolicyTest, TheCacheGrowsByNoMoreThanTheRoomBelowTheThreshold) {
   MemoryGuardPolicy p(limit, cache);
   const uint64_t threshold = p.threshold_bytes();  // 72 MiB
   Clock::time_point t = Clock::now();
-  EXPECT_EQ(p.Next(10 * kMiB, 0, t), threshold - 10 * kMiB);       // empty: the room
+  EXPECT_EQ(p.Next(10 * kMiB, 0, t), threshold - 10 * kMiB);          // empty: the room
   EXPECT_EQ(p.Next(50 * kMiB, 30 * kMiB, t), threshold - 20 * kMiB);  // holds 30, 22 to spare
-  EXPECT_EQ(p.Next(threshold, 40 * kMiB, t), 40 * kMiB);            // no room: what it holds
+  EXPECT_EQ(p.Next(threshold, 40 * kMiB, t), 40 * kMiB);              // no room: what it holds
   EXPECT_EQ(p.Next(threshold - kMiB, 0, t), MemoryGuardPolicy::kFloorBytes);  // never below
   EXPECT_EQ(p.pressure_events(), 0u);
   EXPECT_EQ(p.capacity(), cache);  // the budget is untouched: no pressure yet

@@ -366,10 +366,9 @@ TEST(MemoryLimitTest, RealV1CgroupSeenByDsfsInfo) {
         << r.out;
     r = testing::RunCommand(cg.Inside({testing::DsfsBinary(), "info", dir / "s.dsfs"}));
     ASSERT_EQ(r.exit_code, 0) << testing::Describe(r);
-    EXPECT_NE(
-        r.out.find("memory limit: 167.8 MB (cgroup v1 " + file +
-                   "); a mount's cache 21.0 MB (the files fill 4.1 kB of page cache)\n"),
-        std::string::npos)
+    EXPECT_NE(r.out.find("memory limit: 167.8 MB (cgroup v1 " + file +
+                         "); a mount's cache 21.0 MB (the files fill 4.1 kB of page cache)\n"),
+              std::string::npos)
         << r.out;
     // And outside it, not that limit.
     r = testing::Dsfs({"info", "--json", dir / "s.dsfs"});

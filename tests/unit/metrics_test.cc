@@ -1,6 +1,8 @@
 // The latency histogram (common/histogram.h), the mount's stats assembly (mount/stats.h) and
 // its Prometheus export (mount/metrics.h), checked by a strict parser of the exposition format
 // (tests/support/prometheus_parser.h), which is checked first on broken texts.
+#include "mount/metrics.h"
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,7 +17,6 @@
 #include "common/histogram.h"
 #include "fs/filesystem.h"
 #include "fs/stats.h"
-#include "mount/metrics.h"
 #include "mount/stats.h"
 #include "tests/support/prometheus_parser.h"
 #include "tests/support/test_util.h"
@@ -94,8 +95,7 @@ TEST(PrometheusParserTest, RejectsBrokenTexts) {
       {"reserved label name", "# TYPE g gauge\ng{__a=\"1\"} 1\n"},
       {"non-numeric value", "# TYPE g gauge\ng 12abc\n"},
       {"empty value", "# TYPE g gauge\ng \n"},
-      {"interleaved families",
-       "# TYPE g gauge\n# TYPE f gauge\ng{a=\"1\"} 1\nf 1\ng{a=\"2\"} 1\n"},
+      {"interleaved families", "# TYPE g gauge\n# TYPE f gauge\ng{a=\"1\"} 1\nf 1\ng{a=\"2\"} 1\n"},
       {"buckets not cumulative",
        "# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n"},
       {"no +Inf bucket", "# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_sum 1\nh_count 2\n"},
@@ -188,15 +188,15 @@ TEST_F(MetricsTest, ExportParsesAndCarriesTheCounters) {
   EXPECT_EQ(v, 1);
   EXPECT_TRUE(e.Find("dsfs_request_duration_seconds_bucket", {{"op", "read"}, {"le", "+Inf"}}, &v));
   EXPECT_EQ(v, 1);
-  EXPECT_TRUE(e.Find("dsfs_request_duration_seconds_bucket", {{"op", "read"}, {"le", "1e-06"}}, &v));
+  EXPECT_TRUE(
+      e.Find("dsfs_request_duration_seconds_bucket", {{"op", "read"}, {"le", "1e-06"}}, &v));
   EXPECT_TRUE(e.Find("dsfs_memory_limit_bytes", {}, &v));
   EXPECT_GT(v, 0);
   EXPECT_EQ(e.types["dsfs_uptime_seconds"], "gauge");
   // A mountpoint is any bytes, a label UTF-8: a byte that is no character becomes U+FFFD.
   const std::string odd = PrometheusText(stats.Object(), "/mnt/bad\xff\xfe\xc3\xa9");
   EXPECT_EQ(odd.find('\xff'), std::string::npos);
-  EXPECT_NE(odd.find("mountpoint=\"/mnt/bad\xEF\xBF\xBD\xEF\xBF\xBD\xc3\xa9\""),
-            std::string::npos);
+  EXPECT_NE(odd.find("mountpoint=\"/mnt/bad\xEF\xBF\xBD\xEF\xBF\xBD\xc3\xa9\""), std::string::npos);
   // No store in object storage, no kernel path: none of their series.
   EXPECT_EQ(text.find("dsfs_s3_"), std::string::npos);
   EXPECT_EQ(text.find("dsfs_kernel_"), std::string::npos);

@@ -2,11 +2,10 @@
 
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <cerrno>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 
 #include "fs/filesystem.h"
 #include "tests/support/test_util.h"

@@ -1,5 +1,6 @@
 // The resized images (image/resize.h) against the real Pillow and torchvision: the corpus and
-// its reference pixels come from tests/support/resize_reference.py, run with Debian's /usr/bin/python3.
+// its reference pixels come from tests/support/resize_reference.py, run with Debian's
+// /usr/bin/python3.
 #include "image/resize.h"
 
 #include <gtest/gtest.h>

@@ -134,8 +134,8 @@ TEST(ResizedViewNamesTest, EveryNFrom16To4096HasOneName) {
   }
   ASSERT_TRUE(ParseView("jpeg-224", &v).ok());
   EXPECT_EQ(v, View(View::kJpeg, 224));
-  for (const char* bad : {"bmp-15", "bmp-4097", "bmp-0256", "bmp-", "bmp-256x", "bmp--1",
-                          "bmp-+16", "jpeg", "jpeg-0", "npy-32", "bmp-99999999999", "BMP-32"}) {
+  for (const char* bad : {"bmp-15", "bmp-4097", "bmp-0256", "bmp-", "bmp-256x", "bmp--1", "bmp-+16",
+                          "jpeg", "jpeg-0", "npy-32", "bmp-99999999999", "BMP-32"}) {
     Status s = ParseView(bad, &v);
     EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
     EXPECT_EQ(s.message().find('\n'), std::string::npos);
@@ -151,9 +151,10 @@ TEST_F(ResizedViewsTest, BmpNServesResizeOfEveryImageWithSizesKnownWithoutDecodi
   auto fs = Mount();
   struct stat st;
   // Sizes from the recorded dimensions: no image is decoded by lookups and listings.
-  const std::map<std::string, std::pair<uint32_t, uint32_t>> dims = {
-      {"wide.png", {21, 16}}, {"tall.png", {16, 47}}, {"small.png", {12, 9}},
-      {"exact.png", {16, 20}}};
+  const std::map<std::string, std::pair<uint32_t, uint32_t>> dims = {{"wide.png", {21, 16}},
+                                                                     {"tall.png", {16, 47}},
+                                                                     {"small.png", {12, 9}},
+                                                                     {"exact.png", {16, 20}}};
   for (const auto& [name, wh] : dims) {
     ASSERT_NE(Walk(fs.get(), ".dsfs/bmp-16/cat/" + name, &st), 0u) << name;
     EXPECT_EQ(static_cast<uint64_t>(st.st_size), BmpBytes(wh.first, wh.second)) << name;
@@ -166,8 +167,10 @@ TEST_F(ResizedViewsTest, BmpNServesResizeOfEveryImageWithSizesKnownWithoutDecodi
   }
   EXPECT_EQ(StatOf(*fs, "images_decoded"), 0u);
   // The bytes.
-  EXPECT_EQ(ReadAll(fs.get(), Walk(fs.get(), ".dsfs/bmp-16/cat/wide.png")), ResizedBmp(40, 30, 1, 16));
-  EXPECT_EQ(ReadAll(fs.get(), Walk(fs.get(), ".dsfs/bmp-16/cat/tall.png")), ResizedBmp(17, 50, 2, 16));
+  EXPECT_EQ(ReadAll(fs.get(), Walk(fs.get(), ".dsfs/bmp-16/cat/wide.png")),
+            ResizedBmp(40, 30, 1, 16));
+  EXPECT_EQ(ReadAll(fs.get(), Walk(fs.get(), ".dsfs/bmp-16/cat/tall.png")),
+            ResizedBmp(17, 50, 2, 16));
   // At or below N: the bmp view's file.
   for (const char* name : {"small.png", "exact.png"}) {
     EXPECT_EQ(ReadAll(fs.get(), Walk(fs.get(), std::string(".dsfs/bmp-16/cat/") + name)),
@@ -179,10 +182,12 @@ TEST_F(ResizedViewsTest, BmpNServesResizeOfEveryImageWithSizesKnownWithoutDecodi
   // Rendered once, then served from the cache; another N is another file.
   ReadAll(fs.get(), Walk(fs.get(), ".dsfs/bmp-16/cat/wide.png"));
   EXPECT_EQ(StatOf(*fs, "images_resized"), 2u);
-  EXPECT_EQ(ReadAll(fs.get(), Walk(fs.get(), ".dsfs/bmp-20/cat/wide.png")), ResizedBmp(40, 30, 1, 20));
+  EXPECT_EQ(ReadAll(fs.get(), Walk(fs.get(), ".dsfs/bmp-20/cat/wide.png")),
+            ResizedBmp(40, 30, 1, 20));
   EXPECT_EQ(StatOf(*fs, "images_resized"), 3u);
   // The views' inode numbers differ per N, and from the bmp view's.
-  EXPECT_NE(Walk(fs.get(), ".dsfs/bmp-16/cat/wide.png"), Walk(fs.get(), ".dsfs/bmp-20/cat/wide.png"));
+  EXPECT_NE(Walk(fs.get(), ".dsfs/bmp-16/cat/wide.png"),
+            Walk(fs.get(), ".dsfs/bmp-20/cat/wide.png"));
   EXPECT_NE(Walk(fs.get(), ".dsfs/bmp-16/cat/wide.png"), Walk(fs.get(), ".dsfs/bmp/cat/wide.png"));
   // Found by name, not listed in /.dsfs; names outside 16..4096 are not views.
   auto control = List(fs.get(), Walk(fs.get(), ".dsfs"));

@@ -4,14 +4,13 @@
 #include "backend/s3/s3_cache_dir.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "backend/s3/s3_kv_cache.h"
 #include "tests/support/test_util.h"
@@ -32,7 +31,8 @@ void Age(const std::string& path, int days) {
 
 // A cache as a mount leaves it: meta, lock, index, the store's blocks, `days` old.
 void MakeCache(const std::string& dir, const std::string& id, int days) {
-  WriteFile(dir + "/meta", "url=s3://bucket/" + id + "\nendpoint=http://127.0.0.1:1\nid=" + id + "\n");
+  WriteFile(dir + "/meta",
+            "url=s3://bucket/" + id + "\nendpoint=http://127.0.0.1:1\nid=" + id + "\n");
   WriteFile(dir + "/lock", "");
   WriteFile(dir + "/index", "index bytes");
   WriteFile(dir + "/" + id + "/000000", std::string(8192, 'x'));
@@ -42,7 +42,10 @@ void MakeCache(const std::string& dir, const std::string& id, int days) {
 
 class S3CacheDirTest : public ::testing::Test {
  protected:
-  void SetUp() override { cache_ = dir_ / "cache"; MakeDir(cache_, 0700); }
+  void SetUp() override {
+    cache_ = dir_ / "cache";
+    MakeDir(cache_, 0700);
+  }
   std::string Cache(const char* name) const { return cache_ + "/" + name; }
 
   TempDir dir_;

@@ -6,10 +6,10 @@
 #include <memory>
 #include <string>
 
-#include "s3/credentials.h"
 #include "backend/kv_open.h"
-#include "s3/client.h"
 #include "backend/s3/s3_kv.h"
+#include "s3/client.h"
+#include "s3/credentials.h"
 #include "tests/support/test_util.h"
 
 namespace dsfs::testing {

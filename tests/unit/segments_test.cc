@@ -14,9 +14,9 @@
 
 #include "pack/packer.h"
 #include "store/store.h"
+#include "tests/fuzz/fuzz_targets.h"
 #include "tests/support/fakes/faulty_store.h"
 #include "tests/support/fakes/mem_store.h"
-#include "tests/fuzz/fuzz_targets.h"
 #include "tests/support/test_util.h"
 
 namespace dsfs::testing {
@@ -35,8 +35,8 @@ class SegmentsTest : public ::testing::Test {
     // segment: many segments of 4 KiB.
     for (int d = 0; d < 3; ++d) {
       for (int f = 0; f < 700; ++f) {
-        std::string rel = "dir" + std::to_string(d) + "/file-with-a-longer-name-" +
-                          std::to_string(f) + ".txt";
+        std::string rel =
+            "dir" + std::to_string(d) + "/file-with-a-longer-name-" + std::to_string(f) + ".txt";
         files_[rel] = "contents of " + rel;
         WriteFile(dir_ / ("src/" + rel), files_[rel]);
       }
@@ -96,7 +96,8 @@ TEST_F(SegmentsTest, TablesAreStoredInCompressedSegmentsThatReadBackWhole) {
   ASSERT_TRUE(store);
   // No dictionary (dict_bytes 0): the groups are kernel frames, format 5.
   EXPECT_EQ(store->header().version, kKernelFormatVersion);
-  for (const char* old : {"I", "I.sum", "N", "N.sum"}) EXPECT_EQ(table_->data.count(old), 0u) << old;
+  for (const char* old : {"I", "I.sum", "N", "N.sum"})
+    EXPECT_EQ(table_->data.count(old), 0u) << old;
   SegmentIndex ix;
   ASSERT_TRUE(SegmentIndex::Parse(table_->data.at(std::string(kSegmentIndexKey)), &ix).ok());
   EXPECT_GT(ix.inodes.size(), 3u);
@@ -252,15 +253,13 @@ TEST_F(SegmentsTest, IndexThatDisagreesWithTheStoreIsRefusedAtOpen) {
   copy->data.at(std::string(kSegmentIndexKey))[9] ^= 1;
   std::unique_ptr<Store> store;
   s = Store::Open(NewMemReader(copy), &store);
-  EXPECT_NE(s.message().find("segment index checksum mismatch"), std::string::npos)
-      << s.ToString();
+  EXPECT_NE(s.message().find("segment index checksum mismatch"), std::string::npos) << s.ToString();
   // A missing segment: that part of the tree fails, named.
   copy->data = table_->data;
   copy->data.erase(SegmentKey(kNameSegmentSpace, 3));
   ASSERT_TRUE(Store::Open(NewMemReader(copy), &store).ok());
   s = store->VerifyMetadata();
-  EXPECT_NE(s.message().find("store is missing name segment 3"), std::string::npos)
-      << s.ToString();
+  EXPECT_NE(s.message().find("store is missing name segment 3"), std::string::npos) << s.ToString();
 }
 
 // A version 2 store (raw "I" and "N" tables with per-segment checksums) reads as before.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -13,12 +14,10 @@
 #include <thread>
 #include <utility>
 
-#include <zstd.h>
-
 #include "cache/byte_cache.h"
-#include "store/codec.h"
 #include "fs/filesystem.h"
 #include "pack/packer.h"
+#include "store/codec.h"
 #include "tests/support/fakes/faulty_store.h"
 #include "tests/support/fakes/mem_store.h"
 #include "tests/support/test_util.h"
@@ -249,8 +248,7 @@ TEST_P(StoreTest, FlippedPayloadByteFailsOnlyTheFilesOfItsGroup) {
     ASSERT_TRUE(store_->LookupPath(path, &ino, &victim).ok());
     std::shared_ptr<MemTable> damaged;
     uint64_t first, last;
-    ASSERT_TRUE(
-        testing::DamagePayload(*table_, victim.data + chunk, &damaged, &first, &last).ok());
+    ASSERT_TRUE(testing::DamagePayload(*table_, victim.data + chunk, &damaged, &first, &last).ok());
     std::unique_ptr<Store> store;
     ASSERT_TRUE(Store::Open(NewMemReader(damaged), &store).ok());
     const std::vector<std::string> expected = FilesInGroup(*store, first, last);
@@ -301,9 +299,9 @@ TEST_P(StoreTest, UnreadablePayloadGroupFailsOnlyItsFiles) {
 }
 
 TEST_P(StoreTest, DamagedMetadataIsRefusedAtOpenOrAccess) {
-  for (std::string key : {std::string("H"), std::string("L"), std::string("M"),
-                          SegmentKey(kInodeSegmentSpace, 0), SegmentKey(kNameSegmentSpace, 0),
-                          std::string("Z")}) {
+  for (std::string key :
+       {std::string("H"), std::string("L"), std::string("M"), SegmentKey(kInodeSegmentSpace, 0),
+        SegmentKey(kNameSegmentSpace, 0), std::string("Z")}) {
     for (Fault fault : {Fault::kFlipBit, Fault::kTruncate, Fault::kError}) {
       std::unique_ptr<Store> faulty;
       Status s = Store::Open(
@@ -437,7 +435,8 @@ TEST(StorePackTest, SpecialFilesAreSkipped) {
 // temporary behind.
 TEST(StorePackTest, CancelTokenStopsThePackAndLeavesNothing) {
   TempDir dir;
-  for (int i = 0; i < 20; ++i) WriteFile(dir / ("src/f" + std::to_string(i)), RandomBytes(70000, i));
+  for (int i = 0; i < 20; ++i)
+    WriteFile(dir / ("src/f" + std::to_string(i)), RandomBytes(70000, i));
   for (bool before : {true, false}) {
     for (const char* backend : {"lmdb", "rocksdb"}) {
       SCOPED_TRACE(std::string(backend) + (before ? ", set before" : ", set while packing"));
@@ -938,10 +937,12 @@ TEST(StoreKernelFormatTest, KernelGroupsComeFromTheRamCacheAfterTheirFirstRead) 
   std::unique_ptr<Store> store;
   ASSERT_TRUE(Store::Open(NewMemReader(table), &store, cache).ok());
   std::vector<Store::KernelGroup> groups;
-  ASSERT_TRUE(store->ForEachKernelGroup([&](const Store::KernelGroup& g) {
-    groups.push_back(g);
-    return Status::OK();
-  }).ok());
+  ASSERT_TRUE(store
+                  ->ForEachKernelGroup([&](const Store::KernelGroup& g) {
+                    groups.push_back(g);
+                    return Status::OK();
+                  })
+                  .ok());
   ASSERT_GT(groups.size(), 3u);
   uint32_t ino;
   InodeRecord r;

@@ -1,8 +1,6 @@
 // common/system.h: small files, process liveness (the one zombie rule), absolute paths.
 #include "common/system.h"
 
-#include "common/mount_table.h"
-
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -14,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "common/mount_table.h"
 #include "tests/support/test_util.h"
 
 namespace dsfs::testing {

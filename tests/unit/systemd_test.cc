@@ -120,8 +120,8 @@ TEST(SystemdUnitTest, TheSystemCallFilterAllowsIoUring) {
         if (line.rfind("    @", 0) == 0) groups.push_back(line.substr(4));
       }
     }
-    for (const char* call : {"io_uring_setup", "io_uring_enter", "io_uring_register", "mount",
-                             "umount2", "ioctl"}) {
+    for (const char* call :
+         {"io_uring_setup", "io_uring_enter", "io_uring_register", "mount", "umount2", "ioctl"}) {
       EXPECT_NE(allowed.find(std::string("    ") + call + "\n"), std::string::npos) << call;
     }
   }
@@ -129,18 +129,18 @@ TEST(SystemdUnitTest, TheSystemCallFilterAllowsIoUring) {
 
 TEST(SystemdUnitTest, NotifyServiceThatUnmountsAndRestarts) {
   for (const std::string& path : kUnits) {
-  SCOPED_TRACE(path);
-  std::string unit = ReadFile(path);
-  EXPECT_EQ(Get(unit, "Type"), "notify");
-  EXPECT_EQ(Get(unit, "NotifyAccess"), "main");
-  EXPECT_EQ(Get(unit, "Restart"), "on-failure");
-  EXPECT_EQ(Get(unit, "EnvironmentFile"), "/etc/dsfs/%i.conf");
-  // The daemon must be the main process (it sends READY=1): the foreground mode.
-  std::string start = Get(unit, "ExecStart");
-  EXPECT_EQ(start, kBuildDir + "/dsfs mount --foreground ${STORE} %f -o ro,${OPTIONS}");
-  EXPECT_EQ(Get(unit, "ExecStop"), "-" + kBuildDir + "/dsfs umount %f");
-  EXPECT_NE(Get(unit, "ExecStopPost").find("umount --lazy"), std::string::npos);
-  EXPECT_EQ(Get(unit, "ExecReload"), "/bin/kill -HUP $MAINPID");
+    SCOPED_TRACE(path);
+    std::string unit = ReadFile(path);
+    EXPECT_EQ(Get(unit, "Type"), "notify");
+    EXPECT_EQ(Get(unit, "NotifyAccess"), "main");
+    EXPECT_EQ(Get(unit, "Restart"), "on-failure");
+    EXPECT_EQ(Get(unit, "EnvironmentFile"), "/etc/dsfs/%i.conf");
+    // The daemon must be the main process (it sends READY=1): the foreground mode.
+    std::string start = Get(unit, "ExecStart");
+    EXPECT_EQ(start, kBuildDir + "/dsfs mount --foreground ${STORE} %f -o ro,${OPTIONS}");
+    EXPECT_EQ(Get(unit, "ExecStop"), "-" + kBuildDir + "/dsfs umount %f");
+    EXPECT_NE(Get(unit, "ExecStopPost").find("umount --lazy"), std::string::npos);
+    EXPECT_EQ(Get(unit, "ExecReload"), "/bin/kill -HUP $MAINPID");
   }
 }
 
@@ -148,43 +148,43 @@ TEST(SystemdUnitTest, NotifyServiceThatUnmountsAndRestarts) {
 // that creates one may be set. The ones that are set must leave /dev/fuse and mount(2).
 TEST(SystemdUnitTest, HardeningKeepsTheHostMountNamespace) {
   for (const std::string& path : kUnits) {
-  SCOPED_TRACE(path);
-  std::string unit = ReadFile(path);
-  for (const char* key : {"ProtectSystem",
-                          "ProtectHome",
-                          "PrivateTmp",
-                          "PrivateDevices",
-                          "PrivateMounts",
-                          "ProtectKernelTunables",
-                          "ProtectKernelModules",
-                          "ProtectKernelLogs",
-                          "ProtectControlGroups",
-                          "ProtectProc",
-                          "ProcSubset",
-                          "ReadOnlyPaths",
-                          "InaccessiblePaths",
-                          "ReadWritePaths",
-                          "TemporaryFileSystem",
-                          "BindPaths",
-                          "BindReadOnlyPaths",
-                          "MountFlags",
-                          "RootDirectory",
-                          "RootImage",
-                          "PrivateUsers",
-                          "DynamicUser",
-                          "User"}) {
-    EXPECT_EQ(Get(unit, key), "") << key << " would hide the mount from the host (or drop root)";
-  }
-  EXPECT_EQ(Get(unit, "NoNewPrivileges"), "yes");
-  EXPECT_EQ(Get(unit, "DeviceAllow"), "/dev/fuse rw");
-  EXPECT_EQ(Get(unit, "DevicePolicy"), "closed");
-  std::string caps = Get(unit, "CapabilityBoundingSet");
-  EXPECT_NE(caps.find("CAP_SYS_ADMIN"), std::string::npos) << caps;
-  std::string calls = Get(unit, "SystemCallFilter");
-  EXPECT_NE(calls.find("@mount"), std::string::npos) << calls;
-  EXPECT_NE(calls.find("@system-service"), std::string::npos) << calls;
-  // Every directive is explained where it is set.
-  EXPECT_NE(unit.find("# Hardening."), std::string::npos);
+    SCOPED_TRACE(path);
+    std::string unit = ReadFile(path);
+    for (const char* key : {"ProtectSystem",
+                            "ProtectHome",
+                            "PrivateTmp",
+                            "PrivateDevices",
+                            "PrivateMounts",
+                            "ProtectKernelTunables",
+                            "ProtectKernelModules",
+                            "ProtectKernelLogs",
+                            "ProtectControlGroups",
+                            "ProtectProc",
+                            "ProcSubset",
+                            "ReadOnlyPaths",
+                            "InaccessiblePaths",
+                            "ReadWritePaths",
+                            "TemporaryFileSystem",
+                            "BindPaths",
+                            "BindReadOnlyPaths",
+                            "MountFlags",
+                            "RootDirectory",
+                            "RootImage",
+                            "PrivateUsers",
+                            "DynamicUser",
+                            "User"}) {
+      EXPECT_EQ(Get(unit, key), "") << key << " would hide the mount from the host (or drop root)";
+    }
+    EXPECT_EQ(Get(unit, "NoNewPrivileges"), "yes");
+    EXPECT_EQ(Get(unit, "DeviceAllow"), "/dev/fuse rw");
+    EXPECT_EQ(Get(unit, "DevicePolicy"), "closed");
+    std::string caps = Get(unit, "CapabilityBoundingSet");
+    EXPECT_NE(caps.find("CAP_SYS_ADMIN"), std::string::npos) << caps;
+    std::string calls = Get(unit, "SystemCallFilter");
+    EXPECT_NE(calls.find("@mount"), std::string::npos) << calls;
+    EXPECT_NE(calls.find("@system-service"), std::string::npos) << calls;
+    // Every directive is explained where it is set.
+    EXPECT_NE(unit.find("# Hardening."), std::string::npos);
   }
 }
 
@@ -221,8 +221,9 @@ TEST(InstallTest, InstallsBinaryHelperUnitsAndExample) {
               "/opt/dsfs-test/bin/dsfs mount --foreground ${STORE} %f -o ro,${OPTIONS}");
     EXPECT_EQ(unit.find(kBuildDir), std::string::npos) << "the build directory leaked into it";
   }
-  EXPECT_TRUE(std::filesystem::exists(
-      root + "/opt/dsfs-test/share/bash-completion/completions/dsfs")) << r.out;
+  EXPECT_TRUE(
+      std::filesystem::exists(root + "/opt/dsfs-test/share/bash-completion/completions/dsfs"))
+      << r.out;
   EXPECT_TRUE(std::filesystem::exists(root + "/opt/dsfs-test/share/doc/dsfs/copyright")) << r.out;
   EXPECT_TRUE(std::filesystem::exists(root + "/opt/dsfs-test/share/doc/dsfs/dsfs.conf.example"))
       << r.out;

@@ -270,7 +270,7 @@ TEST_F(FilesystemViewsTest, SizesMatchAndEachViewServesItsFormat) {
 
 // "X.npy" must fit in 255 bytes: a longer image name keeps its name and bytes in the npy view.
 TEST_F(FilesystemViewsTest, ImagesWhoseNpyNameWouldBeTooLongKeepTheirNameInTheNpyView) {
-  const std::string fits = std::string(251 - 4, 'f') + ".jpg";     // 251 + 4 = 255 bytes
+  const std::string fits = std::string(251 - 4, 'f') + ".jpg";      // 251 + 4 = 255 bytes
   const std::string too_long = std::string(252 - 4, 'l') + ".jpg";  // 252 + 4 = 256 bytes
   WriteFile(dir_ / ("src/long/" + fits), Jpeg(8, 8, 11));
   WriteFile(dir_ / ("src/long/" + too_long), Jpeg(8, 8, 12));

@@ -71,7 +71,7 @@ if ! ls "$build"/python/dsfs/_dsfs*.so >/dev/null 2>&1; then
   exit $fail
 fi
 check "the dsfs package holds no Python module" \
-  test -z "$(dpkg-deb -c "$deb" | grep -E 'dist-packages|_dsfs')"
+  test -z "$(dpkg-deb -c "$deb" | grep -E 'dist-packages|_dsfs[^/]*\.so')"
 pydeb="$tmp/out/python3-dsfs_${version}_${arch}.deb"
 [[ -f $pydeb ]] || { echo "FAILED: no $pydeb; made: $(ls "$tmp/out")"; exit 1; }
 echo "ok: $(basename "$pydeb"), $(du -k "$pydeb" | cut -f1) KiB"

@@ -96,4 +96,9 @@ std::string AbsolutePath(const std::string& path) {
   return r + name;
 }
 
+std::string GetEnv(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
 }  // namespace dsfs

@@ -30,6 +30,9 @@ bool ReadFirstLine(const std::string& path, std::string* line);
 // missing) is not alive. A process of another user (kill(2) says EPERM) is.
 bool ProcessAlive(pid_t pid);
 
+// The value of environment variable `name`; empty when it is not set.
+std::string GetEnv(const char* name);
+
 // `path` made absolute and normalized, its directory resolved (symbolic links, "..") but not
 // its last component, which may be a symbolic link or a dead FUSE mount (whose stat fails);
 // with a trailing slash that component is resolved too. "" stays "" (it names nothing).

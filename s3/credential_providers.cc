@@ -24,15 +24,10 @@
 namespace dsfs {
 namespace {
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
-
 std::string HomeFile(const char* env, const char* rel) {
-  std::string p = Env(env);
+  std::string p = GetEnv(env);
   if (!p.empty()) return p;
-  std::string home = Env("HOME");
+  std::string home = GetEnv("HOME");
   return (home.empty() ? std::string("/root") : home) + "/" + rel;
 }
 
@@ -71,7 +66,7 @@ std::string TrimBlank(std::string s) {
 std::string FormEncode(std::string_view s) { return UriEncode(s, false); }
 
 std::string StsEndpoint(const std::string& region) {
-  std::string e = Env("AWS_ENDPOINT_URL_STS");
+  std::string e = GetEnv("AWS_ENDPOINT_URL_STS");
   if (e.empty()) e = "https://sts." + region + ".amazonaws.com";
   while (!e.empty() && e.back() == '/') e.pop_back();
   return e + "/";
@@ -127,9 +122,9 @@ class EnvironmentProvider : public CredentialProvider {
  public:
   Status Fetch(AwsCredentials* out) override {
     AwsCredentials c;
-    c.access_key_id = Env("AWS_ACCESS_KEY_ID");
-    c.secret_access_key = Env("AWS_SECRET_ACCESS_KEY");
-    c.session_token = Env("AWS_SESSION_TOKEN");
+    c.access_key_id = GetEnv("AWS_ACCESS_KEY_ID");
+    c.secret_access_key = GetEnv("AWS_SECRET_ACCESS_KEY");
+    c.session_token = GetEnv("AWS_SESSION_TOKEN");
     if (c.access_key_id.empty() || c.secret_access_key.empty()) {
       return Status::InvalidArgument(
           "S3 credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set together");
@@ -420,7 +415,7 @@ class ContainerProvider : public CredentialProvider {
     req.ca_bundle = opt_.ca_bundle;
     req.connect_timeout_ms = 2000;
     req.timeout_ms = 5000;
-    std::string token_file = Env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
+    std::string token_file = GetEnv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
     std::string token;
     if (!token_file.empty()) {
       Status s = ReadCredentialFile(token_file, kMaxTokenFileBytes,
@@ -428,7 +423,7 @@ class ContainerProvider : public CredentialProvider {
       if (!s.ok()) return Status::IOError("S3 credentials (" + Name() + "): " + s.message());
       token = TrimBlank(token);
     } else {
-      token = Env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
+      token = GetEnv("AWS_CONTAINER_AUTHORIZATION_TOKEN");
     }
     if (token.find_first_of("\r\n") != std::string::npos) {
       return Status::IOError("S3 credentials (" + Name() +
@@ -509,15 +504,15 @@ std::string Get(const AwsProfile& p, const char* key) {
 }  // namespace
 
 std::string ContainerCredentialsUrl() {
-  std::string rel = Env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
+  std::string rel = GetEnv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
   if (!rel.empty()) return "http://169.254.170.2" + (rel[0] == '/' ? rel : "/" + rel);
-  return Env("AWS_CONTAINER_CREDENTIALS_FULL_URI");
+  return GetEnv("AWS_CONTAINER_CREDENTIALS_FULL_URI");
 }
 
 namespace {
 
 std::string ImdsEndpoint() {
-  std::string e = Env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
+  std::string e = GetEnv("AWS_EC2_METADATA_SERVICE_ENDPOINT");
   if (e.empty()) e = "http://169.254.169.254";
   while (!e.empty() && e.back() == '/') e.pop_back();
   return e;
@@ -540,7 +535,7 @@ Status MakeContainerProvider(const CredentialChainOptions& opt, const std::strin
 }
 
 bool ImdsDisabled() {
-  std::string v = Env("AWS_EC2_METADATA_DISABLED");
+  std::string v = GetEnv("AWS_EC2_METADATA_DISABLED");
   for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return v == "true" || v == "1";
 }
@@ -614,7 +609,7 @@ Status ProfileProvider(const CredentialChainOptions& opt, const std::string& nam
 }  // namespace
 
 std::string AwsProfileName() {
-  std::string profile = Env("AWS_PROFILE");
+  std::string profile = GetEnv("AWS_PROFILE");
   return profile.empty() ? "default" : profile;
 }
 
@@ -673,11 +668,12 @@ Status ResolveCredentialChain(const CredentialChainOptions& opt,
                               std::unique_ptr<CredentialProvider>* provider,
                               AwsCredentials* first) {
   std::unique_ptr<CredentialProvider> p;
-  if (!Env("AWS_ACCESS_KEY_ID").empty() || !Env("AWS_SECRET_ACCESS_KEY").empty()) {
+  if (!GetEnv("AWS_ACCESS_KEY_ID").empty() || !GetEnv("AWS_SECRET_ACCESS_KEY").empty()) {
     p = std::make_unique<EnvironmentProvider>();
-  } else if (!Env("AWS_WEB_IDENTITY_TOKEN_FILE").empty() && !Env("AWS_ROLE_ARN").empty()) {
-    p = std::make_unique<WebIdentityProvider>(opt, Env("AWS_WEB_IDENTITY_TOKEN_FILE"),
-                                              Env("AWS_ROLE_ARN"), Env("AWS_ROLE_SESSION_NAME"));
+  } else if (!GetEnv("AWS_WEB_IDENTITY_TOKEN_FILE").empty() && !GetEnv("AWS_ROLE_ARN").empty()) {
+    p = std::make_unique<WebIdentityProvider>(opt, GetEnv("AWS_WEB_IDENTITY_TOKEN_FILE"),
+                                              GetEnv("AWS_ROLE_ARN"),
+                                              GetEnv("AWS_ROLE_SESSION_NAME"));
   } else {
     const std::string profile = AwsProfileName();
     DSFS_RETURN_IF_ERROR(ProfileProvider(opt, profile, 0, &p));

@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "common/path.h"
+#include "common/system.h"
 #include "s3/credential_providers.h"
 
 namespace dsfs {
@@ -13,11 +14,6 @@ namespace {
 
 // A system's whole bundle is about 200 kB.
 constexpr size_t kMaxCaBundleBytes = 16 << 20;
-
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
 
 }  // namespace
 
@@ -28,12 +24,12 @@ Status LoadAwsSettings(AwsSettings* s, const AwsLoadOptions& options) {
     auto it = profile.values.find(key);
     return it == profile.values.end() ? std::string() : it->second;
   };
-  std::string region = Env("AWS_REGION");
-  if (region.empty()) region = Env("AWS_DEFAULT_REGION");
+  std::string region = GetEnv("AWS_REGION");
+  if (region.empty()) region = GetEnv("AWS_DEFAULT_REGION");
   if (region.empty()) region = config("region");
   if (!region.empty()) s->region = region;
-  std::string endpoint = Env("AWS_ENDPOINT_URL_S3");
-  if (endpoint.empty()) endpoint = Env("AWS_ENDPOINT_URL");
+  std::string endpoint = GetEnv("AWS_ENDPOINT_URL_S3");
+  if (endpoint.empty()) endpoint = GetEnv("AWS_ENDPOINT_URL");
   if (endpoint.empty()) endpoint = config("endpoint_url");
   if (endpoint.empty()) endpoint = "https://s3." + s->region + ".amazonaws.com";
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
@@ -43,7 +39,7 @@ Status LoadAwsSettings(AwsSettings* s, const AwsLoadOptions& options) {
   }
   s->endpoint = endpoint;
   s->addressing = options.addressing;
-  s->ca_bundle = Env("AWS_CA_BUNDLE");
+  s->ca_bundle = GetEnv("AWS_CA_BUNDLE");
   if (s->ca_bundle.empty()) s->ca_bundle = config("ca_bundle");
   if (!s->ca_bundle.empty()) {
     // Checked as the chain's files are (curl would block on a FIFO, read /dev/zero, and name

@@ -7,10 +7,13 @@
 #include <atomic>
 #include <cctype>
 #include <csignal>
+#include <functional>
+#include <memory>
 #include <optional>
 
 #include "common/log.h"
 #include "common/path.h"
+#include "common/unique_fd.h"
 #include "common/units.h"
 #include "common/version.h"
 #include "pack/packer.h"
@@ -218,251 +221,429 @@ int MountHelperMain(const std::string& program, const std::vector<std::string>& 
   return 0;
 }
 
-int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+namespace {
+
+// The command line being run: dsfs's own options, and each command with what runs it once the
+// arguments are parsed.
+struct Cli {
+  // What runs a command: its exit status, its error line printed.
+  using Run = std::function<int(std::ostream& out, std::ostream& err)>;
+
   CLI::App app{"dsfs: pack image datasets into one compressed store and mount them read-only",
                "dsfs"};
-  app.require_subcommand(1);
-  app.set_version_flag("-V,--version", std::string("dsfs ") + DsfsVersion());
+  std::string log_level = "warn";
+  CLI::Option* log_level_opt = nullptr;
+  bool verbose = false;
+  bool quiet = false;  // -q of dsfs or of a command: all one flag
+  SizeValidator size_validator;
+  std::vector<std::pair<CLI::App*, Run>> commands;
+  CLI::App* help_cmd = nullptr;
+  std::vector<std::string> help_names;
+  // Ctrl-C, SIGTERM or SIGHUP during pack, add, warmup or extract: stop, and leave no store or
+  // temporary behind.
+  std::optional<InterruptOnSignals> interrupt;
+
+  const std::atomic<bool>* CancelToken() {
+    if (!interrupt) interrupt.emplace();
+    return interrupt->token();
+  }
+};
+
+// The exit status of a command that ended with `s`: its error line printed after what it wrote.
+int Finish(const Status& s, std::ostream& out, std::ostream& err) {
+  out.flush();
+  if (s.ok()) return 0;
+  err << "dsfs: error: " << Printable(s.message()) << "\n";
+  return 1;
+}
+
+// Finish of `run` unless `store` is a URL of a scheme dsfs does not read.
+int FinishOnStore(const std::string& store, const std::function<Status()>& run, std::ostream& out,
+                  std::ostream& err) {
+  Status s = CheckUrlScheme(store, kStoreSources);
+  return Finish(s.ok() ? run() : s, out, err);
+}
+
+void AddGlobalOptions(Cli& c) {
+  c.app.require_subcommand(1);
+  c.app.set_version_flag("-V,--version", std::string("dsfs ") + DsfsVersion());
   // The options of dsfs itself are also taken after the subcommand (dsfs ls S --log-level
   // debug): a subcommand hands what it does not know to dsfs.
-  app.fallthrough();
-  std::string log_level = "warn";
-  auto* log_level_opt =
-      app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+  c.app.fallthrough();
+  c.log_level_opt =
+      c.app.add_option("--log-level", c.log_level, "trace, debug, info, warn, error or off")
           ->capture_default_str();
-  bool verbose = false, quiet = false;
-  app.add_flag("-v,--verbose", verbose, "log at info level (as --log-level info)");
-  app.add_flag("-q,--quiet", quiet,
-               "print nothing on success: no progress, no summary (warnings stay)");
-  SizeValidator size_validator;
+  c.app.add_flag("-v,--verbose", c.verbose, "log at info level (as --log-level info)");
+  c.app.add_flag("-q,--quiet", c.quiet,
+                 "print nothing on success: no progress, no summary (warnings stay)");
+}
 
-  PackCommand pack;
-  uint64_t dict_size = pack.options.dict_bytes, chunk_size = pack.options.chunk_bytes,
-           group_size = pack.options.group_bytes;
-  auto* pack_cmd = app.add_subcommand(
+void AddPackCommand(Cli& c) {
+  struct Args {
+    PackCommand cmd;
+    uint64_t dict_size, chunk_size, group_size;
+  };
+  auto a = std::make_shared<Args>();
+  a->dict_size = a->cmd.options.dict_bytes;
+  a->chunk_size = a->cmd.options.chunk_bytes;
+  a->group_size = a->cmd.options.group_bytes;
+  auto* cmd = c.app.add_subcommand(
       "pack",
       "pack SRC (a directory, a tar/cpio/zip archive, or - for an archive on stdin) into "
       "a new store DST");
-  pack_cmd
-      ->add_option("SRC", pack.src,
-                   "source directory, archive file, - (stdin), an archive at s3://BUCKET/KEY or "
-                   "http(s)://URL, or the objects under s3://BUCKET/PREFIX/ (docs/pack-sources.md)")
+  cmd->add_option("SRC", a->cmd.src,
+                  "source directory, archive file, - (stdin), an archive at s3://BUCKET/KEY or "
+                  "http(s)://URL, or the objects under s3://BUCKET/PREFIX/ (docs/pack-sources.md)")
       ->required();
-  pack_cmd->add_option("DST", pack.dst, "the store to create (a file; a directory with rocksdb)")
+  cmd->add_option("DST", a->cmd.dst, "the store to create (a file; a directory with rocksdb)")
       ->required();
-  pack_cmd->add_flag("-f,--force", pack.force,
-                     "replace DST if it is a dsfs store or an empty directory (anything else "
-                     "there is refused)");
-  pack_cmd->add_option("--backend", pack.backend, "lmdb (DST is one file) or rocksdb (a directory)")
+  cmd->add_flag("-f,--force", a->cmd.force,
+                "replace DST if it is a dsfs store or an empty directory (anything else "
+                "there is refused)");
+  cmd->add_option("--backend", a->cmd.backend, "lmdb (DST is one file) or rocksdb (a directory)")
       ->capture_default_str();
-  pack_cmd->add_option("-l,--level", pack.options.zstd_level, "zstd compression level (1-22)")
+  cmd->add_option("-l,--level", a->cmd.options.zstd_level, "zstd compression level (1-22)")
       ->capture_default_str();
-  pack_cmd->add_option("--dict-size", dict_size, "zstd dictionary size, 0 = none (e.g. 110K)")
-      ->transform(size_validator)
+  cmd->add_option("--dict-size", a->dict_size, "zstd dictionary size, 0 = none (e.g. 110K)")
+      ->transform(c.size_validator)
       ->capture_default_str();
-  pack_cmd->add_option("--chunk-size", chunk_size, "large files are stored in chunks of this size")
-      ->transform(size_validator)
+  cmd->add_option("--chunk-size", a->chunk_size, "large files are stored in chunks of this size")
+      ->transform(c.size_validator)
       ->capture_default_str();
-  pack_cmd
-      ->add_option("--group-size", group_size,
-                   "small files are compressed together in groups of this size (1K-4M)")
-      ->transform(size_validator)
+  cmd->add_option("--group-size", a->group_size,
+                  "small files are compressed together in groups of this size (1K-4M)")
+      ->transform(c.size_validator)
       ->capture_default_str();
-  pack_cmd->add_option("-j,--threads", pack.options.threads, "compression threads (0 = all cores)")
+  cmd->add_option("-j,--threads", a->cmd.options.threads, "compression threads (0 = all cores)")
       ->capture_default_str();
-  pack_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
-  pack_cmd->add_flag("--predecode", pack.options.predecode,
-                     "also store every image's decoded pixels, so the bmp/npy/tensor views "
-                     "never decode");
+  cmd->add_flag("-q,--quiet", c.quiet, kQuietHelp);
+  cmd->add_flag("--predecode", a->cmd.options.predecode,
+                "also store every image's decoded pixels, so the bmp/npy/tensor views "
+                "never decode");
+  c.commands.emplace_back(cmd, [&c, a](std::ostream& out, std::ostream& err) {
+    if (!IsRemotePackSource(a->cmd.src)) {
+      Status s = CheckUrlScheme(a->cmd.src,
+                                "a source is a directory, an archive file, -, s3://BUCKET/KEY, "
+                                "s3://BUCKET/PREFIX/ or an http(s):// URL of an archive");
+      if (!s.ok()) return Finish(s, out, err);
+    }
+    a->cmd.quiet = c.quiet;
+    a->cmd.options.cancel = c.CancelToken();
+    a->cmd.options.dict_bytes = static_cast<uint32_t>(std::min<uint64_t>(a->dict_size, UINT32_MAX));
+    if (a->chunk_size > (64u << 20)) {
+      err << "dsfs: error: --chunk-size must be at most 64M\n";
+      return 2;
+    }
+    a->cmd.options.chunk_bytes = static_cast<uint32_t>(a->chunk_size);
+    if (a->group_size < 1024 || a->group_size > kMaxGroupBytes) {
+      err << "dsfs: error: --group-size must be 1K to 4M\n";
+      return 2;
+    }
+    a->cmd.options.group_bytes = static_cast<uint32_t>(a->group_size);
+    return Finish(RunPack(a->cmd, out, err), out, err);
+  });
+}
 
-  AddCommand add;
-  auto* add_cmd = app.add_subcommand(
+void AddAddCommand(Cli& c) {
+  auto a = std::make_shared<AddCommand>();
+  auto* cmd = c.app.add_subcommand(
       "add", "add the files and directories of SRC to STORE (new names only), atomically");
-  add_cmd->add_option("STORE", add.store, "existing store")->required();
-  add_cmd->add_option("SRC", add.src, "source directory")->required();
-  add_cmd->add_option("--prefix", add.options.prefix,
-                      "directory of the store to add into (created if missing; default: root)");
-  add_cmd->add_flag("--replace", add.options.replace, "replace entries that exist");
-  add_cmd->add_option("-j,--threads", add.options.threads, "compression threads (0 = all cores)")
+  cmd->add_option("STORE", a->store, "existing store")->required();
+  cmd->add_option("SRC", a->src, "source directory")->required();
+  cmd->add_option("--prefix", a->options.prefix,
+                  "directory of the store to add into (created if missing; default: root)");
+  cmd->add_flag("--replace", a->options.replace, "replace entries that exist");
+  cmd->add_option("-j,--threads", a->options.threads, "compression threads (0 = all cores)")
       ->capture_default_str();
-  add_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
+  cmd->add_flag("-q,--quiet", c.quiet, kQuietHelp);
+  c.commands.emplace_back(cmd, [&c, a](std::ostream& out, std::ostream& err) {
+    return FinishOnStore(
+        a->store,
+        [&] {
+          a->quiet = c.quiet;
+          a->options.cancel = c.CancelToken();
+          return RunAdd(*a, out, err);
+        },
+        out, err);
+  });
+}
 
-  ConvertCommand convert;
-  auto* convert_cmd = app.add_subcommand(
+void AddConvertCommand(Cli& c) {
+  auto a = std::make_shared<ConvertCommand>();
+  auto* cmd = c.app.add_subcommand(
       "convert", "copy store SRC into a new store DST of another backend (no recompression)");
-  convert_cmd->add_option("SRC", convert.src, "existing store")->required();
-  convert_cmd->add_option("DST", convert.dst, "store to create")->required();
-  convert_cmd
-      ->add_option("--backend", convert.backend, "lmdb, rocksdb or s3 (DST s3://BUCKET/PREFIX)")
+  cmd->add_option("SRC", a->src, "existing store")->required();
+  cmd->add_option("DST", a->dst, "store to create")->required();
+  cmd->add_option("--backend", a->backend, "lmdb, rocksdb or s3 (DST s3://BUCKET/PREFIX)")
       ->required();
-  convert_cmd->add_flag("-f,--force", convert.force,
-                        "replace DST if it is a dsfs store or an empty directory");
-  convert_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
+  cmd->add_flag("-f,--force", a->force, "replace DST if it is a dsfs store or an empty directory");
+  cmd->add_flag("-q,--quiet", c.quiet, kQuietHelp);
+  c.commands.emplace_back(cmd, [&c, a](std::ostream& out, std::ostream& err) {
+    a->quiet = c.quiet;
+    return FinishOnStore(
+        a->src, [&] { return RunConvert(*a, out, err); }, out, err);
+  });
+}
 
-  PushCommand push;
-  auto* push_cmd = app.add_subcommand(
+void AddPushCommand(Cli& c) {
+  auto a = std::make_shared<PushCommand>();
+  auto* cmd = c.app.add_subcommand(
       "push", "upload store SRC to object storage as s3://BUCKET/PREFIX, for dsfs mount s3://...");
-  push_cmd->add_option("SRC", push.src, "existing store")->required();
-  push_cmd->add_option("DST", push.dst, "s3://BUCKET/PREFIX")->required();
-  push_cmd->add_flag("-f,--force", push.force, "replace a store already at DST");
-  push_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
-  push_cmd->footer(
+  cmd->add_option("SRC", a->src, "existing store")->required();
+  cmd->add_option("DST", a->dst, "s3://BUCKET/PREFIX")->required();
+  cmd->add_flag("-f,--force", a->force, "replace a store already at DST");
+  cmd->add_flag("-q,--quiet", c.quiet, kQuietHelp);
+  cmd->footer(
       "Credentials and endpoint the AWS way: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,\n"
       "AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL, AWS_PROFILE and ~/.aws/credentials\n"
       "(never on the command line). A push that stops leaves nothing mountable; running it\n"
       "again skips the data objects already uploaded. See docs/s3.md.");
+  c.commands.emplace_back(cmd, [&c, a](std::ostream& out, std::ostream& err) {
+    a->quiet = c.quiet;
+    return FinishOnStore(
+        a->src, [&] { return RunPush(*a, out, err); }, out, err);
+  });
+}
 
-  MountConfig mount;
-  std::vector<std::string> mount_opts;
-  auto* mount_cmd = app.add_subcommand("mount", "mount STORE read-only at MOUNTPOINT");
-  mount_cmd->add_option("STORE", mount.store_path, kStoreHelp)->required();
-  mount_cmd
-      ->add_option("MOUNTPOINT", mount.mountpoint,
-                   "an existing directory, or /dev/fd/N: a /dev/fuse descriptor a privileged "
-                   "parent mounted (docs/containers.md)")
+void AddMountCommands(Cli& c) {
+  struct Args {
+    MountConfig config;
+    std::vector<std::string> opts;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = c.app.add_subcommand("mount", "mount STORE read-only at MOUNTPOINT");
+  cmd->add_option("STORE", a->config.store_path, kStoreHelp)->required();
+  cmd->add_option("MOUNTPOINT", a->config.mountpoint,
+                  "an existing directory, or /dev/fd/N: a /dev/fuse descriptor a privileged "
+                  "parent mounted (docs/containers.md)")
       ->required();
-  mount_cmd->add_flag("-f,--foreground", mount.foreground, "stay in the foreground");
+  cmd->add_flag("-f,--foreground", a->config.foreground, "stay in the foreground");
   // Each -o list is split by ParseMountOptions, which skips empty items (CLI11's own splitting
   // turned "-o ,,," into a missing argument).
-  mount_cmd->add_option("-o", mount_opts, "comma-separated mount options (below)");
-  mount_cmd->footer(std::string(kMountOptionsHelp) + "\n\n" + kServiceHelp);
+  cmd->add_option("-o", a->opts, "comma-separated mount options (below)");
+  cmd->footer(std::string(kMountOptionsHelp) + "\n\n" + kServiceHelp);
+  c.commands.emplace_back(cmd, [a](std::ostream& out, std::ostream& err) {
+    std::string joined;
+    for (const auto& o : a->opts) joined += (joined.empty() ? "" : ",") + o;
+    Status s = ParseMountOptions(joined, &a->config);
+    if (!s.ok()) {
+      err << "dsfs: error: " << Printable(s.message()) << "\n";
+      return 2;
+    }
+    return Finish(RunMount(a->config), out, err);
+  });
 
-  std::string umount_point;
-  bool lazy = false;
-  auto* umount_cmd = app.add_subcommand("umount", "unmount a dsfs mount (also a dead one)");
-  umount_cmd->add_option("MOUNTPOINT", umount_point, "the directory a dsfs mount is at")
-      ->required();
-  umount_cmd->add_flag("-z,--lazy", lazy, "detach now even if busy");
+  struct UmountArgs {
+    std::string point;
+    bool lazy = false;
+  };
+  auto u = std::make_shared<UmountArgs>();
+  auto* umount = c.app.add_subcommand("umount", "unmount a dsfs mount (also a dead one)");
+  umount->add_option("MOUNTPOINT", u->point, "the directory a dsfs mount is at")->required();
+  umount->add_flag("-z,--lazy", u->lazy, "detach now even if busy");
+  c.commands.emplace_back(umount, [u](std::ostream& out, std::ostream& err) {
+    return Finish(RunUmount(u->point, u->lazy), out, err);
+  });
+}
 
-  std::string store_path, path = "/";
-  bool long_format = false, recursive = false, json = false;
-  auto* ls_cmd = app.add_subcommand("ls", "list PATH inside STORE");
-  ls_cmd->add_option("STORE", store_path, kStoreHelp)->required();
-  ls_cmd->add_option("PATH", path, "a directory (or file) inside the store")->capture_default_str();
-  ls_cmd->add_flag("-l", long_format, "long format (mode, size, mtime)");
-  ls_cmd->add_flag("-R", recursive, "recurse into directories");
-  ls_cmd->add_flag("--json", json, "one JSON object per entry and line");
-  auto* cat_cmd = app.add_subcommand("cat", "write the file at PATH inside STORE to stdout");
-  cat_cmd->add_option("STORE", store_path, kStoreHelp)->required();
-  cat_cmd->add_option("PATH", path, "a file inside the store")->required();
-  auto* info_cmd = app.add_subcommand(
-      "info", "show what STORE holds, and whether the tensor view has PATH (default /)");
-  info_cmd->add_option("STORE", store_path, kStoreHelp)->required();
-  info_cmd->add_option("PATH", path, "a directory inside the store, for the tensor view")
+// ls, cat, info and verify: what a store holds.
+void AddInspectCommands(Cli& c) {
+  struct Args {
+    std::string store, path = "/";
+    bool long_format = false, recursive = false, json = false;
+  };
+  auto ls = std::make_shared<Args>();
+  auto* ls_cmd = c.app.add_subcommand("ls", "list PATH inside STORE");
+  ls_cmd->add_option("STORE", ls->store, kStoreHelp)->required();
+  ls_cmd->add_option("PATH", ls->path, "a directory (or file) inside the store")
       ->capture_default_str();
-  info_cmd->add_flag("--json", json, "machine-readable output");
-  auto* verify_cmd = app.add_subcommand("verify", "check every payload of STORE");
-  verify_cmd->add_option("STORE", store_path, kStoreHelp)->required();
-  verify_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
-  verify_cmd->add_flag("--json", json, "one JSON object: counts and the damaged files");
+  ls_cmd->add_flag("-l", ls->long_format, "long format (mode, size, mtime)");
+  ls_cmd->add_flag("-R", ls->recursive, "recurse into directories");
+  ls_cmd->add_flag("--json", ls->json, "one JSON object per entry and line");
+  c.commands.emplace_back(ls_cmd, [ls](std::ostream& out, std::ostream& err) {
+    return FinishOnStore(
+        ls->store,
+        [&] { return RunLs(ls->store, ls->path, ls->long_format, ls->recursive, out, ls->json); },
+        out, err);
+  });
 
-  ExtractCommand extract;
-  auto* extract_cmd = app.add_subcommand(
+  auto cat = std::make_shared<Args>();
+  auto* cat_cmd = c.app.add_subcommand("cat", "write the file at PATH inside STORE to stdout");
+  cat_cmd->add_option("STORE", cat->store, kStoreHelp)->required();
+  cat_cmd->add_option("PATH", cat->path, "a file inside the store")->required();
+  c.commands.emplace_back(cat_cmd, [cat](std::ostream& out, std::ostream& err) {
+    return FinishOnStore(
+        cat->store, [&] { return RunCat(cat->store, cat->path, out); }, out, err);
+  });
+
+  auto info = std::make_shared<Args>();
+  auto* info_cmd = c.app.add_subcommand(
+      "info", "show what STORE holds, and whether the tensor view has PATH (default /)");
+  info_cmd->add_option("STORE", info->store, kStoreHelp)->required();
+  info_cmd->add_option("PATH", info->path, "a directory inside the store, for the tensor view")
+      ->capture_default_str();
+  info_cmd->add_flag("--json", info->json, "machine-readable output");
+  c.commands.emplace_back(info_cmd, [info](std::ostream& out, std::ostream& err) {
+    return FinishOnStore(
+        info->store, [&] { return RunInfo(info->store, info->path, info->json, out); }, out, err);
+  });
+
+  auto verify = std::make_shared<Args>();
+  auto* verify_cmd = c.app.add_subcommand("verify", "check every payload of STORE");
+  verify_cmd->add_option("STORE", verify->store, kStoreHelp)->required();
+  verify_cmd->add_flag("-q,--quiet", c.quiet, kQuietHelp);
+  verify_cmd->add_flag("--json", verify->json, "one JSON object: counts and the damaged files");
+  c.commands.emplace_back(verify_cmd, [&c, verify](std::ostream& out, std::ostream& err) {
+    return FinishOnStore(
+        verify->store, [&] { return RunVerify(verify->store, c.quiet, out, err, verify->json); },
+        out, err);
+  });
+}
+
+void AddExtractCommand(Cli& c) {
+  auto a = std::make_shared<ExtractCommand>();
+  auto* cmd = c.app.add_subcommand(
       "extract",
       "write the tree of STORE (or its PATHs) into directory DIR, or as a pax tar stream to "
       "stdout (DIR -, the default)");
-  extract_cmd->add_option("STORE", extract.store, kStoreHelp)->required();
-  extract_cmd
-      ->add_option("DIR", extract.dest,
-                   "the directory to write into (made if missing), or - for a tar "
-                   "stream on stdout")
+  cmd->add_option("STORE", a->store, kStoreHelp)->required();
+  cmd->add_option("DIR", a->dest,
+                  "the directory to write into (made if missing), or - for a tar "
+                  "stream on stdout")
       ->capture_default_str();
-  extract_cmd->add_option("PATH", extract.paths, "files or directories inside the store");
-  extract_cmd
-      ->add_option("--view", extract.view,
-                   "the view written out: original, bmp, npy, tensor, bmp-N, jpeg-N")
+  cmd->add_option("PATH", a->paths, "files or directories inside the store");
+  cmd->add_option("--view", a->view,
+                  "the view written out: original, bmp, npy, tensor, bmp-N, jpeg-N")
       ->capture_default_str();
-  extract_cmd->add_flag("-f,--force", extract.force,
-                        "write into a non-empty DIR: adds what is missing, replaces nothing");
-  extract_cmd
-      ->add_option("-j,--threads", extract.threads,
-                   "into a DIR: 1, read and write on one thread; 2, the writes on a thread of "
-                   "their own")
+  cmd->add_flag("-f,--force", a->force,
+                "write into a non-empty DIR: adds what is missing, replaces nothing");
+  cmd->add_option("-j,--threads", a->threads,
+                  "into a DIR: 1, read and write on one thread; 2, the writes on a thread of "
+                  "their own")
       ->capture_default_str()
       ->check(CLI::Range(1, 2));
-  extract_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
-  extract_cmd->footer(
+  cmd->add_flag("-q,--quiet", c.quiet, kQuietHelp);
+  cmd->footer(
       "Files are written in the store's order, each group decoded once. Nothing is written\n"
       "outside DIR: symlinks are written as links and never followed. A file that cannot be\n"
       "read is named on stderr and left out, the rest is written, and the exit status is 1.");
+  c.commands.emplace_back(cmd, [&c, a](std::ostream& out, std::ostream& err) {
+    return FinishOnStore(
+        a->store,
+        [&] {
+          a->quiet = c.quiet;
+          a->cancel = c.CancelToken();
+          return RunExtract(*a, out, err);
+        },
+        out, err);
+  });
+}
 
-  std::string stats_point;
-  bool stats_json = false;
-  auto* stats_cmd = app.add_subcommand("stats", "show the live counters of a mount");
-  stats_cmd->add_option("MOUNTPOINT", stats_point, "the directory a live dsfs mount is at")
-      ->required();
-  bool stats_prometheus = false;
-  auto* stats_json_flag = stats_cmd->add_flag("--json", stats_json, "the raw JSON");
-  stats_cmd
-      ->add_flag("--prometheus", stats_prometheus,
+// stats and warmup: what a live mount does.
+void AddLiveMountCommands(Cli& c) {
+  struct StatsArgs {
+    std::string point;
+    bool json = false, prometheus = false;
+  };
+  auto st = std::make_shared<StatsArgs>();
+  auto* stats = c.app.add_subcommand("stats", "show the live counters of a mount");
+  stats->add_option("MOUNTPOINT", st->point, "the directory a live dsfs mount is at")->required();
+  auto* json_flag = stats->add_flag("--json", st->json, "the raw JSON");
+  stats
+      ->add_flag("--prometheus", st->prometheus,
                  "the Prometheus text exposition format (metric names: docs/usage.md)")
-      ->excludes(stats_json_flag);
+      ->excludes(json_flag);
+  c.commands.emplace_back(stats, [st](std::ostream& out, std::ostream& err) {
+    return Finish(RunStats(st->point, st->json, out, st->prometheus), out, err);
+  });
 
-  WarmupCommand warmup;
-  auto* warmup_cmd = app.add_subcommand(
+  auto w = std::make_shared<WarmupCommand>();
+  auto* warmup = c.app.add_subcommand(
       "warmup",
       "read PATHs (default: all) of a live mount so that they land in its caches (an S3 "
       "store's disk cache, the RAM cache within its budget)");
-  warmup_cmd->add_option("MOUNTPOINT", warmup.mountpoint, "a live dsfs mount")->required();
-  warmup_cmd->add_option("PATH", warmup.paths,
-                         "files or directories inside the mount (relative to it, or absolute)");
-  warmup_cmd->add_option("-j,--threads", warmup.threads, "files read at once")
+  warmup->add_option("MOUNTPOINT", w->mountpoint, "a live dsfs mount")->required();
+  warmup->add_option("PATH", w->paths,
+                     "files or directories inside the mount (relative to it, or absolute)");
+  warmup->add_option("-j,--threads", w->threads, "files read at once")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  warmup_cmd->add_flag("-q,--quiet", quiet, kQuietHelp);
-  warmup_cmd->add_flag("--json", warmup.json, "the summary as one JSON object");
-  warmup_cmd->footer(
+  warmup->add_flag("-q,--quiet", c.quiet, kQuietHelp);
+  warmup->add_flag("--json", w->json, "the summary as one JSON object");
+  warmup->footer(
       "Files are read in the store's order, in runs of consecutive files per thread, and\n"
       "dropped from the page cache after. Ctrl-C stops it keeping what was read: run it again\n"
       "to finish. Exit status 1 if any file could not be read. See docs/s3.md.");
+  c.commands.emplace_back(warmup, [&c, w](std::ostream& out, std::ostream& err) {
+    w->quiet = c.quiet;
+    w->cancel = c.CancelToken();
+    return Finish(RunWarmup(*w, out, err), out, err);
+  });
+}
 
-  std::string cache_dir;
-  int keep_days = 30;
-  bool dry_run = false;
-  auto* cache_cmd = app.add_subcommand(
+void AddCacheCommands(Cli& c) {
+  struct Args {
+    std::string dir;
+    int keep_days = 30;
+    bool dry_run = false, json = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cache = c.app.add_subcommand(
       "cache", "list or clean up the S3 disk caches in a cache_dir (default ~/.cache/dsfs)");
-  cache_cmd->require_subcommand(1);
-  cache_cmd->footer(
+  cache->require_subcommand(1);
+  cache->footer(
       "dsfs cache ls [DIR]: one entry per store cached in DIR. dsfs cache gc [DIR]\n"
       "[--keep-days N] [-n]: frees what no mount uses. See docs/s3.md.");
-  auto* cache_ls_cmd = cache_cmd->add_subcommand(
+  auto* ls = cache->add_subcommand(
       "ls", "list the stores cached in DIR: URL, endpoint, identity, size, last use, mounted");
-  cache_ls_cmd->add_option("DIR", cache_dir,
-                           "a cache_dir (default: $XDG_CACHE_HOME/dsfs or "
-                           "~/.cache/dsfs)");
-  cache_ls_cmd->add_flag("--json", json, "one JSON object");
-  auto* cache_gc_cmd = cache_cmd->add_subcommand(
+  ls->add_option("DIR", a->dir,
+                 "a cache_dir (default: $XDG_CACHE_HOME/dsfs or "
+                 "~/.cache/dsfs)");
+  ls->add_flag("--json", a->json, "one JSON object");
+  c.commands.emplace_back(ls, [a](std::ostream& out, std::ostream& err) {
+    return Finish(RunCacheLs(a->dir, out, a->json), out, err);
+  });
+  auto* gc = cache->add_subcommand(
       "gc",
       "remove the caches in DIR no mount uses that were not used within --keep-days days, "
       "and stores pushed over since");
-  cache_gc_cmd->add_option("DIR", cache_dir,
-                           "a cache_dir (default: $XDG_CACHE_HOME/dsfs or "
-                           "~/.cache/dsfs)");
-  cache_gc_cmd->add_option("--keep-days", keep_days, "keep caches used within this many days")
+  gc->add_option("DIR", a->dir,
+                 "a cache_dir (default: $XDG_CACHE_HOME/dsfs or "
+                 "~/.cache/dsfs)");
+  gc->add_option("--keep-days", a->keep_days, "keep caches used within this many days")
       ->capture_default_str()
       ->check(CLI::Range(0, 36500));
-  cache_gc_cmd->add_flag("-n,--dry-run", dry_run, "say what would be removed, remove nothing");
-  cache_gc_cmd->footer(
+  gc->add_flag("-n,--dry-run", a->dry_run, "say what would be removed, remove nothing");
+  gc->footer(
       "A cache a live mount uses is never removed (each mount holds a lock on its cache).\n"
       "Only dsfs's own files, never through a symlink, only this user's.");
+  c.commands.emplace_back(gc, [a](std::ostream& out, std::ostream& err) {
+    return Finish(RunCacheGc(a->dir, a->keep_days, a->dry_run, out), out, err);
+  });
+}
 
-  std::vector<std::string> help_names;
-  auto* help_cmd = app.add_subcommand(
+void AddHelpCommand(Cli& c) {
+  c.help_cmd = c.app.add_subcommand(
       "help", "print the help of dsfs, or of COMMAND: the same as dsfs COMMAND --help");
-  help_cmd->add_option("COMMAND", help_names, "a command, and one of its own (dsfs help cache gc)");
+  c.help_cmd->add_option("COMMAND", c.help_names,
+                         "a command, and one of its own (dsfs help cache gc)");
   // Set last: a subcommand takes its parent's footer when it is made, and this one is dsfs's
   // own (dsfs mount --help repeats it: the mount options are what it is about).
-  app.footer(std::string(kServiceHelp) +
-             "\n\nThe options of a command: dsfs help COMMAND, or dsfs COMMAND --help.");
+  c.app.footer(std::string(kServiceHelp) +
+               "\n\nThe options of a command: dsfs help COMMAND, or dsfs COMMAND --help.");
+}
 
+// Parses `args` into `c`: -1 when a command is to run, else the exit status (help, version or
+// a usage error printed).
+int Parse(Cli& c, const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   std::vector<std::string> rev(args.rbegin(), args.rend());
   try {
-    app.parse(rev);
+    c.app.parse(rev);
   } catch (const CLI::CallForHelp& e) {
-    out << app.help();
+    out << c.app.help();
     return 0;
   } catch (const CLI::CallForAllHelp& e) {
-    out << app.help("", CLI::AppFormatMode::All);
+    out << c.app.help("", CLI::AppFormatMode::All);
     return 0;
   } catch (const CLI::CallForVersion& e) {
     out << e.what() << "\n";
@@ -470,107 +651,42 @@ int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostre
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
     // A first word that is no command reads better named than as "a subcommand is required".
-    if (app.get_subcommands().empty() && !args.empty() && !args[0].empty() && args[0][0] != '-') {
+    if (c.app.get_subcommands().empty() && !args.empty() && !args[0].empty() && args[0][0] != '-') {
       what = "unknown command '" + PrintableName(args[0]) + "'";
     }
-    err << "dsfs: error: " << Printable(what) << " (see " << SelectedCommand(app) << " --help)\n";
+    err << "dsfs: error: " << Printable(what) << " (see " << SelectedCommand(c.app) << " --help)\n";
     return 2;
   }
-  if (*help_cmd) return PrintHelp(app, help_names, out, err);
-  // -q (of dsfs or of the subcommand, all one flag): no progress, no summary; warnings stay.
-  pack.quiet = add.quiet = convert.quiet = push.quiet = warmup.quiet = extract.quiet = quiet;
-  if (log_level_opt->count() == 0) log_level = verbose ? "info" : "warn";
+  return -1;
+}
+
+}  // namespace
+
+int DsfsMain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  Cli c;
+  AddGlobalOptions(c);
+  AddPackCommand(c);
+  AddAddCommand(c);
+  AddConvertCommand(c);
+  AddPushCommand(c);
+  AddMountCommands(c);
+  AddInspectCommands(c);
+  AddExtractCommand(c);
+  AddLiveMountCommands(c);
+  AddCacheCommands(c);
+  AddHelpCommand(c);
+  if (int rc = Parse(c, args, out, err); rc >= 0) return rc;
+  if (*c.help_cmd) return PrintHelp(c.app, c.help_names, out, err);
+  if (c.log_level_opt->count() == 0) c.log_level = c.verbose ? "info" : "warn";
   // As found on return: the tests run DsfsMain in-process, one command after another.
-  const spdlog::level::level_enum level_before = Log()->level();
-  struct RestoreLevel {
-    spdlog::level::level_enum level;
-    ~RestoreLevel() { Log()->set_level(level); }
-  } restore{level_before};
-  if (!SetLogLevel(log_level)) {
-    err << "dsfs: error: unknown log level '" << PrintableName(log_level)
+  const ScopeExit restore_level([level = Log()->level()] { Log()->set_level(level); });
+  if (!SetLogLevel(c.log_level)) {
+    err << "dsfs: error: unknown log level '" << PrintableName(c.log_level)
         << "' (one of trace, debug, info, warn, error, off)\n";
     return 2;
   }
-
-  Status s;
-  const std::string* store = *ls_cmd || *cat_cmd || *info_cmd || *verify_cmd ? &store_path
-                             : *extract_cmd                                  ? &extract.store
-                             : *add_cmd                                      ? &add.store
-                             : *convert_cmd                                  ? &convert.src
-                             : *push_cmd                                     ? &push.src
-                                                                             : nullptr;
-  if (store) s = CheckUrlScheme(*store, kStoreSources);
-  if (*pack_cmd && !IsRemotePackSource(pack.src)) {
-    s = CheckUrlScheme(pack.src,
-                       "a source is a directory, an archive file, -, s3://BUCKET/KEY, "
-                       "s3://BUCKET/PREFIX/ or an http(s):// URL of an archive");
-  }
-  if (!s.ok()) {
-    err << "dsfs: error: " << Printable(s.message()) << "\n";
-    return 1;
-  }
-  // Ctrl-C, SIGTERM or SIGHUP during pack or add: stop, and leave no store or temporary behind.
-  std::optional<InterruptOnSignals> interrupt;
-  if (*pack_cmd || *add_cmd || *warmup_cmd || *extract_cmd) {
-    interrupt.emplace();
-    extract.cancel = interrupt->token();
-    pack.options.cancel = interrupt->token();
-    add.options.cancel = interrupt->token();
-    warmup.cancel = interrupt->token();
-  }
-  if (*pack_cmd) {
-    pack.options.dict_bytes = static_cast<uint32_t>(std::min<uint64_t>(dict_size, UINT32_MAX));
-    if (chunk_size > (64u << 20)) {
-      err << "dsfs: error: --chunk-size must be at most 64M\n";
-      return 2;
-    }
-    pack.options.chunk_bytes = static_cast<uint32_t>(chunk_size);
-    if (group_size < 1024 || group_size > kMaxGroupBytes) {
-      err << "dsfs: error: --group-size must be 1K to 4M\n";
-      return 2;
-    }
-    pack.options.group_bytes = static_cast<uint32_t>(group_size);
-    s = RunPack(pack, out, err);
-  } else if (*add_cmd) {
-    s = RunAdd(add, out, err);
-  } else if (*convert_cmd) {
-    s = RunConvert(convert, out, err);
-  } else if (*push_cmd) {
-    s = RunPush(push, out, err);
-  } else if (*mount_cmd) {
-    std::string joined;
-    for (const auto& o : mount_opts) joined += (joined.empty() ? "" : ",") + o;
-    s = ParseMountOptions(joined, &mount);
-    if (!s.ok()) {
-      err << "dsfs: error: " << Printable(s.message()) << "\n";
-      return 2;
-    }
-    s = RunMount(mount);
-  } else if (*umount_cmd) {
-    s = RunUmount(umount_point, lazy);
-  } else if (*ls_cmd) {
-    s = RunLs(store_path, path, long_format, recursive, out, json);
-  } else if (*cat_cmd) {
-    s = RunCat(store_path, path, out);
-  } else if (*info_cmd) {
-    s = RunInfo(store_path, path, json, out);
-  } else if (*stats_cmd) {
-    s = RunStats(stats_point, stats_json, out, stats_prometheus);
-  } else if (*verify_cmd) {
-    s = RunVerify(store_path, quiet, out, err, json);
-  } else if (*warmup_cmd) {
-    s = RunWarmup(warmup, out, err);
-  } else if (*extract_cmd) {
-    s = RunExtract(extract, out, err);
-  } else if (*cache_ls_cmd) {
-    s = RunCacheLs(cache_dir, out, json);
-  } else if (*cache_gc_cmd) {
-    s = RunCacheGc(cache_dir, keep_days, dry_run, out);
-  }
-  out.flush();
-  if (!s.ok()) {
-    err << "dsfs: error: " << Printable(s.message()) << "\n";
-    return 1;
+  for (const auto& [cmd, run] : c.commands) {
+    if (*cmd) return run(out, err);
   }
   return 0;
 }

@@ -252,6 +252,7 @@ const MemoryLimit& ProcessMemoryLimit() {
 MemoryBudgets BudgetsFor(uint64_t limit_bytes) {
   const uint64_t l = limit_bytes;
   MemoryBudgets b;
+  b.resident_bytes = l / 2;
   // The kernel's page cache, which serves every repeated read, keeps what these leave (and
   // reclaims pushed pages like any others); the reader's own memory comes out of it too.
   b.cache_bytes = l / 8;
@@ -260,7 +261,7 @@ MemoryBudgets BudgetsFor(uint64_t limit_bytes) {
   b.metadata_cache_bytes = std::max(l / 32, std::min<uint64_t>(32ull << 20, l / 8));
   // The daemon's resident memory stays within half the limit: the tight cache leaves room in
   // it for the metadata cache and a 16th more (threads, buffers, the tables of the tree).
-  b.tight_cache_bytes = std::min(l / 8 * 3, l / 2 - b.metadata_cache_bytes - l / 16);
+  b.tight_cache_bytes = std::min(l / 8 * 3, b.resident_bytes - b.metadata_cache_bytes - l / 16);
   b.remote_recent_bytes = std::clamp<uint64_t>(l / 64, 1ull << 20, 8ull << 20);
   b.remote_fetch_bytes = std::clamp<uint64_t>(l / 16, 2ull << 20, 64ull << 20);
   b.pack_sample_bytes = l / 16;

@@ -47,6 +47,9 @@ const MemoryLimit& ProcessMemoryLimit();
 // The default budgets for a process given `limit_bytes`. Explicit sizes (mount options) take
 // their place; see ExplicitSizeWarning.
 struct MemoryBudgets {
+  // The daemon's own anonymous memory, which every budget below that it holds fits in: half.
+  // The memory guard holds it there (fs/memory_guard.h) where the RAM cache's size is a default.
+  uint64_t resident_bytes = 0;
   // The mount's RAM cache of decompressed chunks (daemon RSS): an eighth, where the page cache
   // can keep the tree's files (CacheBytesFor).
   uint64_t cache_bytes = 0;

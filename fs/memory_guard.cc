@@ -150,6 +150,23 @@ uint64_t MemoryWatch::V1ReclaimableKernelBytes() const {
   return static_cast<uint64_t>(static_cast<unsigned __int128>(kmem) * reclaimable / kernel);
 }
 
+bool MemoryWatch::ReadResidentAnonBytes(uint64_t* bytes, const std::string& statm) {
+  std::string text;
+  if (!ReadSmallFile(statm, &text)) return false;
+  // "size resident shared text lib data dt", in pages.
+  uint64_t pages[3];
+  std::string_view rest = text;
+  for (uint64_t& v : pages) {
+    while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+    const size_t end = std::min(rest.find(' '), rest.find('\n'));
+    if (!ParseU64(rest.substr(0, end), &v)) return false;
+    rest.remove_prefix(std::min(end, rest.size()));
+  }
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  *bytes = (pages[1] - std::min(pages[1], pages[2])) * page;
+  return true;
+}
+
 std::string MemoryWatch::Describe() const {
   switch (kind) {
     case Kind::kCgroupV1:
@@ -164,30 +181,41 @@ std::string MemoryWatch::Describe() const {
   return "";
 }
 
-MemoryGuardPolicy::MemoryGuardPolicy(uint64_t limit_bytes, uint64_t initial_capacity_bytes)
+MemoryGuardPolicy::MemoryGuardPolicy(uint64_t limit_bytes, uint64_t initial_capacity_bytes,
+                                     uint64_t resident_limit_bytes)
     : limit_(limit_bytes),
       initial_(initial_capacity_bytes),
       floor_(std::min(initial_capacity_bytes, kFloorBytes)),
       headroom_(std::min(limit_bytes / 4, std::max(limit_bytes / 8, uint64_t{24} << 20))),
       threshold_(limit_bytes - headroom_),
+      resident_headroom_(resident_limit_bytes / 16),
+      resident_threshold_(resident_limit_bytes - resident_headroom_),
       capacity_(initial_capacity_bytes) {}
 
-uint64_t MemoryGuardPolicy::Next(uint64_t used_bytes, uint64_t cache_bytes, Clock::time_point now) {
-  if (used_bytes > threshold_) {
+uint64_t MemoryGuardPolicy::Next(uint64_t used_bytes, uint64_t cache_bytes, Clock::time_point now,
+                                 uint64_t resident_bytes) {
+  // What is over a threshold and half its headroom more (0: under both).
+  const bool resident_limited = resident_threshold_ > 0;
+  uint64_t over = used_bytes > threshold_ ? used_bytes - threshold_ + headroom_ / 2 : 0;
+  if (resident_limited && resident_bytes > resident_threshold_) {
+    over = std::max(over, resident_bytes - resident_threshold_ + resident_headroom_ / 2);
+  }
+  if (over > 0) {
     if (!pressure_) ++events_;
     pressure_ = true;
     last_pressure_ = now;
-    // What is over the threshold and half a headroom more, off what the cache holds now (a
-    // capacity far above its contents frees nothing); the next sample sheds again if that was
-    // not enough. Halving instead left a 103 MiB limit's cache at the floor for good: the
-    // rest of the scope (the reader, the kernel's inodes) never fell a whole headroom below.
-    const uint64_t over = used_bytes - threshold_ + headroom_ / 2;
+    // Shed off what the cache holds now (a capacity far above its contents frees nothing); the
+    // next sample sheds again if that was not enough. Halving instead left a 103 MiB limit's
+    // cache at the floor for good: the rest of the scope (the reader, the kernel's inodes)
+    // never fell a whole headroom below.
     const uint64_t held = std::min(capacity_, cache_bytes);
     capacity_ = std::max(floor_, held > over ? held - over : 0);
     return capacity_;
   }
   // Calm: below the threshold by half a headroom, where shedding aims.
-  const bool calm = used_bytes + headroom_ / 2 < threshold_;
+  const bool calm =
+      used_bytes + headroom_ / 2 < threshold_ &&
+      (!resident_limited || resident_bytes + resident_headroom_ / 2 < resident_threshold_);
   if (pressure_ && calm) pressure_ = false;
   if (calm && capacity_ < initial_ && now - last_pressure_ >= kCalmBeforeRaise &&
       now - last_raise_ >= kRaiseEvery) {
@@ -197,13 +225,15 @@ uint64_t MemoryGuardPolicy::Next(uint64_t used_bytes, uint64_t cache_bytes, Cloc
   // Until the next sample the cache grows by at most the room left below the threshold: what
   // it holds plus that room (never below the floor), so that a burst of inserts between two
   // samples cannot carry the scope past its limit before the guard sees it.
-  return std::min(capacity_, std::max(floor_, cache_bytes + (threshold_ - used_bytes)));
+  uint64_t room = threshold_ - used_bytes;
+  if (resident_limited) room = std::min(room, resident_threshold_ - resident_bytes);
+  return std::min(capacity_, std::max(floor_, cache_bytes + room));
 }
 
-MemoryGuard::MemoryGuard(ByteCache* cache, const MemoryLimit& limit)
+MemoryGuard::MemoryGuard(ByteCache* cache, const MemoryLimit& limit, uint64_t resident_limit_bytes)
     : cache_(cache),
       watch_(MemoryWatch::For(limit)),
-      policy_(limit.bytes, cache ? cache->capacity_bytes() : 0) {
+      policy_(limit.bytes, cache ? cache->capacity_bytes() : 0, resident_limit_bytes) {
   capacity_.store(policy_.capacity());
   uint64_t used;
   if (!watch_.ReadUsedBytes(&used)) {
@@ -234,15 +264,18 @@ void MemoryGuard::Run() {
   using std::chrono::milliseconds;
   std::unique_lock lock(mu_);
   for (;;) {
-    uint64_t used = 0;
+    uint64_t used = 0, resident = 0;
     const bool read = watch_.ReadUsedBytes(&used);
     if (read) used_.store(used, std::memory_order_relaxed);
+    if (MemoryWatch::ReadResidentAnonBytes(&resident)) {
+      resident_.store(resident, std::memory_order_relaxed);
+    }
     const uint64_t threshold = policy_.threshold_bytes();
     if (read && cache_ && cache_->capacity_bytes() > 0) {
       const uint64_t before = cache_->stats().bytes;
       const uint64_t budget = policy_.capacity();
       const uint64_t was = capacity_.load(std::memory_order_relaxed);
-      const uint64_t next = policy_.Next(used, before, MemoryGuardPolicy::Clock::now());
+      const uint64_t next = policy_.Next(used, before, MemoryGuardPolicy::Clock::now(), resident);
       // Before the cache is shed: a reader of stats() never sees a shed cache without its event.
       events_.store(policy_.pressure_events(), std::memory_order_relaxed);
       if (next != was) {
@@ -252,15 +285,18 @@ void MemoryGuard::Run() {
         shed_.fetch_add(before - std::min(before, after), std::memory_order_relaxed);
         if (policy_.capacity() < budget) {
           ::malloc_trim(0);  // what was evicted goes back to the system, not to malloc's lists
-          Log()->info("memory pressure in {}: {} not reclaimable, more than {}: RAM cache {} -> {}",
-                      watch_.Describe(), FormatBytes(used), FormatBytes(threshold),
-                      FormatBytes(budget), FormatBytes(policy_.capacity()));
+          Log()->info(
+              "memory pressure in {}: {} not reclaimable (threshold {}), the daemon's {} "
+              "(threshold {}): RAM cache {} -> {}",
+              watch_.Describe(), FormatBytes(used), FormatBytes(threshold), FormatBytes(resident),
+              FormatBytes(policy_.resident_threshold_bytes()), FormatBytes(budget),
+              FormatBytes(policy_.capacity()));
         }
         lock.lock();
         capacity_.store(next, std::memory_order_relaxed);
       }
     } else if (read) {
-      policy_.Next(used, 0, MemoryGuardPolicy::Clock::now());  // counts events only
+      policy_.Next(used, 0, MemoryGuardPolicy::Clock::now(), resident);  // counts events only
     }
     events_.store(policy_.pressure_events(), std::memory_order_relaxed);
     // Sampled more often once half the limit is used: the cache may grow by tens of MB a tick.
@@ -275,6 +311,8 @@ MemoryGuard::Stats MemoryGuard::stats() const {
   st.used_bytes = used_.load(std::memory_order_relaxed);
   st.threshold_bytes = policy_.threshold_bytes();
   st.pressure_events = events_.load(std::memory_order_relaxed);
+  st.resident_bytes = resident_.load(std::memory_order_relaxed);
+  st.resident_threshold_bytes = policy_.resident_threshold_bytes();
   st.cache_capacity_bytes = cache_ ? cache_->capacity_bytes() : 0;
   st.shed_bytes = shed_.load(std::memory_order_relaxed);
   return st;

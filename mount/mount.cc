@@ -210,6 +210,7 @@ Status Serve(const MountConfig& config, const std::function<void()>& on_mounted)
   if (!fo.preload_path.empty()) DSFS_RETURN_IF_ERROR(CheckPreloadPath(fs, fo.preload_path));
   ServeOptions serve;
   serve.metrics_file = config.metrics_file;
+  serve.resident_limit_bytes = default_cache ? budgets.resident_bytes : 0;
   if (config.kernel) {
     KernelOptions ko;
     ko.loop = config.kernel_loop;

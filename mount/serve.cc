@@ -111,7 +111,7 @@ Status ServeFuseWith(Filesystem* fs, ByteCache* cache, const std::string& mountp
     Log()->debug("metadata read ahead: {} bytes", bytes);
   });
   // Sheds the RAM cache under memory pressure, before the kernel kills anything.
-  MemoryGuard memory_guard(cache, ProcessMemoryLimit());
+  MemoryGuard memory_guard(cache, ProcessMemoryLimit(), serve.resident_limit_bytes);
   if (on_mounted) on_mounted();
   ServiceMonitor::Options mo = MonitorOptions(mountpoint, options);
   if (metrics) mo.on_interval = [m = metrics.get()] { m->Write(); };
@@ -266,7 +266,7 @@ Status ServeKernel(Filesystem* fs, ByteCache* cache, const std::string& mnt,
     ~ForgetPreloader() { fs->SetPrefetcher(nullptr); }
   } forget_preloader{fs};
   // Sheds the RAM cache the image's reads come from under memory pressure (fs/memory_guard.h).
-  MemoryGuard memory_guard(cache, ProcessMemoryLimit());
+  MemoryGuard memory_guard(cache, ProcessMemoryLimit(), serve.resident_limit_bytes);
   if (on_mounted) on_mounted();
 
   ServiceMonitor::Options mo = MonitorOptions(mnt, fuse);

@@ -30,6 +30,10 @@ struct ServeOptions {
   // status_interval while it serves and removed as it ends; "": none. REQUIRES: checked
   // (MetricsFile::Check) before mounting.
   std::string metrics_file;
+  // The most the daemon's own anonymous memory may hold before the memory guard sheds the RAM
+  // cache (fs/memory_guard.h): MemoryBudgets::resident_bytes with a default cache; 0 (none)
+  // with an explicit cache_size=, which only the memory limit holds.
+  uint64_t resident_limit_bytes = 0;
 };
 
 // Mounts `fs` at `mountpoint`, calls `on_mounted` once the kernel mount exists, then serves

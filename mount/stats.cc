@@ -27,6 +27,8 @@ nlohmann::ordered_json MountStats::Object() const {
     j["memory_guard"] = {{"watching", gs.watching},
                          {"used_bytes", gs.used_bytes},
                          {"threshold_bytes", gs.threshold_bytes},
+                         {"resident_bytes", gs.resident_bytes},
+                         {"resident_threshold_bytes", gs.resident_threshold_bytes},
                          {"memory_pressure_events", gs.pressure_events},
                          {"cache_capacity_bytes", gs.cache_capacity_bytes},
                          {"shed_bytes", gs.shed_bytes}};

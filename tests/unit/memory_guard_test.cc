@@ -5,6 +5,7 @@
 #include "fs/memory_guard.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <string>
@@ -186,6 +187,50 @@ TEST(MemoryGuardPolicyTest, TheCacheGrowsByNoMoreThanTheRoomBelowTheThreshold) {
   EXPECT_EQ(q.Next(10 * kMiB, 0, t), 8 * kMiB);
 }
 
+TEST(MemoryGuardPolicyTest, TheDaemonsOwnMemoryIsHeldToItsResidentLimit) {
+  // CI: with default budgets the daemon held 49.4 MB of anonymous memory in a 96 MiB limit
+  // whose scope was below its threshold (the budgets leave 48 MiB).
+  const uint64_t limit = 96 * kMiB, cache = 30 * kMiB;
+  MemoryGuardPolicy p(limit, cache, limit / 2);
+  EXPECT_EQ(p.resident_threshold_bytes(), 45 * kMiB);  // less a 16th of 48
+  Clock::time_point t = Clock::now();
+  // Room to grow: the smaller of the scope's (72 - 40 = 32) and the daemon's (45 - 40 = 5).
+  EXPECT_EQ(p.Next(40 * kMiB, 20 * kMiB, t, 40 * kMiB), 25 * kMiB);
+  EXPECT_EQ(p.pressure_events(), 0u);
+  // The scope is calm but the daemon is 3 MiB over: that and half its headroom (1.5) are shed.
+  EXPECT_EQ(p.Next(50 * kMiB, 30 * kMiB, t, 48 * kMiB), 30 * kMiB - 9 * kMiB / 2);
+  EXPECT_EQ(p.pressure_events(), 1u);
+  // Both over: the larger of the two is shed (the scope's 1 + 12).
+  EXPECT_EQ(p.Next(73 * kMiB, 20 * kMiB, t, 46 * kMiB), 7 * kMiB);
+  EXPECT_EQ(p.pressure_events(), 1u);
+  // Not raised back while the daemon sits above half its headroom below its threshold.
+  for (int i = 0; i < 10; ++i) p.Next(40 * kMiB, 0, t + seconds(10 + 2 * i), 44 * kMiB);
+  EXPECT_EQ(p.capacity(), 7 * kMiB);
+  for (int i = 0; i < 10; ++i) p.Next(40 * kMiB, 0, t + seconds(40 + 2 * i), 30 * kMiB);
+  EXPECT_GT(p.capacity(), 7 * kMiB);
+  // Without a resident limit (an explicit cache_size=) the daemon's memory is not looked at.
+  MemoryGuardPolicy q(limit, cache);
+  EXPECT_EQ(q.resident_threshold_bytes(), 0u);
+  EXPECT_EQ(q.Next(40 * kMiB, 30 * kMiB, t, 90 * kMiB), cache);
+  EXPECT_EQ(q.pressure_events(), 0u);
+}
+
+TEST(MemoryWatchTest, ResidentAnonIsStatmResidentLessShared) {
+  TempDir root;
+  const std::string statm = root.path() + "/statm";
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  WriteFile(statm, "52000 12000 2000 400 0 30000 0\n");
+  uint64_t bytes = 0;
+  ASSERT_TRUE(MemoryWatch::ReadResidentAnonBytes(&bytes, statm));
+  EXPECT_EQ(bytes, 10000 * page);
+  WriteFile(statm, "52000 x\n");
+  EXPECT_FALSE(MemoryWatch::ReadResidentAnonBytes(&bytes, statm));
+  EXPECT_FALSE(MemoryWatch::ReadResidentAnonBytes(&bytes, root.path() + "/none"));
+  // This process's own: more than nothing, less than all its pages.
+  ASSERT_TRUE(MemoryWatch::ReadResidentAnonBytes(&bytes));
+  EXPECT_GT(bytes, 0u);
+}
+
 TEST(MemoryGuardPolicyTest, SmallLimitsAndSmallCaches) {
   // Headroom: an eighth, at least 24 MiB, at most a quarter.
   EXPECT_EQ(MemoryGuardPolicy(64 * kMiB, 8 * kMiB).threshold_bytes(), 48 * kMiB);
@@ -222,6 +267,27 @@ TEST(MemoryGuardTest, ShedsTheCacheWhenTheScopeIsUnderPressure) {
   EXPECT_EQ(st.used_bytes, 250 * kMiB);
   EXPECT_GE(st.shed_bytes, held - 4 * kMiB);
   EXPECT_LE(cache.stats().bytes, 4 * kMiB);
+}
+
+TEST(MemoryGuardTest, ShedsTheCacheWhenTheDaemonIsOverItsResidentLimit) {
+  // The scope is calm (nothing used); this process holds more than a 1 MiB resident limit.
+  TempDir root;
+  const std::string dir = root.path() + "/sys/fs/cgroup/memory/job";
+  WriteFile(dir + "/memory.usage_in_bytes", "0\n");
+  WriteFile(dir + "/memory.stat", "total_active_file 0\ntotal_inactive_file 0\n");
+  ByteCache cache(64 * kMiB);
+  for (uint64_t k = 0; k < 40; ++k) {
+    cache.Insert(1, k, std::make_shared<const std::string>(kMiB, 'x'));
+  }
+  MemoryLimit limit{256 * kMiB, "cgroup v1 " + dir + "/memory.limit_in_bytes"};
+  MemoryGuard guard(&cache, limit, kMiB);
+  ASSERT_TRUE(testing::WaitUntil([&] { return cache.capacity_bytes() <= 4 * kMiB; },
+                                 std::chrono::seconds(30)));
+  MemoryGuard::Stats st = guard.stats();
+  EXPECT_EQ(st.pressure_events, 1u);
+  EXPECT_EQ(st.used_bytes, 0u);
+  EXPECT_GT(st.resident_bytes, kMiB);
+  EXPECT_EQ(st.resident_threshold_bytes, kMiB - kMiB / 16);
 }
 
 }  // namespace

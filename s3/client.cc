@@ -31,13 +31,6 @@ std::string Query(std::vector<std::pair<std::string, std::string>> params) {
   return q;
 }
 
-// The character text of every <tag> in `xml`.
-std::vector<std::string> XmlAll(std::string_view xml, std::string_view tag) {
-  std::vector<std::string> out;
-  for (std::string_view e : XmlElements(xml, tag)) out.push_back(XmlUnescape(e));
-  return out;
-}
-
 // The character text of the first <tag> in `xml`; empty if there is none.
 std::string XmlFirst(std::string_view xml, std::string_view tag) {
   std::string_view e;
@@ -454,23 +447,10 @@ Status S3Client::CreateBucket(const std::string& bucket) {
 Status S3Client::List(const std::string& bucket, const std::string& prefix,
                       std::vector<std::string>* keys) {
   keys->clear();
-  std::string token;
-  for (;;) {
-    std::vector<std::pair<std::string, std::string>> params = {{"list-type", "2"},
-                                                               {"prefix", prefix}};
-    if (!token.empty()) params.emplace_back("continuation-token", token);
-    Request req;
-    req.bucket = bucket;
-    req.query = Query(params);
-    req.what = "LIST s3://" + bucket + "/" + prefix;
-    Response resp;
-    DSFS_RETURN_IF_ERROR(Perform(req, &resp));
-    for (auto& k : XmlAll(resp.body, "Key")) keys->push_back(std::move(k));
-    if (XmlFirst(resp.body, "IsTruncated") != "true") break;
-    token = XmlFirst(resp.body, "NextContinuationToken");
-    if (token.empty()) break;
-  }
-  return Status::OK();
+  return ListEach(bucket, prefix, [keys](std::vector<ListedObject>& page) {
+    for (ListedObject& o : page) keys->push_back(std::move(o.key));
+    return Status::OK();
+  });
 }
 
 Status S3Client::ListEach(const std::string& bucket, const std::string& prefix,

@@ -36,24 +36,6 @@ bool IsCacheFileName(std::string_view s) {
          s.rfind("meta.tmp-", 0) == 0;
 }
 
-// The names in the directory open at `dir_fd` (which stays open), "." and ".." left out.
-std::vector<std::string> Entries(int dir_fd) {
-  std::vector<std::string> names;
-  UniqueFd fd(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
-  if (!fd) return names;
-  DIR* d = ::fdopendir(fd.get());
-  if (d == nullptr) return names;
-  fd.release();  // closedir closes it
-  ::rewinddir(d);
-  while (dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(std::move(name));
-  }
-  ::closedir(d);
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 // A subdirectory `name` of `dir_fd` that is this user's, opened without following a symlink;
 // none otherwise.
 UniqueFd OpenOwnDir(int dir_fd, const std::string& name, struct stat* st) {
@@ -76,7 +58,7 @@ uint64_t Freeable(const struct stat& st) { return st.st_nlink == 1 ? Allocated(s
 
 // Bytes the store directory `id_fd` takes (its NNNNNN files), and what removing them would free.
 void StoreBytes(int id_fd, uint64_t* bytes, uint64_t* freeable) {
-  for (const auto& f : Entries(id_fd)) {
+  for (const auto& f : CacheDirEntries(id_fd)) {
     struct stat st;
     if (IsObjectFileName(f) && OwnRegularFile(id_fd, f, &st)) {
       *bytes += Allocated(st);
@@ -106,7 +88,7 @@ uint64_t RemoveStore(int dir_fd, const std::string& id) {
   {
     const UniqueFd id_fd = OpenOwnDir(dir_fd, id, &st);
     if (!id_fd) return 0;
-    for (const auto& f : Entries(id_fd.get())) {
+    for (const auto& f : CacheDirEntries(id_fd.get())) {
       if (IsObjectFileName(f)) freed += UnlinkOwnFile(id_fd.get(), f);
     }
   }
@@ -176,7 +158,7 @@ S3CacheEntry Describe(int dir_fd, const std::string& name, const struct stat& di
   e.last_use = dir_st.st_mtime;
   time_t meta_mtime = 0;
   if (ReadMeta(dir_fd, &e.meta, &meta_mtime)) e.last_use = meta_mtime;
-  for (const auto& f : Entries(dir_fd)) {
+  for (const auto& f : CacheDirEntries(dir_fd)) {
     struct stat st;
     if (IsHex16(f)) {
       const UniqueFd id_fd = OpenOwnDir(dir_fd, f, &st);
@@ -193,6 +175,23 @@ S3CacheEntry Describe(int dir_fd, const std::string& name, const struct stat& di
 }
 
 }  // namespace
+
+std::vector<std::string> CacheDirEntries(int dir_fd) {
+  std::vector<std::string> names;
+  UniqueFd fd(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
+  if (!fd) return names;
+  DIR* d = ::fdopendir(fd.get());
+  if (d == nullptr) return names;
+  fd.release();  // closedir closes it
+  ::rewinddir(d);
+  while (dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(std::move(name));
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
 Status LockS3CacheForMount(int dir_fd, const std::string& dir_path, int* lock_fd) {
   *lock_fd = -1;
@@ -249,7 +248,7 @@ Status ListS3Caches(const std::string& cache_dir, std::vector<S3CacheEntry>* out
   out->clear();
   UniqueFd root;
   DSFS_RETURN_IF_ERROR(OpenCacheDir(cache_dir, &root));
-  for (const auto& name : Entries(root.get())) {
+  for (const auto& name : CacheDirEntries(root.get())) {
     if (!IsCacheName(name)) continue;
     struct stat st;
     const UniqueFd fd = OpenOwnDir(root.get(), name, &st);
@@ -280,7 +279,7 @@ uint64_t RemoveStaleStores(int fd, const std::vector<std::string>& stale, bool d
 // directory; the bytes freed.
 uint64_t RemoveCache(int root, const std::string& name, int fd, S3CacheGcResult* r) {
   uint64_t freed = 0;
-  for (const auto& f : Entries(fd)) {
+  for (const auto& f : CacheDirEntries(fd)) {
     if (IsHex16(f)) {
       freed += RemoveStore(fd, f);
     } else if (IsCacheFileName(f)) {
@@ -335,7 +334,7 @@ Status GcS3Caches(const std::string& cache_dir, const S3CacheGcOptions& options,
   UniqueFd root;
   DSFS_RETURN_IF_ERROR(OpenCacheDir(cache_dir, &root));
   const time_t now = ::time(nullptr);
-  for (const auto& name : Entries(root.get())) {
+  for (const auto& name : CacheDirEntries(root.get())) {
     if (!IsCacheName(name)) continue;
     struct stat st;
     const UniqueFd fd = OpenOwnDir(root.get(), name, &st);

@@ -41,6 +41,10 @@ struct S3CacheMeta {
 // IOError if the lock cannot be taken.
 [[nodiscard]] Status LockS3CacheForMount(int dir_fd, const std::string& dir_path, int* lock_fd);
 
+// The names in the directory open at `dir_fd` (which stays open), sorted, "." and ".." left
+// out; none if it cannot be read.
+std::vector<std::string> CacheDirEntries(int dir_fd);
+
 // Writes `meta` into the cache directory open at `dir_fd` (aside, then renamed over it);
 // failures cost only what `dsfs cache ls` can say.
 void WriteS3CacheMeta(int dir_fd, const S3CacheMeta& meta);

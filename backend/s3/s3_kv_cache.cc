@@ -1,6 +1,5 @@
 #include "backend/s3/s3_kv_cache.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -11,7 +10,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 
 #include "backend/s3/s3_cache_dir.h"
 #include "common/log.h"
@@ -28,24 +26,6 @@ bool IsStoreId(std::string_view s) {
   return s.size() == 16 && std::all_of(s.begin(), s.end(), [](char c) {
            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
          });
-}
-
-// Calls `entry` with the name of every entry of the directory open at `dir_fd` (which stays
-// open) but "." and "..".
-void ForEachEntry(int dir_fd, const std::function<void(const std::string&)>& entry) {
-  UniqueFd fd(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
-  if (!fd) return;
-  DIR* d = ::fdopendir(fd.get());
-  if (d == nullptr) return;
-  fd.release();  // closedir closes it
-  ::rewinddir(d);
-  std::vector<std::string> names;
-  while (dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(std::move(name));
-  }
-  ::closedir(d);
-  for (const auto& name : names) entry(name);
 }
 
 bool PreadAll(int fd, char* dst, uint64_t n, uint64_t off) {
@@ -221,25 +201,27 @@ void S3CacheRoot::WriteIndex(std::string_view bytes) const {
 
 void S3CacheRoot::RemoveOtherStores(const std::string& keep_id) const {
   const int dir = fd_.get();
-  ForEachEntry(dir, [&](const std::string& name) {
+  for (const std::string& name : CacheDirEntries(dir)) {
     struct stat st;
-    if (!IsStoreId(name) || name == keep_id) return;
-    if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) return;
+    if (!IsStoreId(name) || name == keep_id) continue;
+    if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) {
+      continue;
+    }
     {
       const UniqueFd sub(
           ::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (!sub) return;
-      ForEachEntry(sub.get(), [&](const std::string& file) {
+      if (!sub) continue;
+      for (const std::string& file : CacheDirEntries(sub.get())) {
         struct stat fst;
         if (AllDigits(file, 6) &&
             ::fstatat(sub.get(), file.c_str(), &fst, AT_SYMLINK_NOFOLLOW) == 0 &&
             S_ISREG(fst.st_mode)) {
           ::unlinkat(sub.get(), file.c_str(), 0);
         }
-      });
+      }
     }
     ::unlinkat(dir, name.c_str(), AT_REMOVEDIR);  // fails, and leaves it, if anything else is in it
-  });
+  }
 }
 
 S3DiskCache::~S3DiskCache() {
@@ -271,12 +253,12 @@ Status S3DiskCache::Open(const S3CacheRoot& root, const std::string& id,
   }
   // Files are opened when first used (a store of 1 TB has ~16,000 data objects), but what
   // earlier mounts left is found now: every allocated block joins the LRU.
-  ForEachEntry(dir_fd_.get(), [&](const std::string& name) {
-    if (!AllDigits(name, 6)) return;
+  for (const std::string& name : CacheDirEntries(dir_fd_.get())) {
+    if (!AllDigits(name, 6)) continue;
     const uint64_t i = std::stoull(name);
-    if (i >= objects) return;
+    if (i >= objects) continue;
     int fd = Fd(i);
-    if (fd < 0) return;
+    if (fd < 0) continue;
     const off_t size = static_cast<off_t>(object_sizes_[i]);
     for (off_t pos = 0; pos < size;) {
       off_t data = ::lseek(fd, pos, SEEK_DATA);
@@ -289,7 +271,7 @@ Status S3DiskCache::Open(const S3CacheRoot& root, const std::string& id,
       }
       pos = hole;
     }
-  });
+  }
   return Status::OK();
 }
 
